@@ -1,0 +1,268 @@
+//! Backing store and block cache for foliofs's image formats.
+//!
+//! [`Store`] reads an image file or block device, buffered or with `O_DIRECT`.
+//! [`BlockDev`] puts a block size on top, chosen per open as the kernel's
+//! romfs chooses `sb_set_blocksize`: every read is rounded out to whole
+//! blocks. Small reads (headers, names, directory blocks) go through a block
+//! cache; large reads fetch the blocks they cover entirely with one `pread`
+//! per contiguous range and only cache the partial blocks at their edges, so a
+//! sequential reader costs one copy per byte at any block size.
+
+mod cache;
+mod store;
+
+use std::sync::Arc;
+
+pub use cache::{Block, BlockCache};
+pub use store::{IoMode, Store};
+
+use foliofs_vfs::{Error, Result, Scratch};
+
+/// Smallest block size: romfs's `ROMBSIZE`.
+pub const MIN_BLOCK_SIZE: u32 = 1024;
+/// Largest block size: a PMD-sized folio, as the ramfs seed allows.
+pub const MAX_BLOCK_SIZE: u32 = 2 * 1024 * 1024;
+/// Default bytes of block cache per mount.
+pub const DEFAULT_CACHE_BYTES: usize = 32 * 1024 * 1024;
+
+/// How a mount picks its block size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum BlockSizeChoice {
+    /// The format's own default (1 KiB for romfs, the image's for EROFS).
+    #[default]
+    Default,
+    /// The seed patch's `largeblocks` rule: the largest power of two from the
+    /// page size down to 1 KiB that divides the image size.
+    LargeBlocks,
+    /// An explicit size (a power of two, 1 KiB to 2 MiB).
+    Fixed(u32),
+}
+
+impl BlockSizeChoice {
+    /// The block size this choice gives for an image of `image_size` bytes;
+    /// `default` is the format's own block size.
+    pub fn resolve(self, image_size: u64, default: u32) -> Result<u32> {
+        match self {
+            BlockSizeChoice::Default => Ok(default),
+            BlockSizeChoice::LargeBlocks => Ok(largeblocks(image_size, page_size())),
+            BlockSizeChoice::Fixed(n) => {
+                check_block_size(n)?;
+                Ok(n)
+            }
+        }
+    }
+}
+
+/// The `largeblocks` rule: from `page` down to 1 KiB, the first power of two
+/// dividing `image_size`; 1 KiB when none does.
+pub fn largeblocks(image_size: u64, page: u32) -> u32 {
+    let mut bs = page.max(MIN_BLOCK_SIZE);
+    while bs > MIN_BLOCK_SIZE {
+        if image_size % u64::from(bs) == 0 {
+            break;
+        }
+        bs >>= 1;
+    }
+    bs
+}
+
+/// Refuses a block size that is not a power of two in [1 KiB, 2 MiB].
+pub fn check_block_size(n: u32) -> Result<()> {
+    if !n.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&n) {
+        return Err(Error::Invalid);
+    }
+    Ok(())
+}
+
+/// The system page size.
+pub fn page_size() -> u32 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as u32
+    } else {
+        4096
+    }
+}
+
+/// A store read in blocks of one size, with a cache of recently used blocks.
+#[derive(Debug)]
+pub struct BlockDev {
+    store: Store,
+    block_size: u32,
+    shift: u32,
+    /// Memory alignment of block buffers (and of I/O in direct mode).
+    align: usize,
+    cache: BlockCache,
+}
+
+impl BlockDev {
+    /// Wraps `store` with blocks of `block_size` bytes (a power of two from
+    /// 1 KiB to 2 MiB) and a cache of about `cache_bytes`.
+    pub fn new(store: Store, block_size: u32, cache_bytes: usize) -> Result<BlockDev> {
+        check_block_size(block_size)?;
+        if store.mode() == IoMode::Direct && block_size < store.dio_align() {
+            return Err(Error::Unsupported(format!(
+                "{}: block size {block_size} is smaller than the {} bytes direct I/O needs here",
+                store.path().display(),
+                store.dio_align()
+            )));
+        }
+        let blocks = (cache_bytes / block_size as usize).max(8);
+        Ok(BlockDev {
+            align: (store.dio_align() as usize).max(64),
+            shift: block_size.trailing_zeros(),
+            block_size,
+            cache: BlockCache::new(blocks),
+            store,
+        })
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// The image size in bytes.
+    pub fn size(&self) -> u64 {
+        self.store.size()
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Number of blocks, counting a partial last block (`f_blocks`).
+    pub fn blocks(&self) -> u64 {
+        self.size().div_ceil(u64::from(self.block_size))
+    }
+
+    /// Block `index` through the cache. The last block of the image may be
+    /// shorter than the block size.
+    pub fn block(&self, index: u64) -> Result<Arc<Block>> {
+        if let Some(b) = self.cache.get(index) {
+            return Ok(b);
+        }
+        let start = index << self.shift;
+        if start >= self.size() {
+            return Err(self.beyond_end(start, 1));
+        }
+        let len = (self.size() - start).min(u64::from(self.block_size)) as usize;
+        let io_len = if self.store.mode() == IoMode::Direct {
+            self.block_size as usize
+        } else {
+            len
+        };
+        let mut block = self.cache.take_spare(io_len, self.align);
+        let n = self.store.read_at(block.io_buf(), start)?;
+        block.set_len(n.min(len));
+        Ok(self.cache.insert(index, block))
+    }
+
+    /// Copies `buf.len()` bytes at `offset` into `buf`, through the cache.
+    /// For small metadata reads; large ones should use [`BlockDev::read`].
+    pub fn read_exact(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_range(offset, buf.len() as u64)?;
+        let bs = u64::from(self.block_size);
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let blk = self.block(pos >> self.shift)?;
+            let within = (pos % bs) as usize;
+            let data = blk.data();
+            let n = (buf.len() - done).min(data.len().saturating_sub(within));
+            if n == 0 {
+                return Err(self.beyond_end(pos, 1));
+            }
+            buf[done..done + n].copy_from_slice(&data[within..within + n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Reads `len` bytes at `offset` (clipped at the image end) and returns
+    /// them as a slice into `scratch`. A read inside one block is served from
+    /// the cached block without copying; a longer one reads all the blocks it
+    /// covers whole with one I/O and takes its partial edge blocks from the
+    /// cache.
+    pub fn read<'a>(&self, offset: u64, len: usize, scratch: &'a mut Scratch) -> Result<&'a [u8]> {
+        let size = self.size();
+        if offset >= size || len == 0 {
+            return Ok(&[]);
+        }
+        let len = (len as u64).min(size - offset) as usize;
+        let end = offset + len as u64;
+        let bs = u64::from(self.block_size);
+        let first = offset >> self.shift;
+        let last = (end - 1) >> self.shift;
+        if first == last {
+            let blk = self.block(first)?;
+            let within = (offset - (first << self.shift)) as usize;
+            if blk.data().len() < within + len {
+                return Err(self.beyond_end(offset, len as u64));
+            }
+            return Ok(&scratch.hold(blk)[within..within + len]);
+        }
+        let base = first << self.shift;
+        let span = ((last + 1) << self.shift).min(size) - base;
+        let io_span = if self.store.mode() == IoMode::Direct {
+            (last + 1 - first) << self.shift
+        } else {
+            span
+        };
+        let buf = scratch.aligned(io_span as usize, self.align);
+        // Edge blocks the request only partly covers come from the cache: a
+        // sequential reader's next request starts in the same block.
+        let head_partial = offset % bs != 0;
+        let tail_partial = end % bs != 0 && end < size;
+        let full_first = first + u64::from(head_partial);
+        let full_last = last - u64::from(tail_partial);
+        if head_partial {
+            let blk = self.block(first)?;
+            let n = blk.data().len().min(bs as usize);
+            buf[..n].copy_from_slice(&blk.data()[..n]);
+        }
+        if tail_partial {
+            let blk = self.block(last)?;
+            let at = ((last - first) << self.shift) as usize;
+            let n = blk.data().len();
+            buf[at..at + n].copy_from_slice(blk.data());
+        }
+        if full_first <= full_last {
+            let at = ((full_first - first) << self.shift) as usize;
+            let to = if self.store.mode() == IoMode::Direct {
+                ((full_last + 1 - first) << self.shift) as usize
+            } else {
+                (((full_last + 1) << self.shift).min(size) - base) as usize
+            };
+            let want = ((((full_last + 1) << self.shift).min(size)) - base) as usize - at;
+            let got = self.store.read_at(&mut buf[at..to], base + at as u64)?;
+            if got < want {
+                return Err(self.beyond_end(base + (at + got) as u64, 1));
+            }
+        }
+        let within = (offset - base) as usize;
+        Ok(&buf[within..within + len])
+    }
+
+    /// Fails unless `[offset, offset+len)` lies inside the image.
+    pub fn check_range(&self, offset: u64, len: u64) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size() => Ok(()),
+            _ => Err(self.beyond_end(offset, len)),
+        }
+    }
+
+    fn beyond_end(&self, offset: u64, len: u64) -> Error {
+        Error::corrupt(
+            offset,
+            format!(
+                "{} bytes at {offset:#x} lie beyond the end of the {}-byte image",
+                len,
+                self.size()
+            ),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,217 @@
+//! The one inode-level interface every foliofs format implements.
+//!
+//! A format crate (romfs, EROFS, ramfs) implements [`FileSystem`]; the FUSE
+//! server and the command-line tools only ever talk to this trait. Inode
+//! numbers are the format's own (a romfs header offset, an EROFS nid, a ramfs
+//! counter): [`FileSystem::root`] names the root, and the FUSE layer maps it to
+//! node id 1 so formats never have to renumber.
+//!
+//! Read-only formats implement the reading half and inherit the defaults for
+//! every mutating call, which fail with [`Error::ReadOnly`] (`EROFS`).
+
+mod error;
+mod types;
+
+pub use error::{Error, Result};
+pub use types::*;
+
+use std::ffi::OsStr;
+
+/// Inode number, in the file system's own numbering.
+pub type Ino = u64;
+
+/// An inode-level file system.
+///
+/// Every method takes `&self`: implementations are shared between the FUSE
+/// server's worker threads and do their own (fine-grained) locking.
+pub trait FileSystem: Send + Sync {
+    /// The root directory's inode number.
+    fn root(&self) -> Ino;
+
+    /// Static facts about this mount (block size, name limits, read-only).
+    fn info(&self) -> FsInfo;
+
+    /// Space and inode figures for `statfs(2)`.
+    fn statfs(&self) -> Result<StatFs>;
+
+    /// Attributes of `ino`.
+    fn getattr(&self, ino: Ino) -> Result<Attr>;
+
+    /// Looks `name` up in directory `parent`. `name` is never "." or ".."
+    /// unless the caller passes them; implementations resolve those as the
+    /// kernel would (the parent of the root is the root).
+    fn lookup(&self, parent: Ino, name: &OsStr) -> Result<Attr>;
+
+    /// Called when the kernel drops `nlookup` references to `ino` obtained
+    /// through `lookup`/`create`/`mkdir`/... Formats that free inodes (ramfs)
+    /// use this to know when an unlinked inode can go.
+    fn forget(&self, _ino: Ino, _nlookup: u64) {}
+
+    /// Lists directory `ino` starting at `offset` (0 = the beginning; after
+    /// that, the `next` cookie of the last entry seen). Cookies are stable:
+    /// resuming at a cookie never repeats or skips an entry that was present
+    /// for the whole listing. "." and ".." are not listed; the FUSE layer adds
+    /// them. `sink` returns `true` when it is full; listing stops there.
+    fn readdir(
+        &self,
+        ino: Ino,
+        offset: u64,
+        sink: &mut dyn FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<()>;
+
+    /// Reads up to `size` bytes of `ino` at `offset`. The data is returned as a
+    /// slice that may point anywhere into `scratch` (a per-thread buffer the
+    /// caller keeps between calls, so the hot path allocates nothing). Fewer
+    /// bytes than asked means end of file.
+    fn read<'a>(
+        &self,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+        scratch: &'a mut Scratch,
+    ) -> Result<&'a [u8]>;
+
+    /// A symbolic link's target.
+    fn readlink(&self, ino: Ino) -> Result<Vec<u8>>;
+
+    /// The value of extended attribute `name` (full name, e.g. `user.foo`).
+    fn getxattr(&self, _ino: Ino, _name: &OsStr) -> Result<Vec<u8>> {
+        Err(Error::NoXattr)
+    }
+
+    /// Full names of every extended attribute of `ino`.
+    fn listxattr(&self, _ino: Ino) -> Result<Vec<Vec<u8>>> {
+        Ok(Vec::new())
+    }
+
+    /// Opens `ino`; returns a handle passed back to `write`/`release`.
+    /// `flags` are the `open(2)` flags.
+    fn open(&self, _ino: Ino, flags: i32) -> Result<u64> {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            return Err(Error::ReadOnly);
+        }
+        Ok(0)
+    }
+
+    /// Closes a handle from `open` or `create`.
+    fn release(&self, _ino: Ino, _fh: u64) -> Result<()> {
+        Ok(())
+    }
+
+    // ---- mutation: read-only formats keep these defaults ----
+
+    /// Changes attributes; returns the new attributes.
+    fn setattr(&self, _ino: Ino, _set: &SetAttr, _ctx: &Ctx) -> Result<Attr> {
+        Err(Error::ReadOnly)
+    }
+
+    /// Creates a non-directory, non-symlink node (regular, fifo, device, socket).
+    fn mknod(
+        &self,
+        _parent: Ino,
+        _name: &OsStr,
+        _kind: FileType,
+        _perm: u16,
+        _rdev: u32,
+        _ctx: &Ctx,
+    ) -> Result<Attr> {
+        Err(Error::ReadOnly)
+    }
+
+    /// Creates and opens a regular file (`O_CREAT`); returns its attributes and handle.
+    fn create(
+        &self,
+        _parent: Ino,
+        _name: &OsStr,
+        _perm: u16,
+        _flags: i32,
+        _ctx: &Ctx,
+    ) -> Result<(Attr, u64)> {
+        Err(Error::ReadOnly)
+    }
+
+    /// Creates a directory.
+    fn mkdir(&self, _parent: Ino, _name: &OsStr, _perm: u16, _ctx: &Ctx) -> Result<Attr> {
+        Err(Error::ReadOnly)
+    }
+
+    /// Creates a symbolic link `name` in `parent` pointing at `target`.
+    fn symlink(&self, _parent: Ino, _name: &OsStr, _target: &[u8], _ctx: &Ctx) -> Result<Attr> {
+        Err(Error::ReadOnly)
+    }
+
+    /// Removes a non-directory.
+    fn unlink(&self, _parent: Ino, _name: &OsStr, _ctx: &Ctx) -> Result<()> {
+        Err(Error::ReadOnly)
+    }
+
+    /// Removes an empty directory.
+    fn rmdir(&self, _parent: Ino, _name: &OsStr, _ctx: &Ctx) -> Result<()> {
+        Err(Error::ReadOnly)
+    }
+
+    /// Renames; `flags` are `renameat2(2)` flags (NOREPLACE, EXCHANGE).
+    fn rename(
+        &self,
+        _parent: Ino,
+        _name: &OsStr,
+        _newparent: Ino,
+        _newname: &OsStr,
+        _flags: u32,
+        _ctx: &Ctx,
+    ) -> Result<()> {
+        Err(Error::ReadOnly)
+    }
+
+    /// Adds a hard link `newparent/newname` to `ino`.
+    fn link(&self, _ino: Ino, _newparent: Ino, _newname: &OsStr, _ctx: &Ctx) -> Result<Attr> {
+        Err(Error::ReadOnly)
+    }
+
+    /// Writes `data` at `offset` (ignored for handles opened with `O_APPEND`,
+    /// which the caller resolves); returns the bytes written.
+    fn write(&self, _ino: Ino, _fh: u64, _offset: u64, _data: &[u8], _flags: i32) -> Result<u32> {
+        Err(Error::ReadOnly)
+    }
+
+    /// `fallocate(2)` with its `mode` flags.
+    fn fallocate(&self, _ino: Ino, _offset: u64, _length: u64, _mode: i32) -> Result<()> {
+        Err(Error::ReadOnly)
+    }
+
+    /// `lseek(2)` for `SEEK_DATA` / `SEEK_HOLE`; returns the new offset.
+    /// The default treats the whole file as data.
+    fn lseek(&self, ino: Ino, offset: u64, whence: i32) -> Result<u64> {
+        let size = self.getattr(ino)?.size;
+        if offset >= size {
+            return Err(Error::NoData);
+        }
+        match whence {
+            libc::SEEK_DATA => Ok(offset),
+            libc::SEEK_HOLE => Ok(size),
+            _ => Err(Error::Invalid),
+        }
+    }
+
+    /// Makes `ino`'s data durable. Nothing to do for in-memory or read-only formats.
+    fn fsync(&self, _ino: Ino, _datasync: bool) -> Result<()> {
+        Ok(())
+    }
+
+    /// Sets an extended attribute; `flags` are XATTR_CREATE / XATTR_REPLACE.
+    fn setxattr(
+        &self,
+        _ino: Ino,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _ctx: &Ctx,
+    ) -> Result<()> {
+        Err(Error::ReadOnly)
+    }
+
+    /// Removes an extended attribute.
+    fn removexattr(&self, _ino: Ino, _name: &OsStr, _ctx: &Ctx) -> Result<()> {
+        Err(Error::ReadOnly)
+    }
+}
