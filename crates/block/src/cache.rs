@@ -61,7 +61,9 @@ impl BlockCache {
     pub fn new(blocks: usize) -> BlockCache {
         let per = NonZeroUsize::new(blocks.div_ceil(SHARDS).max(1)).expect("non-zero");
         BlockCache {
-            shards: (0..SHARDS).map(|_| Mutex::new(LruCache::new(per))).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(LruCache::new(per)))
+                .collect(),
             spares: Mutex::new(Vec::new()),
         }
     }

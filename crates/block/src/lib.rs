@@ -85,6 +85,25 @@ pub fn page_size() -> u32 {
     }
 }
 
+/// How to open an image: the options every image format shares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenOptions {
+    pub block_size: BlockSizeChoice,
+    pub io_mode: IoMode,
+    /// Bytes of block cache.
+    pub cache_bytes: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            block_size: BlockSizeChoice::Default,
+            io_mode: IoMode::Buffered,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
+}
+
 /// A store read in blocks of one size, with a cache of recently used blocks.
 #[derive(Debug)]
 pub struct BlockDev {
@@ -116,6 +135,18 @@ impl BlockDev {
             cache: BlockCache::new(blocks),
             store,
         })
+    }
+
+    /// Opens `path` as `opts` say; `default_block_size` is the format's own
+    /// (used when `opts.block_size` is [`BlockSizeChoice::Default`]).
+    pub fn open(
+        path: &std::path::Path,
+        opts: &OpenOptions,
+        default_block_size: u32,
+    ) -> Result<BlockDev> {
+        let store = Store::open(path, opts.io_mode)?;
+        let bs = opts.block_size.resolve(store.size(), default_block_size)?;
+        BlockDev::new(store, bs, opts.cache_bytes)
     }
 
     pub fn block_size(&self) -> u32 {

@@ -39,11 +39,9 @@ impl Store {
     /// instead, with a warning, as the kernel's file-backed mounts do.
     pub fn open(path: &Path, mode: IoMode) -> Result<Store> {
         let io_err = |source: io::Error| Error::Io { offset: 0, source };
-        let plain = File::open(path).map_err(|e| {
-            Error::Io {
-                offset: 0,
-                source: io::Error::new(e.kind(), format!("{}: {e}", path.display())),
-            }
+        let plain = File::open(path).map_err(|e| Error::Io {
+            offset: 0,
+            source: io::Error::new(e.kind(), format!("{}: {e}", path.display())),
         })?;
         let meta = plain.metadata().map_err(io_err)?;
         let size = if meta.file_type().is_block_device() {

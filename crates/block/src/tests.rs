@@ -39,10 +39,30 @@ fn check_reads(dev: &BlockDev, data: &[u8]) {
     let mut scratch = Scratch::new();
     let size = data.len() as u64;
     let bs = dev.block_size() as u64;
-    let mut offsets = vec![0, 1, 15, 16, bs - 1, bs, bs + 1, 3 * bs + 17, size - 1, size];
+    let mut offsets = vec![
+        0,
+        1,
+        15,
+        16,
+        bs - 1,
+        bs,
+        bs + 1,
+        3 * bs + 17,
+        size - 1,
+        size,
+    ];
     offsets.retain(|&o| o <= size);
     for &off in &offsets {
-        for len in [0usize, 1, 16, 1000, bs as usize, bs as usize + 3, 3 * bs as usize + 5, 1 << 20] {
+        for len in [
+            0usize,
+            1,
+            16,
+            1000,
+            bs as usize,
+            bs as usize + 3,
+            3 * bs as usize + 5,
+            1 << 20,
+        ] {
             let got = dev.read(off, len, &mut scratch).unwrap();
             let end = (off + len as u64).min(size) as usize;
             assert_eq!(got, &data[off as usize..end], "bs {bs} off {off} len {len}");
@@ -98,7 +118,12 @@ fn reads_past_a_truncation_fail_cleanly() {
 #[test]
 fn ranges_beyond_the_end_are_corrupt() {
     let (f, _) = image(4096);
-    let dev = BlockDev::new(Store::open(f.path(), IoMode::Buffered).unwrap(), 1024, 1 << 16).unwrap();
+    let dev = BlockDev::new(
+        Store::open(f.path(), IoMode::Buffered).unwrap(),
+        1024,
+        1 << 16,
+    )
+    .unwrap();
     let mut b = [0u8; 32];
     assert!(dev.read_exact(4090, &mut b).unwrap_err().is_corrupt());
     assert!(dev.check_range(u64::MAX - 3, 16).is_err());

@@ -336,7 +336,10 @@ mod tests {
 
     #[test]
     fn timespec_round_trips_before_epoch() {
-        for t in [Timespec::new(-5, 250), Timespec::new(1_700_000_000, 999_999_999)] {
+        for t in [
+            Timespec::new(-5, 250),
+            Timespec::new(1_700_000_000, 999_999_999),
+        ] {
             assert_eq!(Timespec::from_system(t.to_system()), t);
         }
     }
