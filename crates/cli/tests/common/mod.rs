@@ -1,0 +1,614 @@
+//! Helpers shared by the integration tests: running the binary with bounded
+//! waits, a mount guard that always unmounts, tree fixtures and walks, and the
+//! kernel-romfs oracle.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+/// The `foliofs` binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_foliofs"))
+}
+
+/// The workspace's top directory.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// `../shared` beside the workspace (notes, tools).
+pub fn shared_dir() -> PathBuf {
+    workspace_root().join("../shared")
+}
+
+/// True when FUSE tests can run; otherwise prints why they are skipped.
+pub fn fuse_available() -> bool {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIP: /dev/fuse does not exist on this machine; FUSE mount tests cannot run");
+        return false;
+    }
+    true
+}
+
+/// Returns early from a test (printing why) when FUSE is unavailable.
+#[macro_export]
+macro_rules! require_fuse {
+    () => {
+        if !common::fuse_available() {
+            return;
+        }
+    };
+}
+
+/// Runs `cmd` to completion, killing it after `timeout`.
+pub fn run_timeout(cmd: &mut Command, timeout: Duration) -> Output {
+    let desc = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {desc}: {e}"));
+    // Drain pipes on threads so a chatty child cannot block on a full pipe.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let to = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let te = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{desc} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: to.join().unwrap(),
+        stderr: te.join().unwrap(),
+    }
+}
+
+/// Runs `foliofs ARGS` with a 120 s bound.
+pub fn foliofs<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    run_timeout(Command::new(bin()).args(args), Duration::from_secs(120))
+}
+
+/// Like [`foliofs`], but panics with its stderr unless it exits 0; returns stdout.
+pub fn foliofs_ok<I, S>(args: I) -> Vec<u8>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<_> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    let out = foliofs(&args);
+    assert!(
+        out.status.success(),
+        "foliofs {:?} failed ({}): {}",
+        args,
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Mount points listed in /proc/self/mountinfo, unescaped.
+pub fn mount_points() -> Vec<PathBuf> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| PathBuf::from(OsStr::from_bytes(&unescape_mount_path(p))))
+        .collect()
+}
+
+fn unescape_mount_path(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// True if `dir` is a mount point now.
+pub fn is_mounted(dir: &Path) -> bool {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    mount_points().iter().any(|p| p == &dir)
+}
+
+/// A live foliofs mount that is unmounted when dropped, even if the test
+/// panicked.
+pub struct Mount {
+    dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Mount {
+    /// `foliofs mount [-t TYPE] [-o OPTS] SOURCE <new temp dir>`; returns once
+    /// the command returned and the mount is live, or the command's stderr.
+    pub fn new(source: &Path, fstype: Option<&str>, opts: &str) -> Result<Mount, String> {
+        let tmp = tempfile::Builder::new()
+            .prefix("foliofs-mnt.")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path().to_owned();
+        let mut m = Self::at(source, &dir, fstype, opts)?;
+        m._tmp = Some(tmp);
+        Ok(m)
+    }
+
+    /// As [`Mount::new`], on an existing directory.
+    pub fn at(
+        source: &Path,
+        dir: &Path,
+        fstype: Option<&str>,
+        opts: &str,
+    ) -> Result<Mount, String> {
+        let mut cmd = Command::new(bin());
+        cmd.arg("mount");
+        if let Some(t) = fstype {
+            cmd.args(["-t", t]);
+        }
+        if !opts.is_empty() {
+            cmd.args(["-o", opts]);
+        }
+        cmd.arg(source).arg(dir);
+        let out = run_timeout(&mut cmd, Duration::from_secs(60));
+        if !out.status.success() {
+            if is_mounted(dir) {
+                // Never leave a mount behind, whatever the command said.
+                force_unmount(dir);
+                return Err(format!(
+                    "mount failed but left {} mounted: {}",
+                    dir.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        if !is_mounted(dir) {
+            return Err(format!(
+                "foliofs mount returned success but {} is not a mount point",
+                dir.display()
+            ));
+        }
+        Ok(Mount {
+            dir: dir.to_owned(),
+            _tmp: None,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Unmounts now with `foliofs umount`, reporting failure.
+    pub fn unmount(mut self) -> Result<(), String> {
+        let r = unmount_with_foliofs(&self.dir);
+        force_unmount(&self.dir);
+        self.dir = PathBuf::new();
+        r
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.dir.as_os_str().is_empty() {
+            return;
+        }
+        let _ = unmount_with_foliofs(&self.dir);
+        force_unmount(&self.dir);
+    }
+}
+
+fn unmount_with_foliofs(dir: &Path) -> Result<(), String> {
+    if !is_mounted(dir) {
+        return Ok(());
+    }
+    let out = run_timeout(
+        Command::new(bin()).arg("umount").arg(dir),
+        Duration::from_secs(30),
+    );
+    if out.status.success() && !is_mounted(dir) {
+        Ok(())
+    } else {
+        Err(format!(
+            "foliofs umount {}: {} {}",
+            dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Last resort: lazy unmounts, bounded in time, until `dir` is no mount point.
+pub fn force_unmount(dir: &Path) {
+    for attempt in 0..3 {
+        if !is_mounted(dir) {
+            return;
+        }
+        let (prog, args): (&str, &[&str]) = if attempt == 0 {
+            ("fusermount3", &["-u", "-z"])
+        } else {
+            ("umount", &["-l"])
+        };
+        let _ = Command::new(prog)
+            .args(args)
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Drops the page cache (root only); returns false when it could not.
+pub fn drop_caches() -> bool {
+    let _ = Command::new("sync").status();
+    fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
+}
+
+/// A small deterministic generator (xorshift64*), so fixtures are the same
+/// on every run without a dependency.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut v = vec![0u8; n];
+        self.fill(&mut v);
+        v
+    }
+}
+
+/// Writes a file of `size` pseudo-random bytes (seeded), streaming, so large
+/// files cost no memory.
+pub fn write_random_file(path: &Path, size: u64, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let mut f = std::io::BufWriter::new(fs::File::create(path).unwrap());
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        rng.fill(&mut buf[..n]);
+        f.write_all(&buf[..n]).unwrap();
+        left -= n as u64;
+    }
+    f.flush().unwrap();
+}
+
+/// Makes a device node, fifo or socket with `mknod(2)` (needs root for devices).
+pub fn mknod(path: &Path, mode: u32, major: u32, minor: u32) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    let rc = unsafe { libc::mknod(c.as_ptr(), mode, libc::makedev(major, minor)) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A tree holding every entry type romfs and EROFS can store: regular files
+/// of awkward sizes (empty, around 16 bytes and block boundaries), nested and
+/// empty directories, symlinks (relative, absolute, dangling), a hard link,
+/// block and char devices, a fifo, a socket, exec bits, odd and 127-byte names.
+pub fn every_type_tree(dir: &Path) {
+    let mut rng = Rng::new(42);
+    fs::create_dir_all(dir).unwrap();
+    for (name, size) in [
+        ("empty", 0u64),
+        ("one", 1),
+        ("fifteen", 15),
+        ("sixteen", 16),
+        ("seventeen", 17),
+        ("k1023", 1023),
+        ("k1024", 1024),
+        ("k1025", 1025),
+        ("p4095", 4095),
+        ("p4096", 4096),
+        ("p4097", 4097),
+        ("big", 3 * 1024 * 1024 + 77),
+    ] {
+        fs::write(dir.join(name), rng.bytes(size as usize)).unwrap();
+    }
+    let exe = dir.join("run.sh");
+    fs::write(&exe, b"#!/bin/sh\necho hi\n").unwrap();
+    fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir_all(dir.join("empty-dir")).unwrap();
+    let mut deep = dir.join("deep");
+    for i in 0..12 {
+        deep = deep.join(format!("level{i}"));
+    }
+    fs::create_dir_all(&deep).unwrap();
+    fs::write(deep.join("bottom.txt"), b"the bottom\n").unwrap();
+    let long = "L".repeat(120) + "-name12";
+    assert_eq!(long.len(), 127);
+    fs::write(dir.join(&long), b"long name\n").unwrap();
+    fs::write(dir.join("sp ace & 'quote' \u{e9}t\u{e9}"), b"odd\n").unwrap();
+    fs::write(dir.join(".hidden"), b"dot file\n").unwrap();
+    std::os::unix::fs::symlink("one", dir.join("link-rel")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", dir.join("link-abs")).unwrap();
+    std::os::unix::fs::symlink("no/such/target", dir.join("link-dangling")).unwrap();
+    std::os::unix::fs::symlink("deep/level0", dir.join("link-dir")).unwrap();
+    fs::hard_link(dir.join("k1025"), dir.join("hardlink-to-k1025")).unwrap();
+    fs::create_dir_all(dir.join("dev")).unwrap();
+    mknod(&dir.join("dev/null"), libc::S_IFCHR | 0o666, 1, 3).unwrap();
+    mknod(&dir.join("dev/sda1"), libc::S_IFBLK | 0o660, 8, 1).unwrap();
+    mknod(&dir.join("dev/fifo"), libc::S_IFIFO | 0o644, 0, 0).unwrap();
+    let sock = dir.join("dev/socket");
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    assert!(fs::symlink_metadata(&sock).unwrap().file_type().is_socket());
+}
+
+/// One entry of a walked tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub kind: &'static str,
+    /// Full st_mode.
+    pub mode: u32,
+    pub ino: u64,
+    pub nlink: u64,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// sha256 of a regular file's content.
+    pub sha256: Option<String>,
+    pub target: Option<Vec<u8>>,
+    pub rdev: Option<(u32, u32)>,
+}
+
+/// Walks `root` without following symlinks; keys are paths relative to
+/// `root` ("" is the root itself).
+pub fn walk(root: &Path) -> BTreeMap<PathBuf, Entry> {
+    let mut out = BTreeMap::new();
+    walk_into(root, Path::new(""), &mut out);
+    out
+}
+
+fn walk_into(root: &Path, rel: &Path, out: &mut BTreeMap<PathBuf, Entry>) {
+    let path = root.join(rel);
+    let md =
+        fs::symlink_metadata(&path).unwrap_or_else(|e| panic!("lstat {}: {e}", path.display()));
+    let ft = md.file_type();
+    let kind = if ft.is_dir() {
+        "dir"
+    } else if ft.is_file() {
+        "reg"
+    } else if ft.is_symlink() {
+        "lnk"
+    } else if ft.is_char_device() {
+        "chr"
+    } else if ft.is_block_device() {
+        "blk"
+    } else if ft.is_fifo() {
+        "fifo"
+    } else {
+        "sock"
+    };
+    let mut e = Entry {
+        kind,
+        mode: md.mode(),
+        ino: md.ino(),
+        nlink: md.nlink(),
+        uid: md.uid(),
+        gid: md.gid(),
+        size: md.size(),
+        sha256: None,
+        target: None,
+        rdev: None,
+    };
+    if ft.is_file() {
+        let mut h = Sha256::new();
+        let mut f =
+            fs::File::open(&path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = f
+                .read(&mut buf)
+                .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+        e.sha256 = Some(format!("{:x}", h.finalize()));
+    } else if ft.is_symlink() {
+        e.target = Some(
+            fs::read_link(&path)
+                .unwrap()
+                .into_os_string()
+                .into_vec_bytes(),
+        );
+    } else if ft.is_char_device() || ft.is_block_device() {
+        e.rdev = Some((libc::major(md.rdev()), libc::minor(md.rdev())));
+    }
+    out.insert(rel.to_owned(), e);
+    if ft.is_dir() {
+        let mut names: Vec<_> = fs::read_dir(&path)
+            .unwrap_or_else(|e| panic!("readdir {}: {e}", path.display()))
+            .map(|d| d.unwrap().file_name())
+            .collect();
+        names.sort();
+        for n in names {
+            walk_into(root, &rel.join(n), out);
+        }
+    }
+}
+
+trait IntoVecBytes {
+    fn into_vec_bytes(self) -> Vec<u8>;
+}
+
+impl IntoVecBytes for std::ffi::OsString {
+    fn into_vec_bytes(self) -> Vec<u8> {
+        use std::os::unix::ffi::OsStringExt;
+        self.into_vec()
+    }
+}
+
+/// Which fields [`assert_same_tree`] compares besides path and type.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Fields {
+    /// Permission bits (st_mode & 0o7777).
+    pub perm: bool,
+    /// Only the owner-exec bit (romfs keeps nothing else).
+    pub exec: bool,
+    pub owner: bool,
+    pub nlink: bool,
+    pub ino: bool,
+}
+
+/// Asserts two walks hold the same paths with the same type, size, content,
+/// symlink target and rdev (and the `fields` asked for); lists every difference.
+pub fn assert_same_tree(
+    expected: &BTreeMap<PathBuf, Entry>,
+    actual: &BTreeMap<PathBuf, Entry>,
+    fields: Fields,
+) {
+    let mut diffs = Vec::new();
+    for (p, e) in expected {
+        let Some(a) = actual.get(p) else {
+            diffs.push(format!("missing: {}", p.display()));
+            continue;
+        };
+        let mut d = Vec::new();
+        if e.kind != a.kind {
+            d.push(format!("type {} != {}", e.kind, a.kind));
+        }
+        if e.kind == "reg" || e.kind == "lnk" {
+            if e.size != a.size {
+                d.push(format!("size {} != {}", e.size, a.size));
+            }
+        }
+        if e.sha256 != a.sha256 {
+            d.push("content differs".into());
+        }
+        if e.target != a.target {
+            d.push(format!("target {:?} != {:?}", e.target, a.target));
+        }
+        if e.rdev != a.rdev {
+            d.push(format!("rdev {:?} != {:?}", e.rdev, a.rdev));
+        }
+        if fields.perm && e.mode & 0o7777 != a.mode & 0o7777 {
+            d.push(format!("mode {:o} != {:o}", e.mode, a.mode));
+        }
+        if fields.exec && e.kind == "reg" && e.mode & 0o100 != a.mode & 0o100 {
+            d.push(format!("exec bit {:o} != {:o}", e.mode, a.mode));
+        }
+        if fields.owner && (e.uid, e.gid) != (a.uid, a.gid) {
+            d.push(format!("owner {}:{} != {}:{}", e.uid, e.gid, a.uid, a.gid));
+        }
+        if fields.nlink && e.nlink != a.nlink {
+            d.push(format!("nlink {} != {}", e.nlink, a.nlink));
+        }
+        if fields.ino && e.ino != a.ino {
+            d.push(format!("ino {} != {}", e.ino, a.ino));
+        }
+        if !d.is_empty() {
+            diffs.push(format!("{}: {}", p.display(), d.join(", ")));
+        }
+    }
+    for p in actual.keys() {
+        if !expected.contains_key(p) {
+            diffs.push(format!("unexpected: {}", p.display()));
+        }
+    }
+    assert!(
+        diffs.is_empty(),
+        "{} difference(s):\n{}",
+        diffs.len(),
+        diffs.join("\n")
+    );
+}
+
+/// The kernel-romfs oracle: `kromfs.sh ARGS` (a VM running Linux's romfs).
+/// Returns the walk lines; panics with the tool's stderr if it fails.
+pub fn kromfs(args: &[&OsStr]) -> String {
+    let tool = shared_dir().join("tools/kromfs.sh");
+    assert!(tool.exists(), "{} is missing", tool.display());
+    let out = run_timeout(
+        Command::new("bash").arg(&tool).args(args),
+        Duration::from_secs(900),
+    );
+    assert!(
+        out.status.success(),
+        "kromfs.sh {:?} exited {}: {}",
+        args,
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("kromfs output is ASCII")
+}
+
+/// Waits until `cond` holds, up to `timeout`; returns whether it did.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
