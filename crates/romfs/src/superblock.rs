@@ -1,0 +1,155 @@
+//! The romfs superblock: magic, image size, checksum and volume name.
+
+use foliofs_vfs::{Error, Result};
+
+use crate::checksum::word_sum;
+
+/// The eight bytes every romfs image starts with.
+pub const MAGIC: &[u8; 8] = b"-rom1fs-";
+/// Longest volume name (and entry name), in bytes.
+pub const MAX_NAME: usize = 127;
+/// The superblock checksum covers at most this many leading bytes.
+pub const CHECKSUM_SPAN: u32 = 512;
+
+/// True when `head` (the first bytes of a file) starts with the romfs magic.
+pub fn is_romfs(head: &[u8]) -> bool {
+    head.starts_with(MAGIC)
+}
+
+/// A parsed superblock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    /// The image size the superblock declares (the unpadded end of the data).
+    pub size: u32,
+    /// The stored checksum word.
+    pub checksum: u32,
+    /// The volume name, without its NUL.
+    pub volume_name: Vec<u8>,
+    /// Offset of the first file header: the root directory.
+    pub root_offset: u64,
+}
+
+impl Superblock {
+    /// Parses the superblock from `head`, the first `min(512, image size)`
+    /// bytes of an image whose file is `image_size` bytes long.
+    ///
+    /// `verify_checksum` is false only for tools that report a bad checksum
+    /// as one defect among others and carry on.
+    pub fn parse(head: &[u8], image_size: u64, verify_checksum: bool) -> Result<Superblock> {
+        if head.len() < 16 || !is_romfs(head) {
+            let shown = &head[..head.len().min(8)];
+            return Err(Error::corrupt(
+                0,
+                format!("no romfs magic: expected \"-rom1fs-\", found {shown:02x?}"),
+            ));
+        }
+        let size = u32::from_be_bytes(head[8..12].try_into().expect("4 bytes"));
+        let checksum = u32::from_be_bytes(head[12..16].try_into().expect("4 bytes"));
+        let name_area = &head[16..];
+        let name_len = match name_area.iter().take(MAX_NAME + 1).position(|&b| b == 0) {
+            Some(n) => n,
+            None if name_area.len() <= MAX_NAME => {
+                return Err(Error::corrupt(
+                    16,
+                    "volume name runs past the end of the image",
+                ))
+            }
+            None => {
+                return Err(Error::corrupt(
+                    16,
+                    format!("volume name is longer than {MAX_NAME} bytes (no NUL found)"),
+                ))
+            }
+        };
+        let root_offset = ((16 + name_len + 1 + 15) & !15) as u64;
+        if u64::from(size) > image_size {
+            return Err(Error::corrupt(
+                8,
+                format!(
+                    "superblock says the image is {size} bytes but the file holds only {image_size} (truncated?)"
+                ),
+            ));
+        }
+        if u64::from(size) < root_offset + 16 {
+            return Err(Error::corrupt(
+                8,
+                format!(
+                    "superblock size {size} leaves no room for the root header at {root_offset:#x}"
+                ),
+            ));
+        }
+        if verify_checksum {
+            let span = size.min(CHECKSUM_SPAN) as usize;
+            if head.len() < span {
+                return Err(Error::corrupt(0, "superblock checksum area is truncated"));
+            }
+            let sum = word_sum(&head[..span]);
+            if sum != 0 {
+                return Err(Error::corrupt(
+                    12,
+                    format!(
+                        "bad superblock checksum: the first {span} bytes sum to {sum:#010x}, not 0"
+                    ),
+                ));
+            }
+        }
+        Ok(Superblock {
+            size,
+            checksum,
+            volume_name: name_area[..name_len].to_vec(),
+            root_offset,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checksum::fix;
+
+    fn sb(name: &[u8], size: u32) -> Vec<u8> {
+        let mut v = MAGIC.to_vec();
+        v.extend_from_slice(&size.to_be_bytes());
+        v.extend_from_slice(&[0; 4]);
+        v.extend_from_slice(name);
+        v.push(0);
+        while !v.len().is_multiple_of(16) {
+            v.push(0);
+        }
+        v.resize(size.min(512) as usize, 0);
+        let c = fix(&v);
+        v[12..16].copy_from_slice(&c.to_be_bytes());
+        v
+    }
+
+    #[test]
+    fn parses_a_good_superblock() {
+        let s = Superblock::parse(&sb(b"vol", 1024), 1024, true).unwrap();
+        assert_eq!(s.volume_name, b"vol");
+        assert_eq!(s.root_offset, 0x20);
+        assert_eq!(s.size, 1024);
+    }
+
+    #[test]
+    fn root_offset_follows_long_names() {
+        let name = [b'n'; 127];
+        let s = Superblock::parse(&sb(&name, 1024), 1024, true).unwrap();
+        assert_eq!(s.root_offset, 16 + 128);
+    }
+
+    #[test]
+    fn rejects_bad_magic_checksum_and_size() {
+        let mut b = sb(b"vol", 1024);
+        b[0] = b'+';
+        assert!(Superblock::parse(&b, 1024, true).is_err());
+        let mut b = sb(b"vol", 1024);
+        b[100] ^= 1;
+        let e = Superblock::parse(&b, 1024, true).unwrap_err().to_string();
+        assert!(e.contains("checksum"), "{e}");
+        assert!(Superblock::parse(&b, 1024, false).is_ok());
+        let e = Superblock::parse(&sb(b"vol", 1024), 512, true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("truncated"), "{e}");
+    }
+}
