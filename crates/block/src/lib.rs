@@ -58,7 +58,7 @@ impl BlockSizeChoice {
 pub fn largeblocks(image_size: u64, page: u32) -> u32 {
     let mut bs = page.max(MIN_BLOCK_SIZE);
     while bs > MIN_BLOCK_SIZE {
-        if image_size % u64::from(bs) == 0 {
+        if image_size.is_multiple_of(u64::from(bs)) {
             break;
         }
         bs >>= 1;
@@ -243,8 +243,8 @@ impl BlockDev {
         let buf = scratch.aligned(io_span as usize, self.align);
         // Edge blocks the request only partly covers come from the cache: a
         // sequential reader's next request starts in the same block.
-        let head_partial = offset % bs != 0;
-        let tail_partial = end % bs != 0 && end < size;
+        let head_partial = !offset.is_multiple_of(bs);
+        let tail_partial = !end.is_multiple_of(bs) && end < size;
         let full_first = first + u64::from(head_partial);
         let full_last = last - u64::from(tail_partial);
         if head_partial {

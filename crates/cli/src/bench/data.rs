@@ -1,0 +1,184 @@
+//! Deterministic benchmark data: one large file, and a tree with a realistic
+//! mix of file sizes.
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+/// A small seeded generator (xorshift64*): the same data on every machine.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+/// Writes `size` pseudo-random (incompressible) bytes to `path`.
+pub fn random_file(path: &Path, size: u64, seed: u64) -> Result<()> {
+    let mut rng = Rng::new(seed);
+    let f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = BufWriter::with_capacity(1 << 20, f);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        rng.fill(&mut buf[..n]);
+        w.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// What [`tree`] made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TreeStats {
+    pub files: u64,
+    pub dirs: u64,
+    pub bytes: u64,
+}
+
+/// A tree of about `files` files and `bytes` bytes: mostly small files
+/// (source, config, scripts), some medium ones, a few large (libraries,
+/// assets), spread over directories of 5 to 30 entries, as a root file
+/// system or an application image has. Half of each file is random and half
+/// repeats, so compressing formats get something to do.
+pub fn tree(dir: &Path, files: u64, bytes: u64, seed: u64) -> Result<TreeStats> {
+    let mut rng = Rng::new(seed);
+    // Size classes: (share of files in per-mille, min, max). Their mean
+    // gives the scale factor that hits the byte target.
+    const CLASSES: [(u64, u64, u64); 4] = [
+        (700, 0, 16 << 10),
+        (220, 16 << 10, 256 << 10),
+        (70, 256 << 10, 2 << 20),
+        (10, 2 << 20, 24 << 20),
+    ];
+    let mean: f64 = CLASSES
+        .iter()
+        .map(|&(share, lo, hi)| share as f64 / 1000.0 * (lo + hi) as f64 / 2.0)
+        .sum();
+    let scale = (bytes as f64 / files.max(1) as f64) / mean;
+    let mut stats = TreeStats::default();
+    let mut dirs = vec![dir.to_owned()];
+    fs::create_dir_all(dir)?;
+    let mut in_dir = 0u64;
+    let mut dir_cap = 5 + rng.below(26);
+    let mut buf = vec![0u8; 1 << 20];
+    for i in 0..files {
+        if in_dir >= dir_cap {
+            let parent = dirs[rng.below(dirs.len() as u64) as usize].clone();
+            let d = parent.join(format!("d{:04}", stats.dirs));
+            fs::create_dir(&d)?;
+            stats.dirs += 1;
+            dirs.push(d);
+            in_dir = 0;
+            dir_cap = 5 + rng.below(26);
+        }
+        let pick = rng.below(1000);
+        let mut acc = 0;
+        let mut size = 0u64;
+        for &(share, lo, hi) in &CLASSES {
+            acc += share;
+            if pick < acc {
+                size = ((lo + rng.below(hi - lo + 1)) as f64 * scale) as u64;
+                break;
+            }
+        }
+        let target = dirs
+            .last()
+            .expect("at least the root")
+            .join(format!("f{i:05}.dat"));
+        let mut w = BufWriter::new(File::create(&target)?);
+        let mut left = size;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            rng.fill(&mut buf[..n / 2]);
+            buf[n / 2..n].fill((i % 251) as u8);
+            w.write_all(&buf[..n])?;
+            left -= n as u64;
+        }
+        w.flush()?;
+        stats.files += 1;
+        stats.bytes += size;
+        in_dir += 1;
+    }
+    Ok(stats)
+}
+
+/// Counts files, directories and bytes of an existing tree.
+pub fn measure_tree(dir: &Path) -> Result<TreeStats> {
+    let mut s = TreeStats::default();
+    for e in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let e = e?;
+        let md = e.metadata()?;
+        if md.is_dir() {
+            s.dirs += 1;
+            let sub = measure_tree(&e.path())?;
+            s.files += sub.files;
+            s.dirs += sub.dirs;
+            s.bytes += sub.bytes;
+        } else {
+            s.files += 1;
+            s.bytes += md.len();
+        }
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trees_are_deterministic_and_near_their_targets() {
+        let t = tempfile::tempdir().unwrap();
+        let a = tree(&t.path().join("a"), 400, 20 << 20, 7).unwrap();
+        let b = tree(&t.path().join("b"), 400, 20 << 20, 7).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.files, 400);
+        assert!(a.dirs >= 10, "{a:?}");
+        // The size mix is random; the total lands within a factor of two.
+        assert!(a.bytes > (10 << 20) && a.bytes < (40 << 20), "{a:?}");
+        assert_eq!(measure_tree(&t.path().join("a")).unwrap().files, 400);
+        let out = std::process::Command::new("diff")
+            .arg("-r")
+            .arg(t.path().join("a"))
+            .arg(t.path().join("b"))
+            .status()
+            .unwrap();
+        assert!(out.success());
+    }
+
+    #[test]
+    fn random_files_differ_by_seed() {
+        let t = tempfile::tempdir().unwrap();
+        random_file(&t.path().join("x"), 5000, 1).unwrap();
+        random_file(&t.path().join("y"), 5000, 2).unwrap();
+        let x = fs::read(t.path().join("x")).unwrap();
+        assert_eq!(x.len(), 5000);
+        assert_ne!(x, fs::read(t.path().join("y")).unwrap());
+    }
+}

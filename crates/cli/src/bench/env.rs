@@ -1,0 +1,314 @@
+//! Mounting the file systems a benchmark compares, timing workloads, and
+//! cleaning up whatever was made (also on Ctrl-C).
+
+use std::ffi::CString;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+/// Mount points and directories to remove if the run is interrupted.
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static WORK: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// Unmounts everything still mounted and removes the work directory; used
+/// by the Ctrl-C handler.
+pub fn emergency_cleanup() {
+    let mounts: Vec<PathBuf> = LIVE.lock().map(|v| v.clone()).unwrap_or_default();
+    for m in mounts.iter().rev() {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(m)
+            .stderr(Stdio::null())
+            .status();
+    }
+    if let Some(w) = WORK.lock().ok().and_then(|w| w.clone()) {
+        let _ = fs::remove_dir_all(w);
+    }
+}
+
+/// Where a benchmark keeps its data, and what it may do.
+pub struct BenchEnv {
+    pub dir: PathBuf,
+    pub root: bool,
+    pub exe: PathBuf,
+}
+
+impl BenchEnv {
+    pub fn new(parent: Option<&Path>) -> Result<BenchEnv> {
+        let parent = parent
+            .map(Path::to_owned)
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = parent.join(format!("foliofs-bench.{}", std::process::id()));
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        *WORK.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.clone());
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        Ok(BenchEnv {
+            dir,
+            root,
+            exe: std::env::current_exe().context("finding the foliofs binary")?,
+        })
+    }
+
+    /// A fresh, empty directory under the work directory.
+    pub fn subdir(&self, name: &str) -> Result<PathBuf> {
+        let d = self.dir.join(name);
+        if d.exists() {
+            fs::remove_dir_all(&d)?;
+        }
+        fs::create_dir_all(&d)?;
+        Ok(d)
+    }
+
+    /// A new, empty directory under the work directory, never reused, so a
+    /// mount that failed to go away is never deleted through.
+    pub fn fresh_dir(&self, prefix: &str) -> Result<PathBuf> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let d = self
+            .dir
+            .join(format!("{prefix}{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+        fs::create_dir_all(&d)?;
+        Ok(d)
+    }
+
+    /// Drops the page cache when running as root; false otherwise.
+    pub fn drop_caches(&self) -> bool {
+        if !self.root {
+            return false;
+        }
+        // SAFETY: sync has no preconditions.
+        unsafe { libc::sync() };
+        fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
+    }
+}
+
+impl Drop for BenchEnv {
+    fn drop(&mut self) {
+        // Unmounts anything a failed step left behind before removing the
+        // directories they sit on.
+        emergency_cleanup();
+        *WORK.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// Whether `prog` is on PATH.
+pub fn have(prog: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| {
+            let f = d.join(prog);
+            f.is_file()
+                && fs::metadata(&f).is_ok_and(|m| {
+                    use std::os::unix::fs::PermissionsExt;
+                    m.permissions().mode() & 0o111 != 0
+                })
+        })
+    })
+}
+
+/// Runs a command to completion (bounded), failing with its stderr.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let desc = format!("{cmd:?}");
+    let out = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("starting {desc}"))?;
+    if !out.status.success() {
+        bail!(
+            "{desc} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// How a mount is made.
+#[derive(Clone, Debug)]
+pub enum How {
+    /// `foliofs mount -t TYPE -o OPTS`.
+    Foliofs { fstype: &'static str, opts: String },
+    /// The kernel, mount(2) with the image file itself as the source.
+    KernelFile { fstype: &'static str, opts: String },
+    /// The kernel, through a loop device.
+    KernelLoop { fstype: &'static str },
+    /// squashfuse.
+    Squashfuse,
+    /// The kernel's in-memory file systems (source "none").
+    KernelMem { fstype: &'static str, opts: String },
+}
+
+/// A live mount, unmounted on drop.
+pub struct Mounted {
+    pub dir: PathBuf,
+    how: How,
+    exe: PathBuf,
+}
+
+impl Mounted {
+    pub fn new(env: &BenchEnv, how: &How, source: &Path, dir: &Path) -> Result<Mounted> {
+        fs::create_dir_all(dir)?;
+        match how {
+            How::Foliofs { fstype, opts } => {
+                let mut c = Command::new(&env.exe);
+                c.args(["mount", "-t", fstype]);
+                if !opts.is_empty() {
+                    c.args(["-o", opts]);
+                }
+                run(c.arg(source).arg(dir))?;
+            }
+            How::KernelFile { fstype, opts } | How::KernelMem { fstype, opts } => {
+                sys_mount(source, dir, fstype, opts)?
+            }
+            How::KernelLoop { fstype } => {
+                run(Command::new("mount")
+                    .args(["-t", fstype, "-o", "loop,ro"])
+                    .arg(source)
+                    .arg(dir))?;
+            }
+            How::Squashfuse => run(Command::new("squashfuse").arg(source).arg(dir))?,
+        }
+        LIVE.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(dir.to_owned());
+        Ok(Mounted {
+            dir: dir.to_owned(),
+            how: how.clone(),
+            exe: env.exe.clone(),
+        })
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let ok = match self.how {
+            How::Foliofs { .. } => {
+                run(Command::new(&self.exe).arg("umount").arg(&self.dir)).is_ok()
+            }
+            How::Squashfuse => run(Command::new("fusermount3").arg("-u").arg(&self.dir)).is_ok(),
+            _ => run(Command::new("umount").arg(&self.dir)).is_ok(),
+        };
+        if !ok {
+            let _ = run(Command::new("umount").arg("-l").arg(&self.dir));
+        }
+        LIVE.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|d| d != &self.dir);
+    }
+}
+
+fn cstr(p: &[u8]) -> Result<CString> {
+    CString::new(p).context("a path with a NUL byte")
+}
+
+/// mount(2) directly: util-linux would put a loop device under a regular file.
+fn sys_mount(source: &Path, dir: &Path, fstype: &str, opts: &str) -> Result<()> {
+    let src = cstr(source.as_os_str().as_bytes())?;
+    let tgt = cstr(dir.as_os_str().as_bytes())?;
+    let ty = cstr(fstype.as_bytes())?;
+    let data = cstr(opts.as_bytes())?;
+    let flags = if fstype == "erofs" || fstype == "squashfs" {
+        libc::MS_RDONLY
+    } else {
+        0
+    };
+    // SAFETY: every pointer is a valid NUL-terminated string that outlives the call.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            tgt.as_ptr(),
+            ty.as_ptr(),
+            flags,
+            data.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        bail!(
+            "mount -t {fstype} -o {opts:?} {} {}: {}",
+            source.display(),
+            dir.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+/// Reads `path` to the end with 1 MiB reads (what `dd bs=1M of=/dev/null`
+/// does); returns seconds and bytes.
+pub fn time_read(path: &Path) -> Result<(f64, u64)> {
+    let mut buf = vec![0u8; 1 << 20];
+    let start = Instant::now();
+    let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut total = 0u64;
+    loop {
+        let n = f
+            .read(&mut buf)
+            .with_context(|| format!("reading {} at {total}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+    }
+    Ok((start.elapsed().as_secs_f64(), total))
+}
+
+/// Seconds `md5sum PATH` takes (the romfs seed's own workload).
+pub fn time_md5(path: &Path) -> Result<f64> {
+    let start = Instant::now();
+    run(Command::new("md5sum").arg(path))?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Seconds a command takes, with its output discarded.
+pub fn time_cmd(cmd: &mut Command) -> Result<f64> {
+    let start = Instant::now();
+    run(cmd)?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Writes `total` zero bytes to a new file in `bs`-byte writes (what
+/// `dd if=/dev/zero bs=BS` does), closing it; returns seconds.
+pub fn time_write_zeros(path: &Path, total: u64, bs: usize) -> Result<f64> {
+    let buf = vec![0u8; bs];
+    let start = Instant::now();
+    let mut f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut left = total;
+    while left > 0 {
+        let n = left.min(bs as u64) as usize;
+        f.write_all(&buf[..n])
+            .with_context(|| format!("writing {}", path.display()))?;
+        left -= n as u64;
+    }
+    drop(f);
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Reads every regular file under `dir` (the container start-up set).
+pub fn time_read_tree(dir: &Path) -> Result<f64> {
+    let start = Instant::now();
+    let mut buf = vec![0u8; 1 << 20];
+    read_tree(dir, &mut buf)?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+fn read_tree(dir: &Path, buf: &mut [u8]) -> Result<()> {
+    for e in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let e = e?;
+        let t = e.file_type()?;
+        if t.is_dir() {
+            read_tree(&e.path(), buf)?;
+        } else if t.is_file() {
+            let mut f = File::open(e.path())?;
+            while f.read(buf)? > 0 {}
+        }
+    }
+    Ok(())
+}

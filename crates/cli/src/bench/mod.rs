@@ -1,0 +1,209 @@
+//! `foliofs bench`: the kernel patches' tables, measured on this machine,
+//! foliofs beside the kernel's own file systems and FUSE peers.
+
+mod data;
+mod env;
+mod report;
+mod sections;
+mod stats;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+
+use report::{Host, Report};
+
+/// Which tables to produce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Which {
+    /// One large file read cold (romfs tests 1 and 2).
+    Seq,
+    /// A whole tree listed and stat'ed cold (romfs test 3).
+    Tree,
+    /// Sequential writes at every ramfs block size.
+    Ramfs,
+    /// Container start-up: unpack, 1st run, later runs (EROFS buffered vs direct).
+    Startup,
+    /// Every section.
+    All,
+}
+
+/// Arguments of `foliofs bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Section to run.
+    #[arg(value_enum, default_value = "all")]
+    pub which: Which,
+    /// Small sizes and fewer runs (about two minutes on two cores).
+    #[arg(long)]
+    pub quick: bool,
+    /// Size of the seq section's file (suffixes K, M, G); default 250M, 64M with --quick.
+    #[arg(long, value_parser = foliofs_fuse::parse_size)]
+    pub size: Option<u64>,
+    /// Use this directory as the tree for `tree` and `startup` instead of a generated one.
+    #[arg(long)]
+    pub tree: Option<PathBuf>,
+    /// Runs per figure (the median is shown, with min and max); default 3, 2 with --quick.
+    #[arg(long)]
+    pub runs: Option<usize>,
+    /// Write every raw run to this JSON file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write SVG charts into this directory.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Where to keep the generated data (default: the temporary directory).
+    #[arg(long)]
+    pub workdir: Option<PathBuf>,
+}
+
+/// Sizes and switches every section reads.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub runs: usize,
+    pub seq_size: u64,
+    pub tree: Option<PathBuf>,
+    pub tree_files: u64,
+    pub tree_bytes: u64,
+    pub ramfs_bytes: u64,
+    pub startup_files: u64,
+    pub startup_bytes: u64,
+    pub tty: bool,
+}
+
+impl Config {
+    pub fn from_args(a: &BenchArgs) -> Result<Config> {
+        let q = a.quick;
+        let runs = a.runs.unwrap_or(if q { 2 } else { 3 });
+        if runs == 0 {
+            bail!("--runs must be at least 1");
+        }
+        let seq_size = a.size.unwrap_or(if q { 64 << 20 } else { 250 << 20 });
+        if seq_size == 0 {
+            bail!("--size must be more than 0");
+        }
+        if let Some(t) = &a.tree {
+            if !t.is_dir() {
+                bail!("--tree {}: not a directory", t.display());
+            }
+        }
+        Ok(Config {
+            runs,
+            seq_size,
+            tree: a.tree.clone(),
+            tree_files: if q { 1_000 } else { 9_600 },
+            tree_bytes: if q { 40_000_000 } else { 630_000_000 },
+            ramfs_bytes: if q { 256 << 20 } else { 2 << 30 },
+            startup_files: if q { 400 } else { 3_000 },
+            startup_bytes: if q { 20_000_000 } else { 300_000_000 },
+            tty: std::io::stderr().is_terminal(),
+        })
+    }
+}
+
+/// Runs the benchmark and prints its tables; exit code 1 if a row failed.
+pub fn run(args: BenchArgs) -> Result<i32> {
+    let cfg = Config::from_args(&args)?;
+    let env = env::BenchEnv::new(args.workdir.as_deref())?;
+    ctrlc::set_handler(|| {
+        eprintln!("\nfoliofs bench: interrupted; unmounting and removing its data");
+        env::emergency_cleanup();
+        std::process::exit(130);
+    })
+    .context("installing the Ctrl-C handler")?;
+    if !env.root {
+        eprintln!(
+            "foliofs bench: not running as root: caches cannot be dropped (figures are warm) and kernel rows are skipped"
+        );
+    }
+    let wanted = match args.which {
+        Which::All => vec![Which::Seq, Which::Tree, Which::Ramfs, Which::Startup],
+        w => vec![w],
+    };
+    let mut report = Report {
+        host: Host::probe(),
+        quick: args.quick,
+        cold_cache: env.root,
+        sections: Vec::new(),
+    };
+    for w in &wanted {
+        let s = match w {
+            Which::Seq => sections::seq(&env, &cfg),
+            Which::Tree => sections::tree(&env, &cfg),
+            Which::Ramfs => sections::ramfs(&env, &cfg),
+            Which::Startup => sections::startup(&env, &cfg),
+            Which::All => unreachable!("expanded above"),
+        }?;
+        if cfg.tty {
+            eprint!("\r\x1b[K");
+        }
+        println!("{}", report::table(&s));
+        report.sections.push(s);
+    }
+    if let Some(p) = &args.json {
+        report::write_json(&report, p)?;
+        eprintln!("foliofs bench: wrote {}", p.display());
+    }
+    if let Some(d) = &args.plot {
+        for f in report::write_plots(&report, d)? {
+            eprintln!("foliofs bench: wrote {}", f.display());
+        }
+    }
+    let failed: Vec<String> = report
+        .sections
+        .iter()
+        .flat_map(|s| {
+            s.rows
+                .iter()
+                .filter(|r| r.failed)
+                .map(move |r| format!("{}: {}", s.name, r.label))
+        })
+        .collect();
+    if !failed.is_empty() {
+        eprintln!(
+            "foliofs bench: {} row(s) failed: {}",
+            failed.len(),
+            failed.join("; ")
+        );
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        b: BenchArgs,
+    }
+
+    #[test]
+    fn quick_shrinks_every_section() {
+        let full = Config::from_args(&T::parse_from(["t"]).b).unwrap();
+        let quick = Config::from_args(&T::parse_from(["t", "--quick"]).b).unwrap();
+        assert_eq!(full.seq_size, 250 << 20);
+        assert_eq!(full.runs, 3);
+        assert!(quick.seq_size < full.seq_size);
+        assert!(quick.tree_files < full.tree_files);
+        assert!(quick.ramfs_bytes < full.ramfs_bytes);
+        assert!(quick.runs < full.runs);
+    }
+
+    #[test]
+    fn explicit_options_win_and_bad_ones_are_refused() {
+        let a = T::parse_from(["t", "seq", "--quick", "--size", "8M", "--runs", "5"]).b;
+        assert_eq!(a.which, Which::Seq);
+        let c = Config::from_args(&a).unwrap();
+        assert_eq!((c.seq_size, c.runs), (8 << 20, 5));
+        assert!(Config::from_args(&T::parse_from(["t", "--runs", "0"]).b).is_err());
+        assert!(Config::from_args(&T::parse_from(["t", "--tree", "/no/such/dir"]).b).is_err());
+        assert!(T::try_parse_from(["t", "everything"]).is_err());
+        assert!(T::try_parse_from(["t", "--size", "lots"]).is_err());
+    }
+}

@@ -1,0 +1,348 @@
+//! Results: the table on stdout, the JSON file and the charts.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::stats::{ratio, summarize, Summary};
+
+/// What a column measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unit {
+    /// Elapsed seconds (lower is better).
+    Seconds,
+    /// Gigabytes (10^9 bytes) per second (higher is better).
+    GBps,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Column {
+    pub key: &'static str,
+    pub label: &'static str,
+    pub unit: Unit,
+}
+
+/// One row: a file system (or the plain image) under one configuration.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub label: String,
+    /// "foliofs", "kernel", "fuse-peer" or "baseline".
+    pub kind: &'static str,
+    /// Raw runs per column key.
+    pub runs: BTreeMap<&'static str, Vec<f64>>,
+    /// Why the row has no figures (peer not installed, not root, failure).
+    pub note: Option<String>,
+    /// True when `note` is a failure rather than a skip.
+    pub failed: bool,
+    /// A numeric parameter charts use as their x axis (block size in bytes).
+    pub x: Option<u64>,
+}
+
+impl Row {
+    pub fn new(label: impl Into<String>, kind: &'static str) -> Row {
+        Row {
+            label: label.into(),
+            kind,
+            runs: BTreeMap::new(),
+            note: None,
+            failed: false,
+            x: None,
+        }
+    }
+
+    pub fn summary(&self, key: &str) -> Option<Summary> {
+        self.runs.get(key).and_then(|v| summarize(v))
+    }
+}
+
+/// One section's results.
+#[derive(Clone, Debug, Serialize)]
+pub struct Section {
+    pub name: &'static str,
+    pub title: String,
+    pub columns: Vec<Column>,
+    pub rows: Vec<Row>,
+    /// Index of the row every ratio is taken against.
+    pub reference: usize,
+    pub notes: Vec<String>,
+}
+
+/// The whole run, as `--json` writes it.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub host: Host,
+    pub quick: bool,
+    pub cold_cache: bool,
+    pub sections: Vec<Section>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Host {
+    pub kernel: String,
+    pub cpus: usize,
+    pub memory_bytes: u64,
+    pub page_size: u32,
+}
+
+impl Host {
+    pub fn probe() -> Host {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default();
+        let memory_bytes = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find(|l| l.starts_with("MemTotal:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|k| k.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+            * 1024;
+        Host {
+            kernel,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            memory_bytes,
+            page_size: foliofs_block::page_size(),
+        }
+    }
+}
+
+fn fmt_num(v: f64) -> String {
+    if v < 10.0 {
+        format!("{v:.3}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+fn fmt_value(v: f64, unit: Unit) -> String {
+    match unit {
+        Unit::Seconds if v < 10.0 => format!("{v:.3} s"),
+        Unit::Seconds => format!("{v:.1} s"),
+        Unit::GBps => format!("{v:.2} GB/s"),
+    }
+}
+
+/// The section as an aligned text table: each column's median with its
+/// min..max, and its ratio to the reference row.
+pub fn table(s: &Section) -> String {
+    let reference = s.rows.get(s.reference);
+    let mut header = vec!["".to_owned()];
+    for c in &s.columns {
+        header.push(c.label.to_owned());
+        header.push("min..max".to_owned());
+        header.push("x ref".to_owned());
+    }
+    let mut lines = vec![header];
+    for (i, r) in s.rows.iter().enumerate() {
+        let mut line = vec![if i == s.reference {
+            format!("{} (ref)", r.label)
+        } else {
+            r.label.clone()
+        }];
+        if let Some(note) = &r.note {
+            line.push(format!(
+                "{}: {note}",
+                if r.failed { "FAILED" } else { "skipped" }
+            ));
+            lines.push(line);
+            continue;
+        }
+        for c in &s.columns {
+            match r.summary(c.key) {
+                Some(sum) => {
+                    line.push(fmt_value(sum.median, c.unit));
+                    line.push(format!("{}..{}", fmt_num(sum.min), fmt_num(sum.max)));
+                    let rf = reference.and_then(|rr| rr.summary(c.key)).map(|x| x.median);
+                    line.push(
+                        ratio(Some(sum.median), rf)
+                            .map(|x| format!("{x:.2}"))
+                            .unwrap_or_else(|| "-".into()),
+                    );
+                }
+                None => line.extend(["-".to_owned(), "".to_owned(), "".to_owned()]),
+            }
+        }
+        lines.push(line);
+    }
+    let ncol = lines.iter().map(Vec::len).max().unwrap_or(0);
+    let mut widths = vec![0usize; ncol];
+    for l in &lines {
+        // A note spans the rest of its line; it does not widen the columns.
+        if l.len() == 2 && ncol > 2 {
+            widths[0] = widths[0].max(l[0].chars().count());
+            continue;
+        }
+        for (i, cell) in l.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "== {} ==", s.title);
+    for l in &lines {
+        let mut row = String::new();
+        for (i, cell) in l.iter().enumerate() {
+            if i == 0 {
+                let _ = write!(row, "{:<w$}", cell, w = widths[0]);
+            } else if l.len() == 2 && ncol > 2 {
+                let _ = write!(row, "  {cell}");
+            } else {
+                let _ = write!(row, "  {:>w$}", cell, w = widths[i]);
+            }
+        }
+        let _ = writeln!(out, "{}", row.trim_end());
+    }
+    for n in &s.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+/// Writes the whole report as JSON.
+pub fn write_json(report: &Report, path: &Path) -> Result<()> {
+    let text = serde_json::to_string_pretty(report)?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Writes one SVG bar chart per column of each section with rows.
+pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    use plotters::prelude::*;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut written = Vec::new();
+    for s in &report.sections {
+        for c in &s.columns {
+            let bars: Vec<(String, f64, &'static str)> = s
+                .rows
+                .iter()
+                .filter_map(|r| {
+                    r.summary(c.key)
+                        .map(|m| (r.label.clone(), m.median, r.kind))
+                })
+                .collect();
+            if bars.is_empty() {
+                continue;
+            }
+            let path = dir.join(format!("{}-{}.svg", s.name, c.key));
+            let height = 80 + 28 * bars.len() as u32;
+            let root = SVGBackend::new(&path, (900, height)).into_drawing_area();
+            root.fill(&WHITE)?;
+            let max = bars.iter().map(|b| b.1).fold(0.0f64, f64::max) * 1.15;
+            let unit = match c.unit {
+                Unit::Seconds => "seconds (lower is better)",
+                Unit::GBps => "GB/s (higher is better)",
+            };
+            let mut chart = ChartBuilder::on(&root)
+                .caption(format!("{}: {}", s.title, c.label), ("sans-serif", 18))
+                .margin(10)
+                .x_label_area_size(35)
+                .y_label_area_size(300)
+                .build_cartesian_2d(0.0..max.max(1e-9), (0..bars.len()).into_segmented())?;
+            let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .x_desc(unit)
+                .y_labels(bars.len())
+                .y_label_formatter(&|v| match v {
+                    SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+                    _ => String::new(),
+                })
+                .draw()?;
+            chart.draw_series(bars.iter().enumerate().map(|(i, (_, v, kind))| {
+                let color = match *kind {
+                    "foliofs" => RGBColor(0x2a, 0x6f, 0xdb),
+                    "kernel" => RGBColor(0x99, 0x99, 0x99),
+                    "baseline" => RGBColor(0x33, 0x33, 0x33),
+                    _ => RGBColor(0xe0, 0x8a, 0x1e),
+                };
+                let mut bar = Rectangle::new(
+                    [
+                        (0.0, SegmentValue::Exact(i)),
+                        (*v, SegmentValue::Exact(i + 1)),
+                    ],
+                    color.filled(),
+                );
+                bar.set_margin(3, 3, 0, 0);
+                bar
+            }))?;
+            root.present()?;
+            drop(chart);
+            drop(root);
+            written.push(path);
+        }
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section() -> Section {
+        let mut a = Row::new("image", "baseline");
+        a.runs.insert("dd", vec![1.0, 2.0, 3.0]);
+        let mut b = Row::new("mount", "foliofs");
+        b.runs.insert("dd", vec![2.0, 4.0, 6.0]);
+        let mut c = Row::new("peer", "fuse-peer");
+        c.note = Some("squashfuse is not installed".into());
+        Section {
+            name: "seq",
+            title: "test".into(),
+            columns: vec![Column {
+                key: "dd",
+                label: "dd",
+                unit: Unit::Seconds,
+            }],
+            rows: vec![a, b, c],
+            reference: 0,
+            notes: vec![],
+        }
+    }
+
+    #[test]
+    fn table_shows_medians_ratios_and_skips() {
+        let t = table(&section());
+        assert!(t.contains("image (ref)"), "{t}");
+        assert!(t.contains("4.000 s"), "{t}");
+        assert!(t.contains("2.00"), "ratio 4/2 missing: {t}");
+        assert!(t.contains("skipped: squashfuse is not installed"), "{t}");
+    }
+
+    #[test]
+    fn json_keeps_every_raw_run() {
+        let r = Report {
+            host: Host::probe(),
+            quick: true,
+            cold_cache: false,
+            sections: vec![section()],
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.json");
+        write_json(&r, &p).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        assert_eq!(
+            v["sections"][0]["rows"][1]["runs"]["dd"],
+            serde_json::json!([2.0, 4.0, 6.0])
+        );
+    }
+
+    #[test]
+    fn plots_are_svg_files() {
+        let r = Report {
+            host: Host::probe(),
+            quick: true,
+            cold_cache: false,
+            sections: vec![section()],
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let files = write_plots(&r, dir.path()).unwrap();
+        assert_eq!(files.len(), 1);
+        let text = std::fs::read_to_string(&files[0]).unwrap();
+        assert!(text.contains("<svg") && text.contains("mount"), "{text}");
+    }
+}

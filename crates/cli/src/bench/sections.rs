@@ -1,0 +1,610 @@
+//! The four benchmark sections, one per table of the kernel patches foliofs
+//! grew from.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Result};
+
+use super::data;
+use super::env::{have, run, time_cmd, time_md5, time_read, time_read_tree, time_write_zeros};
+use super::env::{BenchEnv, How, Mounted};
+use super::report::{Column, Row, Section, Unit};
+use super::Config;
+
+/// Prints progress on one line of stderr.
+pub fn progress(cfg: &Config, msg: &str) {
+    if cfg.tty {
+        eprint!("\r\x1b[K{msg}");
+    } else {
+        eprintln!("{msg}");
+    }
+}
+
+fn cold_note(env: &BenchEnv) -> Option<String> {
+    (!env.root).then(|| {
+        "not running as root: the page cache was not dropped, so 'cold' figures are warm".into()
+    })
+}
+
+/// Why a row cannot run here, if it cannot.
+fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
+    match how {
+        How::KernelFile { .. } | How::KernelLoop { .. } | How::KernelMem { .. } if !env.root => {
+            Some("kernel mounts need root".into())
+        }
+        How::Squashfuse if !have("squashfuse") => Some("squashfuse is not installed".into()),
+        How::Foliofs { .. } | How::Squashfuse if !Path::new("/dev/fuse").exists() => {
+            Some("/dev/fuse is missing".into())
+        }
+        _ => None,
+    }
+}
+
+/// The images a read section compares, built from one source tree.
+struct Images {
+    romfs: Result<PathBuf, String>,
+    erofs: Result<PathBuf, String>,
+    squashfs: Result<PathBuf, String>,
+}
+
+fn build_images(env: &BenchEnv, src: &Path, cfg: &Config) -> Images {
+    progress(cfg, "building images");
+    let romfs = env.dir.join("image.romfs");
+    let romfs = run(Command::new(&env.exe)
+        .args(["mkfs", "romfs"])
+        .arg(src)
+        .arg(&romfs))
+    .map(|_| romfs)
+    .map_err(|e| format!("{e:#}"));
+    let erofs = if have("mkfs.erofs") {
+        let img = env.dir.join("image.erofs");
+        run(Command::new("mkfs.erofs")
+            .arg("--quiet")
+            .arg("-T0")
+            .arg(&img)
+            .arg(src))
+        .map(|_| img)
+        .map_err(|e| format!("{e:#}"))
+    } else {
+        Err("mkfs.erofs is not installed (erofs-utils)".into())
+    };
+    let squashfs = if have("mksquashfs") {
+        let img = env.dir.join("image.squashfs");
+        run(Command::new("mksquashfs").arg(src).arg(&img).args([
+            "-noappend",
+            "-noI",
+            "-noD",
+            "-noF",
+            "-noX",
+            "-quiet",
+            "-no-progress",
+        ]))
+        .map(|_| img)
+        .map_err(|e| format!("{e:#}"))
+    } else {
+        Err("mksquashfs is not installed (squashfs-tools)".into())
+    };
+    Images {
+        romfs,
+        erofs,
+        squashfs,
+    }
+}
+
+/// One row to measure: a label, how to mount, and which image.
+struct Plan {
+    label: String,
+    kind: &'static str,
+    how: How,
+    image: Result<PathBuf, String>,
+    x: Option<u64>,
+}
+
+fn read_plans(images: &Images, romfs_sizes: &[(&str, &str)], with_direct: bool) -> Vec<Plan> {
+    let mut plans = Vec::new();
+    let mut modes = vec![("", "")];
+    if with_direct {
+        modes.push((" directio", "directio"));
+    }
+    for (mode_label, mode_opt) in &modes {
+        for (label, opt) in romfs_sizes {
+            let opts = [*opt, *mode_opt]
+                .iter()
+                .filter(|s| !s.is_empty())
+                .copied()
+                .collect::<Vec<_>>()
+                .join(",");
+            plans.push(Plan {
+                label: format!("foliofs romfs {label}{mode_label}"),
+                kind: "foliofs",
+                how: How::Foliofs {
+                    fstype: "romfs",
+                    opts,
+                },
+                image: images.romfs.clone(),
+                x: None,
+            });
+        }
+        plans.push(Plan {
+            label: format!("foliofs erofs{mode_label}"),
+            kind: "foliofs",
+            how: How::Foliofs {
+                fstype: "erofs",
+                opts: mode_opt.to_string(),
+            },
+            image: images.erofs.clone(),
+            x: None,
+        });
+    }
+    plans.push(Plan {
+        label: "kernel erofs, file-backed".into(),
+        kind: "kernel",
+        how: How::KernelFile {
+            fstype: "erofs",
+            opts: String::new(),
+        },
+        image: images.erofs.clone(),
+        x: None,
+    });
+    if with_direct {
+        plans.push(Plan {
+            label: "kernel erofs, file-backed directio".into(),
+            kind: "kernel",
+            how: How::KernelFile {
+                fstype: "erofs",
+                opts: "directio".into(),
+            },
+            image: images.erofs.clone(),
+            x: None,
+        });
+    }
+    plans.push(Plan {
+        label: "kernel erofs, loop".into(),
+        kind: "kernel",
+        how: How::KernelLoop { fstype: "erofs" },
+        image: images.erofs.clone(),
+        x: None,
+    });
+    plans.push(Plan {
+        label: "kernel squashfs (uncompressed), loop".into(),
+        kind: "kernel",
+        how: How::KernelLoop { fstype: "squashfs" },
+        image: images.squashfs.clone(),
+        x: None,
+    });
+    plans.push(Plan {
+        label: "squashfuse".into(),
+        kind: "fuse-peer",
+        how: How::Squashfuse,
+        image: images.squashfs.clone(),
+        x: None,
+    });
+    plans
+}
+
+/// Mounts `plan` and runs `measure` `runs` times on it, filling `row`.
+fn measure_row(
+    env: &BenchEnv,
+    cfg: &Config,
+    section: &str,
+    plan: &Plan,
+    row: &mut Row,
+    mut measure: impl FnMut(&Path, &mut Row) -> Result<()>,
+) {
+    if let Some(why) = unavailable(env, &plan.how) {
+        row.note = Some(why);
+        return;
+    }
+    let image = match &plan.image {
+        Ok(i) => i,
+        Err(why) => {
+            row.note = Some(format!("no image: {why}"));
+            row.failed = !why.contains("not installed");
+            return;
+        }
+    };
+    let result = (|| -> Result<()> {
+        let mnt = env.fresh_dir("mnt")?;
+        let m = Mounted::new(env, &plan.how, image, &mnt)?;
+        for i in 0..cfg.runs {
+            progress(
+                cfg,
+                &format!("[{section}] {} run {}/{}", plan.label, i + 1, cfg.runs),
+            );
+            measure(&m.dir, row)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        row.note = Some(format!("{e:#}"));
+        row.failed = true;
+    }
+}
+
+fn push(row: &mut Row, key: &'static str, v: f64) {
+    row.runs.entry(key).or_default().push(v);
+}
+
+/// The romfs seed's tests 1 and 2: one large file, read cold through each
+/// file system and compared with reading the image itself.
+pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
+    let src = env.subdir("seq-src")?;
+    progress(
+        cfg,
+        &format!("[seq] writing a {} MiB file", cfg.seq_size >> 20),
+    );
+    data::random_file(&src.join("file"), cfg.seq_size, 0x5e9)?;
+    let images = build_images(env, &src, cfg);
+    let columns = vec![
+        Column {
+            key: "dd",
+            label: "read (dd bs=1M)",
+            unit: Unit::Seconds,
+        },
+        Column {
+            key: "md5",
+            label: "md5sum",
+            unit: Unit::Seconds,
+        },
+    ];
+    let mut rows = Vec::new();
+    // Test 1: the image file itself (the reference).
+    let mut image_row = Row::new("image file itself (test 1)", "baseline");
+    match &images.romfs {
+        Ok(img) => {
+            for i in 0..cfg.runs {
+                progress(cfg, &format!("[seq] image file run {}/{}", i + 1, cfg.runs));
+                env.drop_caches();
+                push(&mut image_row, "dd", time_read(img)?.0);
+                env.drop_caches();
+                push(&mut image_row, "md5", time_md5(img)?);
+            }
+        }
+        Err(e) => {
+            image_row.note = Some(format!("no romfs image: {e}"));
+            image_row.failed = true;
+        }
+    }
+    rows.push(image_row);
+    let sizes = [
+        ("1K", "blocksize=1K"),
+        ("largeblocks", "largeblocks"),
+        ("64K", "blocksize=64K"),
+        ("1M", "blocksize=1M"),
+    ];
+    for plan in read_plans(&images, &sizes, true) {
+        let mut row = Row::new(plan.label.clone(), plan.kind);
+        let size = cfg.seq_size;
+        measure_row(env, cfg, "seq", &plan, &mut row, |mnt, row| {
+            let f = mnt.join("file");
+            env.drop_caches();
+            let (t, n) = time_read(&f)?;
+            if n != size {
+                bail!("read {n} bytes of {}, expected {size}", f.display());
+            }
+            push(row, "dd", t);
+            env.drop_caches();
+            push(row, "md5", time_md5(&f)?);
+            Ok(())
+        });
+        rows.push(row);
+    }
+    let mut notes = vec![format!(
+        "one {} MiB random file; each run drops the page cache first; ratios are to reading the image file",
+        cfg.seq_size >> 20
+    )];
+    notes.extend(cold_note(env));
+    Ok(Section {
+        name: "seq",
+        title: "seq: one large file, cold (romfs tests 1 and 2)".into(),
+        columns,
+        rows,
+        reference: 0,
+        notes,
+    })
+}
+
+/// Source tree for `tree` and `startup`: the user's, or one made here.
+fn source_tree(
+    env: &BenchEnv,
+    cfg: &Config,
+    name: &str,
+    files: u64,
+    bytes: u64,
+) -> Result<(PathBuf, data::TreeStats)> {
+    if let Some(t) = &cfg.tree {
+        return Ok((t.clone(), data::measure_tree(t)?));
+    }
+    let dir = env.subdir(name)?;
+    progress(cfg, &format!("[{name}] making {files} files"));
+    let stats = data::tree(&dir, files, bytes, 0x7ee)?;
+    Ok((dir, stats))
+}
+
+/// The romfs seed's test 3: list and stat a whole tree, cold.
+pub fn tree(env: &BenchEnv, cfg: &Config) -> Result<Section> {
+    let (src, stats) = source_tree(env, cfg, "tree", cfg.tree_files, cfg.tree_bytes)?;
+    let images = build_images(env, &src, cfg);
+    let columns = vec![
+        Column {
+            key: "find",
+            label: "find MNT",
+            unit: Unit::Seconds,
+        },
+        Column {
+            key: "find_ls",
+            label: "find MNT -ls",
+            unit: Unit::Seconds,
+        },
+    ];
+    let mut rows = Vec::new();
+    let mut reference = 0;
+    for plan in read_plans(
+        &images,
+        &[("1K", "blocksize=1K"), ("largeblocks", "largeblocks")],
+        false,
+    ) {
+        if plan.label == "kernel erofs, file-backed" {
+            reference = rows.len();
+        }
+        let mut row = Row::new(plan.label.clone(), plan.kind);
+        measure_row(env, cfg, "tree", &plan, &mut row, |mnt, row| {
+            env.drop_caches();
+            push(row, "find", time_cmd(Command::new("find").arg(mnt))?);
+            env.drop_caches();
+            push(
+                row,
+                "find_ls",
+                time_cmd(Command::new("find").arg(mnt).arg("-ls"))?,
+            );
+            Ok(())
+        });
+        rows.push(row);
+    }
+    let mut notes = vec![format!(
+        "{} files in {} directories, {} MB; ratios are to the kernel's file-backed EROFS mount",
+        stats.files,
+        stats.dirs,
+        stats.bytes / 1_000_000
+    )];
+    notes.extend(cold_note(env));
+    Ok(Section {
+        name: "tree",
+        title: "tree: list and stat a whole tree, cold (romfs test 3)".into(),
+        columns,
+        rows,
+        reference,
+        notes,
+    })
+}
+
+/// The ramfs seed's table: `dd bs=2M` writes at every block size.
+pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
+    let columns = vec![Column {
+        key: "write",
+        label: "write (dd bs=2M)",
+        unit: Unit::GBps,
+    }];
+    let mut plans = Vec::new();
+    let mut bs = 4096u64;
+    while bs <= 2 << 20 {
+        plans.push(Plan {
+            label: format!("foliofs ramfs blocksize={}", foliofs_fuse::format_size(bs)),
+            kind: "foliofs",
+            how: How::Foliofs {
+                fstype: "ramfs",
+                opts: format!("blocksize={bs}"),
+            },
+            image: Ok(PathBuf::from("none")),
+            x: Some(bs),
+        });
+        bs *= 2;
+    }
+    let reference = plans.len();
+    for (label, fstype, opts) in [
+        ("kernel ramfs", "ramfs", ""),
+        ("kernel tmpfs", "tmpfs", ""),
+        ("kernel tmpfs huge=always", "tmpfs", "huge=always"),
+    ] {
+        plans.push(Plan {
+            label: label.into(),
+            kind: "kernel",
+            how: How::KernelMem {
+                fstype,
+                opts: opts.into(),
+            },
+            image: Ok(PathBuf::from("none")),
+            x: None,
+        });
+    }
+    let total = cfg.ramfs_bytes;
+    let mut rows = Vec::new();
+    for plan in &plans {
+        let mut row = Row::new(plan.label.clone(), plan.kind);
+        row.x = plan.x;
+        measure_row(env, cfg, "ramfs", plan, &mut row, |mnt, row| {
+            let f = mnt.join("f");
+            let t = time_write_zeros(&f, total, 2 << 20)?;
+            std::fs::remove_file(&f)?;
+            push(row, "write", total as f64 / 1e9 / t);
+            Ok(())
+        });
+        rows.push(row);
+    }
+    Ok(Section {
+        name: "ramfs",
+        title: "ramfs: sequential writes by block size (ramfs blocksize= table)".into(),
+        columns,
+        rows,
+        reference,
+        notes: vec![format!(
+            "{} MiB written from /dev/zero-like buffers in 2 MiB writes per run; ratios are to the kernel's ramfs",
+            total >> 20
+        )],
+    })
+}
+
+/// The EROFS seed's container start-up table.
+pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
+    let (src, stats) = source_tree(env, cfg, "startup", cfg.startup_files, cfg.startup_bytes)?;
+    let columns = vec![
+        Column {
+            key: "unpack",
+            label: "unpack",
+            unit: Unit::Seconds,
+        },
+        Column {
+            key: "first",
+            label: "1st run",
+            unit: Unit::Seconds,
+        },
+        Column {
+            key: "next",
+            label: "non-1st runs",
+            unit: Unit::Seconds,
+        },
+    ];
+    let image: Result<PathBuf, String> = if have("mkfs.erofs") {
+        Ok(env.dir.join("startup.erofs"))
+    } else {
+        Err("mkfs.erofs is not installed (erofs-utils)".into())
+    };
+    let plans = vec![
+        Plan {
+            label: "foliofs erofs, buffered".into(),
+            kind: "foliofs",
+            how: How::Foliofs {
+                fstype: "erofs",
+                opts: String::new(),
+            },
+            image: image.clone(),
+            x: None,
+        },
+        Plan {
+            label: "foliofs erofs, directio".into(),
+            kind: "foliofs",
+            how: How::Foliofs {
+                fstype: "erofs",
+                opts: "directio".into(),
+            },
+            image: image.clone(),
+            x: None,
+        },
+        Plan {
+            label: "kernel erofs, file-backed buffered".into(),
+            kind: "kernel",
+            how: How::KernelFile {
+                fstype: "erofs",
+                opts: String::new(),
+            },
+            image: image.clone(),
+            x: None,
+        },
+        Plan {
+            label: "kernel erofs, file-backed directio".into(),
+            kind: "kernel",
+            how: How::KernelFile {
+                fstype: "erofs",
+                opts: "directio".into(),
+            },
+            image: image.clone(),
+            x: None,
+        },
+        Plan {
+            label: "kernel erofs, loop".into(),
+            kind: "kernel",
+            how: How::KernelLoop { fstype: "erofs" },
+            image: image.clone(),
+            x: None,
+        },
+    ];
+    let mut rows = Vec::new();
+    for plan in &plans {
+        let mut row = Row::new(plan.label.clone(), plan.kind);
+        if let Some(why) = unavailable(env, &plan.how) {
+            row.note = Some(why);
+            rows.push(row);
+            continue;
+        }
+        let img = match &plan.image {
+            Ok(i) => i.clone(),
+            Err(why) => {
+                row.note = Some(why.clone());
+                rows.push(row);
+                continue;
+            }
+        };
+        let r = (|| -> Result<()> {
+            for i in 0..cfg.runs {
+                progress(
+                    cfg,
+                    &format!("[startup] {} run {}/{}", plan.label, i + 1, cfg.runs),
+                );
+                // Each run unpacks afresh from a cold source, then starts twice.
+                let _ = std::fs::remove_file(&img);
+                env.drop_caches();
+                push(
+                    &mut row,
+                    "unpack",
+                    time_cmd(
+                        Command::new("mkfs.erofs")
+                            .arg("--quiet")
+                            .arg(&img)
+                            .arg(&src),
+                    )?,
+                );
+                let mnt = env.fresh_dir("mnt")?;
+                let m = Mounted::new(env, &plan.how, &img, &mnt)?;
+                push(&mut row, "first", time_read_tree(&m.dir)?);
+                push(&mut row, "next", time_read_tree(&m.dir)?);
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            row.note = Some(format!("{e:#}"));
+            row.failed = true;
+        }
+        rows.push(row);
+    }
+    // The plain directory: what an overlayfs snapshotter reads.
+    let mut row = Row::new("plain directory (cp -a)", "baseline");
+    let r = (|| -> Result<()> {
+        for i in 0..cfg.runs {
+            progress(
+                cfg,
+                &format!("[startup] plain directory run {}/{}", i + 1, cfg.runs),
+            );
+            let dst = env.dir.join("startup-copy");
+            let _ = std::fs::remove_dir_all(&dst);
+            env.drop_caches();
+            push(
+                &mut row,
+                "unpack",
+                time_cmd(Command::new("cp").arg("-a").arg(&src).arg(&dst))?,
+            );
+            push(&mut row, "first", time_read_tree(&dst)?);
+            push(&mut row, "next", time_read_tree(&dst)?);
+        }
+        Ok(())
+    })();
+    if let Err(e) = r {
+        row.note = Some(format!("{e:#}"));
+        row.failed = true;
+    }
+    rows.push(row);
+    let mut notes = vec![format!(
+        "start-up set: every file of {} files, {} MB; unpack = mkfs.erofs from a cold tree (cp -a for the directory); 1st run right after unpacking, non-1st runs repeat it; ratios are to the kernel's buffered file-backed mount",
+        stats.files,
+        stats.bytes / 1_000_000
+    )];
+    notes.extend(cold_note(env));
+    Ok(Section {
+        name: "startup",
+        title: "startup: unpack and start a container image (EROFS buffered vs direct I/O)".into(),
+        columns,
+        rows,
+        reference: 2,
+        notes,
+    })
+}
