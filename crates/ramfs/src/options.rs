@@ -1,0 +1,278 @@
+//! Mount options of a ramfs: `blocksize=`, `mode=`, `size=`, `nr_inodes=`,
+//! `uid=`, `gid=`.
+
+use std::fmt::Write as _;
+
+/// The default allocation unit, the page size the kernel's ramfs uses.
+pub const DEFAULT_BLOCK_SIZE: u32 = 4096;
+/// Smallest block size `blocksize=` is clamped to.
+pub const MIN_BLOCK_SIZE: u32 = 4096;
+/// Largest block size `blocksize=` is clamped to (the largest folio the
+/// kernel's page cache supports on x86-64).
+pub const MAX_BLOCK_SIZE: u32 = 2 << 20;
+/// The root directory's default permission bits.
+pub const DEFAULT_MODE: u32 = 0o755;
+
+/// A `size=` limit as the user wrote it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeLimit {
+    /// An absolute number of bytes; 0 means no limit (as for tmpfs).
+    Bytes(u64),
+    /// A percentage of physical memory.
+    Percent(u32),
+}
+
+/// Options of one ramfs mount.
+///
+/// The mount command feeds every `-o` option it does not know itself to
+/// [`Options::set`]; what is left unset keeps the defaults (block size 4 KiB,
+/// root mode 0755 owned by 0:0, half of RAM, half as many inodes as RAM has
+/// pages).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The allocation unit of file data, a power of two in
+    /// [`MIN_BLOCK_SIZE`, `MAX_BLOCK_SIZE`].
+    pub block_size: u32,
+    /// Permission bits of the root directory (`0o7777` at most).
+    pub mode: u32,
+    /// Owner of the root directory.
+    pub uid: u32,
+    /// Group of the root directory.
+    pub gid: u32,
+    /// `size=`, if given.
+    pub size: Option<SizeLimit>,
+    /// `nr_inodes=`, if given; 0 means no limit.
+    pub nr_inodes: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            block_size: DEFAULT_BLOCK_SIZE,
+            mode: DEFAULT_MODE,
+            uid: 0,
+            gid: 0,
+            size: None,
+            nr_inodes: None,
+        }
+    }
+}
+
+/// Parses a number with an optional binary suffix (k, m, g, t, p, e; any case).
+fn parse_size(key: &str, value: &str) -> Result<u64, String> {
+    let v = value.trim();
+    let (digits, shift) = match v.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_lowercase() {
+                'k' => 10,
+                'm' => 20,
+                'g' => 30,
+                't' => 40,
+                'p' => 50,
+                'e' => 60,
+                _ => return Err(format!("{key}={value}: unknown size suffix {c:?}")),
+            };
+            (&v[..i], shift)
+        }
+        _ => (v, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{key}={value}: expected a number with an optional K/M/G suffix"))?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{key}={value}: too large"))
+}
+
+fn parse_u32(key: &str, value: &str) -> Result<u32, String> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| format!("{key}={value}: expected a decimal number"))
+}
+
+/// Physical memory in bytes, as `sysinfo(2)` reports it.
+pub fn total_ram() -> u64 {
+    let mut info = std::mem::MaybeUninit::<libc::sysinfo>::zeroed();
+    // SAFETY: sysinfo only writes into the struct we pass, which is valid and
+    // zero-initialised; we read it only after a successful return.
+    let rc = unsafe { libc::sysinfo(info.as_mut_ptr()) };
+    if rc != 0 {
+        // Without the figure, fall back to a limit that still bounds memory.
+        return 1 << 30;
+    }
+    // SAFETY: sysinfo returned 0, so it filled the struct.
+    let info = unsafe { info.assume_init() };
+    info.totalram
+        .saturating_mul(u64::from(info.mem_unit.max(1)))
+}
+
+impl Options {
+    /// Applies one `-o` option. Returns `Ok(true)` when the key is a ramfs
+    /// option (and was valid), `Ok(false)` when it is not one of ours, and an
+    /// error naming the option when its value is malformed or refused.
+    pub fn set(&mut self, key: &str, value: Option<&str>) -> Result<bool, String> {
+        let need = || value.ok_or_else(|| format!("{key}: needs a value ({key}=...)"));
+        match key {
+            "blocksize" => {
+                let v = need()?;
+                let n = parse_size(key, v)?;
+                if n == 0 {
+                    return Err("blocksize=0: the block size must not be zero".into());
+                }
+                // Round down to a power of two, then clamp, as the kernel does.
+                let pow = 1u64 << (63 - n.leading_zeros());
+                let clamped = pow.clamp(u64::from(MIN_BLOCK_SIZE), u64::from(MAX_BLOCK_SIZE));
+                self.block_size = clamped as u32;
+            }
+            "mode" => {
+                let v = need()?;
+                let m = u32::from_str_radix(v.trim(), 8)
+                    .map_err(|_| format!("mode={v}: expected an octal number"))?;
+                if m > 0o7777 {
+                    return Err(format!("mode={v}: more than the permission bits (07777)"));
+                }
+                self.mode = m;
+            }
+            "uid" => self.uid = parse_u32(key, need()?)?,
+            "gid" => self.gid = parse_u32(key, need()?)?,
+            "size" => {
+                let v = need()?.trim();
+                if let Some(p) = v.strip_suffix('%') {
+                    let p: u32 = p
+                        .parse()
+                        .map_err(|_| format!("size={v}: expected N% with a whole number N"))?;
+                    if p == 0 || p > 100 {
+                        return Err(format!("size={v}: the percentage must be 1..100"));
+                    }
+                    self.size = Some(SizeLimit::Percent(p));
+                } else {
+                    self.size = Some(SizeLimit::Bytes(parse_size(key, v)?));
+                }
+            }
+            "nr_inodes" => self.nr_inodes = Some(parse_size(key, need()?)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The options that differ from the defaults, comma separated, in the
+    /// form the kernel's `show_options` prints (without the leading comma);
+    /// empty when everything is at its default.
+    pub fn show(&self) -> String {
+        let mut s = String::new();
+        let mut push = |part: std::fmt::Arguments<'_>| {
+            if !s.is_empty() {
+                s.push(',');
+            }
+            let _ = s.write_fmt(part);
+        };
+        if self.mode != DEFAULT_MODE {
+            push(format_args!("mode={:o}", self.mode));
+        }
+        if self.uid != 0 {
+            push(format_args!("uid={}", self.uid));
+        }
+        if self.gid != 0 {
+            push(format_args!("gid={}", self.gid));
+        }
+        match self.size {
+            Some(SizeLimit::Bytes(b)) => push(format_args!("size={b}")),
+            Some(SizeLimit::Percent(p)) => push(format_args!("size={p}%")),
+            None => {}
+        }
+        if let Some(n) = self.nr_inodes {
+            push(format_args!("nr_inodes={n}"));
+        }
+        if self.block_size != DEFAULT_BLOCK_SIZE {
+            push(format_args!("blocksize={}", self.block_size));
+        }
+        s
+    }
+
+    /// The byte limit these options give on a machine with `ram` bytes of
+    /// memory; `None` means unlimited (`size=0`).
+    pub fn size_limit(&self, ram: u64) -> Option<u64> {
+        match self.size {
+            None => Some(ram / 2),
+            Some(SizeLimit::Bytes(0)) => None,
+            Some(SizeLimit::Bytes(b)) => Some(b),
+            Some(SizeLimit::Percent(p)) => Some(ram / 100 * u64::from(p)),
+        }
+    }
+
+    /// The inode limit these options give on a machine with `ram` bytes of
+    /// memory; `None` means unlimited (`nr_inodes=0`).
+    pub fn inode_limit(&self, ram: u64) -> Option<u64> {
+        match self.nr_inodes {
+            None => Some((ram / 4096 / 2).max(1024)),
+            Some(0) => None,
+            Some(n) => Some(n),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bs(v: &str) -> Result<u32, String> {
+        let mut o = Options::default();
+        o.set("blocksize", Some(v))?;
+        Ok(o.block_size)
+    }
+
+    #[test]
+    fn blocksize_follows_the_kernel_rule() {
+        assert!(bs("0").unwrap_err().contains("zero"));
+        assert_eq!(bs("1").unwrap(), 4096);
+        assert_eq!(bs("4096").unwrap(), 4096);
+        assert_eq!(bs("8191").unwrap(), 4096);
+        assert_eq!(bs("8192").unwrap(), 8192);
+        assert_eq!(bs("64K").unwrap(), 65536);
+        assert_eq!(bs("100k").unwrap(), 65536);
+        assert_eq!(bs("2M").unwrap(), 2 << 20);
+        assert_eq!(bs("3M").unwrap(), 2 << 20);
+        assert_eq!(bs("1G").unwrap(), 2 << 20);
+        assert!(bs("x").is_err());
+        assert!(bs("4Q").is_err());
+        let mut o = Options::default();
+        assert!(o.set("blocksize", None).is_err());
+    }
+
+    #[test]
+    fn other_keys() {
+        let mut o = Options::default();
+        assert_eq!(o.set("mode", Some("1777")), Ok(true));
+        assert_eq!(o.mode, 0o1777);
+        assert!(o.set("mode", Some("8")).is_err());
+        assert!(o.set("mode", Some("17777")).is_err());
+        assert_eq!(o.set("uid", Some("1000")), Ok(true));
+        assert_eq!(o.set("gid", Some("100")), Ok(true));
+        assert_eq!(o.set("size", Some("10M")), Ok(true));
+        assert_eq!(o.size_limit(1 << 34), Some(10 << 20));
+        assert_eq!(o.set("size", Some("25%")), Ok(true));
+        assert_eq!(o.size_limit(400), Some(100));
+        assert!(o.set("size", Some("0%")).is_err());
+        assert!(o.set("size", Some("101%")).is_err());
+        assert_eq!(o.set("size", Some("0")), Ok(true));
+        assert_eq!(o.size_limit(400), None);
+        assert_eq!(o.set("nr_inodes", Some("1k")), Ok(true));
+        assert_eq!(o.inode_limit(1 << 30), Some(1024));
+        assert_eq!(o.set("allow_other", None), Ok(false));
+        assert_eq!(o.set("ro", None), Ok(false));
+        assert_eq!(Options::default().size_limit(1000), Some(500));
+    }
+
+    #[test]
+    fn show_lists_only_non_defaults() {
+        let mut o = Options::default();
+        assert_eq!(o.show(), "");
+        o.set("blocksize", Some("4096")).unwrap();
+        assert_eq!(o.show(), "");
+        o.set("blocksize", Some("65536")).unwrap();
+        assert_eq!(o.show(), "blocksize=65536");
+        o.set("mode", Some("700")).unwrap();
+        o.set("size", Some("50%")).unwrap();
+        assert_eq!(o.show(), "mode=700,size=50%,blocksize=65536");
+    }
+}

@@ -1,0 +1,67 @@
+//! Block and inode accounting against the `size=` and `nr_inodes=` limits.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters shared by every inode of one mount. Taking space is a single
+/// atomic update, so writers to different files never contend on a lock.
+#[derive(Debug)]
+pub(crate) struct Space {
+    max_blocks: u64,
+    used_blocks: AtomicU64,
+    max_inodes: u64,
+    used_inodes: AtomicU64,
+}
+
+fn take(counter: &AtomicU64, n: u64, max: u64) -> bool {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+            u.checked_add(n).filter(|&v| v <= max)
+        })
+        .is_ok()
+}
+
+impl Space {
+    /// Limits in bytes (rounded up to whole blocks) and inodes; `None` is unlimited.
+    pub fn new(block_size: u64, max_bytes: Option<u64>, max_inodes: Option<u64>) -> Self {
+        Space {
+            max_blocks: max_bytes.map_or(u64::MAX, |b| b.div_ceil(block_size)),
+            used_blocks: AtomicU64::new(0),
+            max_inodes: max_inodes.unwrap_or(u64::MAX),
+            used_inodes: AtomicU64::new(0),
+        }
+    }
+
+    pub fn take_blocks(&self, n: u64) -> bool {
+        n == 0 || take(&self.used_blocks, n, self.max_blocks)
+    }
+
+    pub fn give_blocks(&self, n: u64) {
+        if n > 0 {
+            self.used_blocks.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+
+    pub fn take_inode(&self) -> bool {
+        take(&self.used_inodes, 1, self.max_inodes)
+    }
+
+    pub fn give_inode(&self) {
+        self.used_inodes.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub fn used_blocks(&self) -> u64 {
+        self.used_blocks.load(Ordering::Acquire)
+    }
+
+    pub fn used_inodes(&self) -> u64 {
+        self.used_inodes.load(Ordering::Acquire)
+    }
+
+    pub fn max_blocks(&self) -> u64 {
+        self.max_blocks
+    }
+
+    pub fn max_inodes(&self) -> u64 {
+        self.max_inodes
+    }
+}
