@@ -10,11 +10,13 @@
 //! checked for loops, so a damaged or hostile image yields
 //! [`foliofs_vfs::Error::Corrupt`] naming the offset, never a panic or a hang.
 
+pub mod check;
 pub mod checksum;
 pub mod dir;
 mod fs;
 pub mod header;
 pub mod inode;
+pub mod mkfs;
 pub mod superblock;
 
 pub use dir::{Dir, DirEnt};

@@ -1,0 +1,208 @@
+//! Opening an image of any supported format: detection by magic, then the
+//! format's reader behind `dyn FileSystem`.
+//!
+//! Each format is one variant of [`Format`] and [`Image`]; the inspection
+//! commands match on [`Image`] for what only a format can say (`info`,
+//! `fsck`) and use [`Image::fs`] for everything else.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use foliofs_block::OpenOptions;
+use foliofs_romfs::RomFs;
+use foliofs_vfs::FileSystem;
+
+/// Bytes read from the start of a file to recognise its format: enough for
+/// every magic below (EROFS sits at 1024).
+const PROBE_LEN: usize = 4096;
+
+/// An image format foliofs reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Romfs,
+}
+
+impl Format {
+    /// The format's name as `mount -t` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Romfs => "romfs",
+        }
+    }
+
+    /// Recognises a format from the first bytes of a file.
+    pub fn detect(head: &[u8]) -> Option<Format> {
+        if foliofs_romfs::is_romfs(head) {
+            return Some(Format::Romfs);
+        }
+        None
+    }
+}
+
+/// An open image.
+pub enum Image {
+    Romfs(Arc<RomFs>),
+}
+
+impl Image {
+    /// The image as a file system.
+    pub fn fs(&self) -> Arc<dyn FileSystem> {
+        match self {
+            Image::Romfs(r) => r.clone(),
+        }
+    }
+
+    pub fn format(&self) -> Format {
+        match self {
+            Image::Romfs(_) => Format::Romfs,
+        }
+    }
+}
+
+/// Reads the first bytes of `path` and names its format, or says what was
+/// found instead.
+pub fn detect(path: &Path) -> anyhow::Result<Format> {
+    let head = probe(path)?;
+    match Format::detect(&head) {
+        Some(f) => Ok(f),
+        None => bail!(
+            "{}: not a romfs or EROFS image: {}",
+            path.display(),
+            describe(&head)
+        ),
+    }
+}
+
+/// Detects the format of `path` and opens it.
+pub fn open(path: &Path, opts: &OpenOptions) -> anyhow::Result<Image> {
+    let format = detect(path)?;
+    let ctx = || format!("{}: cannot open {} image", path.display(), format.name());
+    Ok(match format {
+        Format::Romfs => Image::Romfs(Arc::new(RomFs::open(path, opts).with_context(ctx)?)),
+    })
+}
+
+fn probe(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let mut f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut head = Vec::with_capacity(PROBE_LEN);
+    (&mut f)
+        .take(PROBE_LEN as u64)
+        .read_to_end(&mut head)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(head)
+}
+
+/// A short description of an unrecognised file: a known magic when there is
+/// one, else its first bytes.
+fn describe(head: &[u8]) -> String {
+    if head.is_empty() {
+        return "the file is empty".into();
+    }
+    let at = |off: usize, magic: &[u8]| head.get(off..off + magic.len()) == Some(magic);
+    let known = [
+        (at(0, b"hsqs") || at(0, b"sqsh"), "a squashfs image"),
+        (at(1080, &[0x53, 0xef]), "an ext2/3/4 file system"),
+        (at(0, b"070701") || at(0, b"070707"), "a cpio archive"),
+        (at(0, &[0x1f, 0x8b]), "gzip-compressed data"),
+        (
+            at(0, &[0xfd, b'7', b'z', b'X', b'Z', 0]),
+            "xz-compressed data",
+        ),
+        (at(0, &[0x28, 0xb5, 0x2f, 0xfd]), "zstd-compressed data"),
+        (at(257, b"ustar"), "a tar archive"),
+        (at(0, b"\x7fELF"), "an ELF executable"),
+        (at(0, b"-rom1fs"), "a damaged romfs magic"),
+    ];
+    if let Some((_, what)) = known.iter().find(|(hit, _)| *hit) {
+        return format!("it looks like {what}");
+    }
+    let n = head.len().min(16);
+    let shown: String = head[..n]
+        .iter()
+        .map(|&b| {
+            if b.is_ascii_graphic() {
+                (b as char).to_string()
+            } else {
+                format!("\\x{b:02x}")
+            }
+        })
+        .collect();
+    format!(
+        "found {shown:?} at offset 0 (romfs starts with \"-rom1fs-\"; EROFS has e2 e1 f5 e0 at offset 1024)"
+    )
+}
+
+/// An image path with its options, as every inspection command takes it.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ImageArgs {
+    /// The image file or block device.
+    pub image: PathBuf,
+    /// Mount-style options: `largeblocks`, `blocksize=N`, `direct`
+    /// (comma-separated; may be repeated).
+    #[arg(short = 'o', value_name = "OPTS")]
+    pub options: Vec<String>,
+}
+
+impl ImageArgs {
+    /// The open options these arguments ask for.
+    pub fn open_options(&self) -> anyhow::Result<OpenOptions> {
+        parse_options(&self.options)
+    }
+
+    /// Detects and opens the image.
+    pub fn open(&self) -> anyhow::Result<Image> {
+        open(&self.image, &self.open_options()?)
+    }
+}
+
+/// Parses `-o` option strings into [`OpenOptions`].
+pub fn parse_options(opts: &[String]) -> anyhow::Result<OpenOptions> {
+    use foliofs_block::{BlockSizeChoice, IoMode};
+    let mut o = OpenOptions::default();
+    for item in opts
+        .iter()
+        .flat_map(|s| s.split(','))
+        .filter(|s| !s.is_empty())
+    {
+        match item.split_once('=') {
+            None if item == "largeblocks" => o.block_size = BlockSizeChoice::LargeBlocks,
+            None if item == "direct" || item == "dio" => o.io_mode = IoMode::Direct,
+            None if item == "buffered" => o.io_mode = IoMode::Buffered,
+            Some(("blocksize", v)) => {
+                let n = parse_size(v).with_context(|| format!("bad blocksize {v:?}"))?;
+                let n = u32::try_from(n).ok().filter(|n| {
+                    n.is_power_of_two()
+                        && (foliofs_block::MIN_BLOCK_SIZE..=foliofs_block::MAX_BLOCK_SIZE)
+                            .contains(n)
+                });
+                match n {
+                    Some(n) => o.block_size = BlockSizeChoice::Fixed(n),
+                    None => bail!("blocksize={v}: must be a power of two from 1K to 2M"),
+                }
+            }
+            _ => {
+                bail!("unknown option {item:?} (known: largeblocks, blocksize=N, direct, buffered)")
+            }
+        }
+    }
+    Ok(o)
+}
+
+/// A byte count with an optional K, M or G suffix (powers of 1024).
+pub fn parse_size(s: &str) -> anyhow::Result<u64> {
+    let s = s.trim();
+    let (digits, mult) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 1u64 << 10),
+        Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
+        Some(b'g' | b'G') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = digits
+        .parse()
+        .with_context(|| format!("{s:?} is not a size"))?;
+    n.checked_mul(mult)
+        .with_context(|| format!("{s:?} is too large"))
+}

@@ -1,0 +1,717 @@
+//! Building romfs images from a directory tree.
+//!
+//! The layout is the one genromfs uses and the kernel expects: the root
+//! header (named ".") right after the superblock, each directory's entries
+//! directly after its header, "." and ".." as hard links at the head of every
+//! list, data right after each header's padded name. Unlike genromfs, entries
+//! are sorted by name and nothing depends on the clock, so one tree always
+//! gives the same bytes.
+
+use std::collections::HashMap;
+use std::fs::{File, Metadata};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+use crate::checksum::{fix, word_sum};
+use crate::header::{EntryType, HEADER_SIZE};
+use crate::superblock::{CHECKSUM_SPAN, MAGIC, MAX_NAME};
+
+/// The volume name used when none is given (a fixed one keeps images
+/// reproducible).
+pub const DEFAULT_VOLUME: &str = "foliofs";
+/// Smallest and largest `--align`.
+pub const MIN_ALIGN: u64 = 16;
+pub const MAX_ALIGN: u64 = 2 << 20;
+/// Images are padded to a multiple of this.
+pub const IMAGE_PAD: u64 = 1024;
+/// The largest image whose offsets fit romfs's 32-bit fields.
+pub const MAX_IMAGE: u64 = 1 << 32;
+
+/// Why an image could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum MkfsError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: name is {len} bytes; romfs names hold at most 127")]
+    NameTooLong { path: PathBuf, len: usize },
+    #[error("volume name is {0} bytes; romfs holds at most 127")]
+    VolumeTooLong(usize),
+    #[error("{path}: {size} bytes; romfs files must be smaller than 4 GiB")]
+    FileTooBig { path: PathBuf, size: u64 },
+    #[error("the image would be {size} bytes (at {path}); romfs images must not exceed 4 GiB")]
+    ImageTooBig { path: PathBuf, size: u64 },
+    #[error("{path}: file changed size while being read (expected {expected} bytes, {found})")]
+    Changed {
+        path: PathBuf,
+        expected: u64,
+        found: String,
+    },
+    #[error("{path}: device {major}:{minor} does not fit romfs's 16-bit major and minor")]
+    DeviceNumber {
+        path: PathBuf,
+        major: u32,
+        minor: u32,
+    },
+    #[error("{path}: unsupported file type")]
+    UnsupportedType { path: PathBuf },
+    #[error("alignment {0}: must be a power of two from 16 bytes to 2 MiB")]
+    BadAlign(u64),
+    #[error("bad pattern {pattern:?}: {why}")]
+    BadPattern { pattern: String, why: String },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> MkfsError + '_ {
+    move |source| MkfsError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// What to build.
+#[derive(Clone, Debug)]
+pub struct MkfsOptions {
+    /// The volume name (at most 127 bytes).
+    pub volume: Vec<u8>,
+    /// Every regular file's data starts on a multiple of this (16 = no extra
+    /// alignment).
+    pub align: u64,
+    /// `(alignment, glob)`: matching regular files get their data aligned,
+    /// other matching entries their header, to the largest matching value.
+    /// A glob with a '/' is matched against the path from the source root
+    /// ("/dir/file"), otherwise against the file name.
+    pub align_patterns: Vec<(u64, String)>,
+    /// Globs (matched like `align_patterns`) of entries to leave out; an
+    /// excluded directory is left out with everything in it.
+    pub excludes: Vec<String>,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        MkfsOptions {
+            volume: DEFAULT_VOLUME.as_bytes().to_vec(),
+            align: MIN_ALIGN,
+            align_patterns: Vec::new(),
+            excludes: Vec::new(),
+        }
+    }
+}
+
+/// How far a build has got.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub files_done: u64,
+    pub files_total: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+}
+
+/// What a build produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Size of the image file (padded).
+    pub image_size: u64,
+    /// Entries written, "." and ".." excluded.
+    pub entries: u64,
+    pub files: u64,
+    pub hard_links: u64,
+    pub data_bytes: u64,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Dir(Vec<usize>),
+    File {
+        size: u64,
+    },
+    Symlink(Vec<u8>),
+    Device {
+        ty: EntryType,
+        spec: u32,
+    },
+    Special(EntryType),
+    /// A later name of an already stored file.
+    Link(usize),
+}
+
+#[derive(Debug)]
+struct Node {
+    name: Vec<u8>,
+    /// Path on the host.
+    path: PathBuf,
+    kind: Kind,
+    exec: bool,
+    /// Alignment of the data (regular files) or the header (others).
+    align: u64,
+    /// Header offset, once laid out.
+    offset: u64,
+}
+
+struct Matcher {
+    by_name: GlobSet,
+    by_path: GlobSet,
+    /// Index in the pattern list of each glob in the two sets.
+    name_ids: Vec<usize>,
+    path_ids: Vec<usize>,
+}
+
+impl Matcher {
+    fn new(patterns: &[&str]) -> Result<Matcher, MkfsError> {
+        let mut by_name = GlobSetBuilder::new();
+        let mut by_path = GlobSetBuilder::new();
+        let (mut name_ids, mut path_ids) = (Vec::new(), Vec::new());
+        for (i, p) in patterns.iter().enumerate() {
+            let glob = GlobBuilder::new(p)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| MkfsError::BadPattern {
+                    pattern: p.to_string(),
+                    why: e.kind().to_string(),
+                })?;
+            if p.contains('/') {
+                by_path.add(glob);
+                path_ids.push(i);
+            } else {
+                by_name.add(glob);
+                name_ids.push(i);
+            }
+        }
+        let build = |b: GlobSetBuilder| {
+            b.build().map_err(|e| MkfsError::BadPattern {
+                pattern: patterns.join(" "),
+                why: e.to_string(),
+            })
+        };
+        Ok(Matcher {
+            by_name: build(by_name)?,
+            by_path: build(by_path)?,
+            name_ids,
+            path_ids,
+        })
+    }
+
+    /// Indices of the patterns matching an entry.
+    fn matches(&self, name: &[u8], rel: &Path) -> Vec<usize> {
+        let mut out: Vec<usize> = self
+            .by_name
+            .matches(std::ffi::OsStr::from_bytes(name))
+            .into_iter()
+            .map(|i| self.name_ids[i])
+            .collect();
+        let rooted = Path::new("/").join(rel);
+        out.extend(
+            self.by_path
+                .matches(&rooted)
+                .into_iter()
+                .map(|i| self.path_ids[i]),
+        );
+        out
+    }
+}
+
+fn check_align(a: u64) -> Result<u64, MkfsError> {
+    if a.is_power_of_two() && (MIN_ALIGN..=MAX_ALIGN).contains(&a) {
+        Ok(a)
+    } else {
+        Err(MkfsError::BadAlign(a))
+    }
+}
+
+struct Scanner<'a> {
+    opts: &'a MkfsOptions,
+    excludes: Matcher,
+    aligns: Matcher,
+    nodes: Vec<Node>,
+    /// (dev, ino) of multiply linked files already stored.
+    linked: HashMap<(u64, u64), usize>,
+    /// The image being written, never stored in itself.
+    output: Option<(u64, u64)>,
+    files: u64,
+    bytes: u64,
+}
+
+impl Scanner<'_> {
+    fn scan_dir(&mut self, dir: &Path, rel: &Path) -> Result<Vec<usize>, MkfsError> {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .map_err(io_err(dir))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .map_err(io_err(dir))?;
+        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let path = dir.join(&name);
+            let rel = rel.join(&name);
+            let name = name.as_bytes().to_vec();
+            if !self.excludes.matches(&name, &rel).is_empty() {
+                continue;
+            }
+            if name.len() > MAX_NAME {
+                return Err(MkfsError::NameTooLong {
+                    len: name.len(),
+                    path,
+                });
+            }
+            let md = std::fs::symlink_metadata(&path).map_err(io_err(&path))?;
+            if self.output == Some((md.dev(), md.ino())) {
+                continue;
+            }
+            let idx = self.node(name, path, &rel, &md)?;
+            out.push(idx);
+        }
+        Ok(out)
+    }
+
+    fn node(
+        &mut self,
+        name: Vec<u8>,
+        path: PathBuf,
+        rel: &Path,
+        md: &Metadata,
+    ) -> Result<usize, MkfsError> {
+        let ft = md.file_type();
+        let mut align = 0;
+        for i in self.aligns.matches(&name, rel) {
+            align = align.max(self.opts.align_patterns[i].0);
+        }
+        let exec = md.mode() & 0o111 != 0;
+        let key = (md.dev(), md.ino());
+        if !ft.is_dir() && md.nlink() > 1 {
+            if let Some(&first) = self.linked.get(&key) {
+                return Ok(self.push(name, path, Kind::Link(first), false, 0));
+            }
+        }
+        let kind = if ft.is_dir() {
+            let idx = self.push(name, path.clone(), Kind::Dir(Vec::new()), exec, align);
+            let children = self.scan_dir(&path, rel)?;
+            self.nodes[idx].kind = Kind::Dir(children);
+            return Ok(idx);
+        } else if ft.is_file() {
+            let size = md.len();
+            if size >= MAX_IMAGE {
+                return Err(MkfsError::FileTooBig { path, size });
+            }
+            self.files += 1;
+            self.bytes += size;
+            align = align.max(self.opts.align);
+            Kind::File { size }
+        } else if ft.is_symlink() {
+            let t = std::fs::read_link(&path).map_err(io_err(&path))?;
+            Kind::Symlink(t.as_os_str().as_bytes().to_vec())
+        } else if ft.is_block_device() || ft.is_char_device() {
+            let (major, minor) = (libc::major(md.rdev()), libc::minor(md.rdev()));
+            if major > 0xffff || minor > 0xffff {
+                return Err(MkfsError::DeviceNumber { path, major, minor });
+            }
+            let ty = if ft.is_block_device() {
+                EntryType::BlockDevice
+            } else {
+                EntryType::CharDevice
+            };
+            Kind::Device {
+                ty,
+                spec: major << 16 | minor,
+            }
+        } else if ft.is_fifo() {
+            Kind::Special(EntryType::Fifo)
+        } else if ft.is_socket() {
+            Kind::Special(EntryType::Socket)
+        } else {
+            return Err(MkfsError::UnsupportedType { path });
+        };
+        let idx = self.push(name, path, kind, exec, align);
+        if md.nlink() > 1 {
+            self.linked.insert(key, idx);
+        }
+        Ok(idx)
+    }
+
+    fn push(&mut self, name: Vec<u8>, path: PathBuf, kind: Kind, exec: bool, align: u64) -> usize {
+        self.nodes.push(Node {
+            name,
+            path,
+            kind,
+            exec,
+            align,
+            offset: 0,
+        });
+        self.nodes.len() - 1
+    }
+}
+
+/// One header to write, in file order.
+struct Slot {
+    offset: u64,
+    /// `next` with type and exec bits.
+    next: u32,
+    bits: u32,
+    spec: u32,
+    size: u32,
+    name: Vec<u8>,
+    data: Data,
+}
+
+enum Data {
+    None,
+    File(usize),
+    Bytes(Vec<u8>),
+}
+
+fn meta_size(name_len: usize) -> u64 {
+    (HEADER_SIZE + name_len as u64 + 1 + 15) & !15
+}
+
+fn align_up(v: u64, a: u64) -> u64 {
+    v.div_ceil(a) * a
+}
+
+struct Layout<'a> {
+    nodes: &'a mut [Node],
+    slots: Vec<Slot>,
+    pos: u64,
+}
+
+impl Layout<'_> {
+    /// Places a header for `name` at the next position meeting `align`
+    /// (for the data when `data_aligned`, else for the header itself).
+    fn place(&mut self, name: &[u8], align: u64, data_aligned: bool, data_len: u64) -> u64 {
+        let meta = meta_size(name.len());
+        let at = if align <= 16 {
+            self.pos
+        } else if data_aligned {
+            align_up(self.pos + meta, align) - meta
+        } else {
+            align_up(self.pos, align)
+        };
+        self.pos = at + meta + align_up(data_len, 16);
+        at
+    }
+
+    fn slot(
+        &mut self,
+        offset: u64,
+        ty: EntryType,
+        exec: bool,
+        spec: u32,
+        size: u32,
+        name: &[u8],
+        data: Data,
+    ) -> usize {
+        self.slots.push(Slot {
+            offset,
+            next: 0,
+            bits: ty.bits() | if exec { 8 } else { 0 },
+            spec,
+            size,
+            name: name.to_vec(),
+            data,
+        });
+        self.slots.len() - 1
+    }
+
+    /// Lays out the entry list of directory `dir` (header at `dir_off`),
+    /// whose parent's header is at `parent_off`. For the root, `first` is its
+    /// own slot: the root header doubles as its "." entry.
+    fn dir_list(&mut self, dir: usize, dir_off: u64, parent_off: u64, first: Option<usize>) -> u64 {
+        let children = match &self.nodes[dir].kind {
+            Kind::Dir(c) => c.clone(),
+            _ => unreachable!("only directories have lists"),
+        };
+        let mut prev = first;
+        let mut head = dir_off;
+        let mut link = |l: &mut Self, prev: &mut Option<usize>, off: u64, slot: usize| {
+            match *prev {
+                Some(p) => l.slots[p].next = off as u32,
+                None => head = off,
+            }
+            *prev = Some(slot);
+        };
+        if first.is_none() {
+            let at = self.place(b".", 16, false, 0);
+            let s = self.slot(
+                at,
+                EntryType::HardLink,
+                false,
+                dir_off as u32,
+                0,
+                b".",
+                Data::None,
+            );
+            link(self, &mut prev, at, s);
+        }
+        let at = self.place(b"..", 16, false, 0);
+        let s = self.slot(
+            at,
+            EntryType::HardLink,
+            false,
+            parent_off as u32,
+            0,
+            b"..",
+            Data::None,
+        );
+        link(self, &mut prev, at, s);
+        for c in children {
+            let (ty, spec, size, data, data_len, data_aligned) = match &self.nodes[c].kind {
+                Kind::Dir(_) => (EntryType::Directory, 0, 0, Data::None, 0, false),
+                Kind::File { size } => (
+                    EntryType::Regular,
+                    0,
+                    *size as u32,
+                    Data::File(c),
+                    *size,
+                    true,
+                ),
+                Kind::Symlink(t) => (
+                    EntryType::Symlink,
+                    0,
+                    t.len() as u32,
+                    Data::Bytes(t.clone()),
+                    t.len() as u64,
+                    false,
+                ),
+                Kind::Device { ty, spec } => (*ty, *spec, 0, Data::None, 0, false),
+                Kind::Special(ty) => (*ty, 0, 0, Data::None, 0, false),
+                Kind::Link(target) => (
+                    EntryType::HardLink,
+                    self.nodes[*target].offset as u32,
+                    0,
+                    Data::None,
+                    0,
+                    false,
+                ),
+            };
+            let name = self.nodes[c].name.clone();
+            let exec =
+                self.nodes[c].exec && matches!(ty, EntryType::Directory | EntryType::Regular);
+            let at = self.place(&name, self.nodes[c].align, data_aligned, data_len);
+            self.nodes[c].offset = at;
+            let s = self.slot(at, ty, exec, spec, size, &name, data);
+            link(self, &mut prev, at, s);
+            if ty == EntryType::Directory {
+                let list = self.dir_list(c, at, dir_off, None);
+                self.slots[s].spec = list as u32;
+            }
+        }
+        head
+    }
+}
+
+/// Builds a romfs image of the tree at `src` into `image`, calling
+/// `progress` as files are copied.
+pub fn build(
+    src: &Path,
+    image: &Path,
+    opts: &MkfsOptions,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Summary, MkfsError> {
+    if opts.volume.len() > MAX_NAME {
+        return Err(MkfsError::VolumeTooLong(opts.volume.len()));
+    }
+    check_align(opts.align)?;
+    for (a, _) in &opts.align_patterns {
+        check_align(*a)?;
+    }
+    let excl: Vec<&str> = opts.excludes.iter().map(String::as_str).collect();
+    let alpat: Vec<&str> = opts
+        .align_patterns
+        .iter()
+        .map(|(_, p)| p.as_str())
+        .collect();
+    let root_md = std::fs::metadata(src).map_err(io_err(src))?;
+    if !root_md.is_dir() {
+        return Err(MkfsError::Io {
+            path: src.to_owned(),
+            source: std::io::Error::from_raw_os_error(libc::ENOTDIR),
+        });
+    }
+    let out = File::create(image).map_err(io_err(image))?;
+    let out_md = out.metadata().map_err(io_err(image))?;
+    let mut sc = Scanner {
+        opts,
+        excludes: Matcher::new(&excl)?,
+        aligns: Matcher::new(&alpat)?,
+        nodes: Vec::new(),
+        linked: HashMap::new(),
+        output: Some((out_md.dev(), out_md.ino())),
+        files: 0,
+        bytes: 0,
+    };
+    let root = sc.push(
+        Vec::new(),
+        src.to_owned(),
+        Kind::Dir(Vec::new()),
+        root_md.mode() & 0o111 != 0,
+        0,
+    );
+    let children = sc.scan_dir(src, Path::new(""))?;
+    sc.nodes[root].kind = Kind::Dir(children);
+    let (files_total, bytes_total) = (sc.files, sc.bytes);
+    let mut nodes = sc.nodes;
+
+    let root_off = meta_size(opts.volume.len());
+    let mut lay = Layout {
+        nodes: &mut nodes,
+        slots: Vec::new(),
+        pos: root_off + meta_size(1),
+    };
+    lay.nodes[root].offset = root_off;
+    let root_slot = lay.slot(
+        root_off,
+        EntryType::Directory,
+        lay.nodes[root].exec,
+        root_off as u32,
+        0,
+        b".",
+        Data::None,
+    );
+    lay.dir_list(root, root_off, root_off, Some(root_slot));
+    let end = lay.pos;
+    let padded = align_up(end, IMAGE_PAD);
+    if padded > MAX_IMAGE {
+        return Err(MkfsError::ImageTooBig {
+            path: src.to_owned(),
+            size: padded,
+        });
+    }
+    let slots = lay.slots;
+
+    let mut sum = Summary {
+        image_size: padded,
+        ..Summary::default()
+    };
+    let mut w = BufWriter::with_capacity(1 << 20, out);
+    let mut sb = Vec::with_capacity(root_off as usize);
+    sb.extend_from_slice(MAGIC);
+    sb.extend_from_slice(&(end as u32).to_be_bytes());
+    sb.extend_from_slice(&[0; 4]);
+    sb.extend_from_slice(&opts.volume);
+    sb.resize(root_off as usize, 0);
+    w.write_all(&sb).map_err(io_err(image))?;
+    let mut pos = root_off;
+    let mut prog = Progress {
+        files_total,
+        bytes_total,
+        ..Progress::default()
+    };
+    let mut buf = vec![0u8; 1 << 20];
+    for s in &slots {
+        write_zeros(&mut w, s.offset - pos).map_err(io_err(image))?;
+        let meta = meta_size(s.name.len()) as usize;
+        let mut h = Vec::with_capacity(meta);
+        h.extend_from_slice(&(s.next | s.bits).to_be_bytes());
+        h.extend_from_slice(&s.spec.to_be_bytes());
+        h.extend_from_slice(&s.size.to_be_bytes());
+        h.extend_from_slice(&[0; 4]);
+        h.extend_from_slice(&s.name);
+        h.resize(meta, 0);
+        let c = fix(&h);
+        h[12..16].copy_from_slice(&c.to_be_bytes());
+        w.write_all(&h).map_err(io_err(image))?;
+        pos = s.offset + meta as u64;
+        if s.name != b"." && s.name != b".." {
+            sum.entries += 1;
+        }
+        match &s.data {
+            Data::None => {
+                if s.bits & 7 == 0 && s.name != b"." && s.name != b".." {
+                    sum.hard_links += 1;
+                }
+            }
+            Data::Bytes(b) => {
+                w.write_all(b).map_err(io_err(image))?;
+                pos += b.len() as u64;
+            }
+            Data::File(n) => {
+                let path = &nodes[*n].path;
+                let size = u64::from(s.size);
+                copy_file(path, size, &mut w, &mut buf, &mut |n| {
+                    prog.bytes_done += n;
+                    if prog.bytes_done % (64 << 20) < n {
+                        progress(&prog);
+                    }
+                })?;
+                pos += size;
+                sum.files += 1;
+                sum.data_bytes += size;
+                prog.files_done += 1;
+                progress(&prog);
+            }
+        }
+        let pad = align_up(pos, 16) - pos;
+        write_zeros(&mut w, pad).map_err(io_err(image))?;
+        pos += pad;
+    }
+    write_zeros(&mut w, padded - pos).map_err(io_err(image))?;
+    let mut out = w.into_inner().map_err(|e| MkfsError::Io {
+        path: image.to_owned(),
+        source: e.into_error(),
+    })?;
+    // The superblock checksum covers whatever headers and data fall in the
+    // first 512 bytes, so it is fixed last.
+    let span = end.min(u64::from(CHECKSUM_SPAN)) as usize;
+    let mut head = vec![0u8; span];
+    out.seek(SeekFrom::Start(0)).map_err(io_err(image))?;
+    out.read_exact(&mut head).map_err(io_err(image))?;
+    let c = word_sum(&head).wrapping_neg();
+    out.seek(SeekFrom::Start(12)).map_err(io_err(image))?;
+    out.write_all(&c.to_be_bytes()).map_err(io_err(image))?;
+    out.sync_all().map_err(io_err(image))?;
+    Ok(sum)
+}
+
+fn write_zeros(w: &mut impl Write, mut n: u64) -> std::io::Result<()> {
+    const Z: [u8; 4096] = [0; 4096];
+    while n > 0 {
+        let k = n.min(Z.len() as u64) as usize;
+        w.write_all(&Z[..k])?;
+        n -= k as u64;
+    }
+    Ok(())
+}
+
+/// Copies exactly `size` bytes of `path`; a file that has shrunk or grown
+/// since it was scanned is an error.
+fn copy_file(
+    path: &Path,
+    size: u64,
+    w: &mut impl Write,
+    buf: &mut [u8],
+    on_bytes: &mut dyn FnMut(u64),
+) -> Result<(), MkfsError> {
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(io_err(path))?;
+    let mut left = size;
+    while left > 0 {
+        let k = left.min(buf.len() as u64) as usize;
+        let n = f.read(&mut buf[..k]).map_err(io_err(path))?;
+        if n == 0 {
+            return Err(MkfsError::Changed {
+                path: path.to_owned(),
+                expected: size,
+                found: format!("it ended after {}", size - left),
+            });
+        }
+        w.write_all(&buf[..n]).map_err(io_err(path))?;
+        left -= n as u64;
+        on_bytes(n as u64);
+    }
+    let mut probe = [0u8; 1];
+    if f.read(&mut probe).map_err(io_err(path))? != 0 {
+        return Err(MkfsError::Changed {
+            path: path.to_owned(),
+            expected: size,
+            found: "it has grown".into(),
+        });
+    }
+    Ok(())
+}
