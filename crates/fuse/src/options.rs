@@ -1,0 +1,402 @@
+//! Kernel-style `-o` mount options: comma separated, `key` or `key=value`.
+//!
+//! The generic options every foliofs mount understands are parsed here into
+//! [`MountOptions`]. Keys this parser does not know are kept, in order, in
+//! [`MountOptions::extra`] so a format (ramfs's `size=`, `mode=`, ...) can
+//! claim them; whatever nobody claims is refused by name, as the kernel's
+//! `fs_parse` refuses an unknown parameter.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use foliofs_block::{check_block_size, BlockSizeChoice, IoMode};
+
+/// A refused `-o` option.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionError {
+    /// The key is not an option of this file system.
+    #[error("unknown mount option `{0}`")]
+    Unknown(String),
+    /// The key is known but its value is missing or wrong.
+    #[error("bad value for mount option `{key}`: {why}")]
+    BadValue { key: String, why: String },
+}
+
+impl OptionError {
+    fn bad(key: &str, why: impl Into<String>) -> Self {
+        OptionError::BadValue {
+            key: key.to_owned(),
+            why: why.into(),
+        }
+    }
+}
+
+/// Mount flags that map onto `MS_*` bits of `mount(2)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MountFlags {
+    pub nosuid: bool,
+    pub nodev: bool,
+    pub noexec: bool,
+    pub noatime: bool,
+    pub sync: bool,
+    pub dirsync: bool,
+}
+
+impl Default for MountFlags {
+    /// `nosuid,nodev`: an image from anywhere must not grant privileges.
+    fn default() -> Self {
+        MountFlags {
+            nosuid: true,
+            nodev: true,
+            noexec: false,
+            noatime: false,
+            sync: false,
+            dirsync: false,
+        }
+    }
+}
+
+/// The parsed generic options of one mount.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct MountOptions {
+    /// `ro` (Some(true)) or `rw` (Some(false)) as given last; `None` when neither.
+    pub read_only: Option<bool>,
+    pub allow_other: bool,
+    /// Owner reported for every inode (`uid=`), overriding the image's.
+    pub uid: Option<u32>,
+    /// Group reported for every inode (`gid=`).
+    pub gid: Option<u32>,
+    /// Permission bits cleared from every inode (`umask=`, octal).
+    pub umask: Option<u32>,
+    /// Source shown in `/proc/mounts` (`fsname=`); the image path by default.
+    pub fsname: Option<String>,
+    /// Log every request (`debug`).
+    pub debug: bool,
+    /// `directio` / `nodirectio`.
+    pub io_mode: IoMode,
+    /// `largeblocks` / `blocksize=N`.
+    pub block_size: BlockSizeChoice,
+    /// The raw `blocksize=` value, for formats (ramfs) that read it themselves.
+    pub block_size_arg: Option<String>,
+    /// Extra devices (`device=PATH`, repeatable), in order.
+    pub devices: Vec<PathBuf>,
+    pub flags: MountFlags,
+    /// Options this parser does not know, `(key, value)`, in the order given.
+    pub extra: Vec<(String, Option<String>)>,
+}
+
+/// Options `mount(8)` and `mount.fuse3` pass through that change nothing for
+/// a FUSE image mount (or are consumed by the helper). Refusing them would
+/// make fstab lines fail.
+const IGNORED: &[&str] = &[
+    "defaults",
+    "_netdev",
+    "nofail",
+    "auto",
+    "noauto",
+    "user",
+    "nouser",
+    "users",
+    "owner",
+    "group",
+    "async",
+    "relatime",
+    "norelatime",
+    "strictatime",
+    "nostrictatime",
+    "diratime",
+    "nodiratime",
+    "lazytime",
+    "nolazytime",
+    "silent",
+    "loud",
+    "default_permissions",
+];
+
+impl MountOptions {
+    /// Parses a comma-separated option string. An empty string gives the
+    /// defaults; empty items (`a,,b`) are skipped, as the kernel does.
+    pub fn parse(s: &str) -> Result<MountOptions, OptionError> {
+        let mut o = MountOptions::default();
+        for item in s.split(',').filter(|i| !i.is_empty()) {
+            let (key, value) = match item.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (item, None),
+            };
+            o.apply(key, value)?;
+        }
+        Ok(o)
+    }
+
+    /// Parses several `-o` strings in order, as repeated `-o` flags are.
+    pub fn parse_all<'a>(
+        items: impl IntoIterator<Item = &'a str>,
+    ) -> Result<MountOptions, OptionError> {
+        let joined: Vec<&str> = items.into_iter().collect();
+        MountOptions::parse(&joined.join(","))
+    }
+
+    fn apply(&mut self, key: &str, value: Option<&str>) -> Result<(), OptionError> {
+        let flag = |v: Option<&str>| match v {
+            None => Ok(()),
+            Some(_) => Err(OptionError::bad(key, "takes no value")),
+        };
+        fn need<'v>(key: &str, v: Option<&'v str>) -> Result<&'v str, OptionError> {
+            match v {
+                Some(v) if !v.is_empty() => Ok(v),
+                _ => Err(OptionError::bad(key, "needs a value")),
+            }
+        }
+        match key {
+            "ro" => {
+                flag(value)?;
+                self.read_only = Some(true);
+            }
+            "rw" => {
+                flag(value)?;
+                self.read_only = Some(false);
+            }
+            "allow_other" => {
+                flag(value)?;
+                self.allow_other = true;
+            }
+            "uid" => self.uid = Some(parse_id(key, need(key, value)?)?),
+            "gid" => self.gid = Some(parse_id(key, need(key, value)?)?),
+            "umask" => {
+                let v = need(key, value)?;
+                let m = u32::from_str_radix(v, 8)
+                    .ok()
+                    .filter(|m| *m <= 0o7777)
+                    .ok_or_else(|| OptionError::bad(key, format!("`{v}` is not an octal mode")))?;
+                self.umask = Some(m);
+            }
+            "fsname" => self.fsname = Some(need(key, value)?.to_owned()),
+            "debug" => {
+                flag(value)?;
+                self.debug = true;
+            }
+            "directio" => {
+                flag(value)?;
+                self.io_mode = IoMode::Direct;
+            }
+            "nodirectio" => {
+                flag(value)?;
+                self.io_mode = IoMode::Buffered;
+            }
+            "largeblocks" => {
+                flag(value)?;
+                self.block_size = BlockSizeChoice::LargeBlocks;
+                self.block_size_arg = None;
+            }
+            "blocksize" => {
+                let v = need(key, value)?;
+                let n = parse_size(v).map_err(|why| OptionError::bad(key, why))?;
+                let n = u32::try_from(n)
+                    .ok()
+                    .filter(|n| check_block_size(*n).is_ok())
+                    .ok_or_else(|| {
+                        OptionError::bad(key, format!("`{v}` is not a power of two from 1K to 2M"))
+                    })?;
+                self.block_size = BlockSizeChoice::Fixed(n);
+                self.block_size_arg = Some(v.to_owned());
+            }
+            "device" => self.devices.push(PathBuf::from(need(key, value)?)),
+            "suid" | "nosuid" => {
+                flag(value)?;
+                self.flags.nosuid = key == "nosuid";
+            }
+            "dev" | "nodev" => {
+                flag(value)?;
+                self.flags.nodev = key == "nodev";
+            }
+            "exec" | "noexec" => {
+                flag(value)?;
+                self.flags.noexec = key == "noexec";
+            }
+            "atime" | "noatime" => {
+                flag(value)?;
+                self.flags.noatime = key == "noatime";
+            }
+            "sync" => {
+                flag(value)?;
+                self.flags.sync = true;
+            }
+            "dirsync" => {
+                flag(value)?;
+                self.flags.dirsync = true;
+            }
+            // mount.fuse3 names the subtype it was asked for; foliofs always
+            // mounts as fuse.foliofs.
+            "subtype" => {}
+            k if IGNORED.contains(&k) || k.starts_with("x-") || k == "comment" => {}
+            _ => self
+                .extra
+                .push((key.to_owned(), value.map(ToOwned::to_owned))),
+        }
+        Ok(())
+    }
+
+    /// Refuses any option left in [`MountOptions::extra`] (for formats
+    /// that take no options of their own).
+    pub fn refuse_extra(&self) -> Result<(), OptionError> {
+        match self.extra.first() {
+            Some((k, v)) => Err(OptionError::Unknown(match v {
+                Some(v) => format!("{k}={v}"),
+                None => k.clone(),
+            })),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for MountFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        for (on, name) in [
+            (self.nosuid, "nosuid"),
+            (self.nodev, "nodev"),
+            (self.noexec, "noexec"),
+            (self.noatime, "noatime"),
+            (self.sync, "sync"),
+            (self.dirsync, "dirsync"),
+        ] {
+            if on {
+                parts.push(name);
+            }
+        }
+        f.write_str(&parts.join(","))
+    }
+}
+
+fn parse_id(key: &str, v: &str) -> Result<u32, OptionError> {
+    v.parse::<u32>()
+        .ok()
+        .filter(|n| *n != u32::MAX)
+        .ok_or_else(|| OptionError::bad(key, format!("`{v}` is not a numeric id")))
+}
+
+/// Parses a size with an optional binary suffix `K`, `M` or `G` (either case).
+pub fn parse_size(v: &str) -> Result<u64, String> {
+    let (digits, shift) = match v.as_bytes().last() {
+        Some(b'k' | b'K') => (&v[..v.len() - 1], 10),
+        Some(b'm' | b'M') => (&v[..v.len() - 1], 20),
+        Some(b'g' | b'G') => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{v}` is not a size (digits with an optional K, M or G)"))?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("`{v}` is too large"))
+}
+
+/// Formats a byte count the way the options accept it (`64K`, `2M`, `1536`).
+pub fn format_size(n: u64) -> String {
+    if n != 0 && n.trailing_zeros() >= 30 {
+        format!("{}G", n >> 30)
+    } else if n != 0 && n.trailing_zeros() >= 20 {
+        format!("{}M", n >> 20)
+    } else if n != 0 && n.trailing_zeros() >= 10 {
+        format!("{}K", n >> 10)
+    } else {
+        n.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let o = MountOptions::parse("").unwrap();
+        assert_eq!(o, MountOptions::default());
+        assert!(o.flags.nosuid && o.flags.nodev);
+        assert_eq!(o.io_mode, IoMode::Buffered);
+        assert_eq!(o.block_size, BlockSizeChoice::Default);
+    }
+
+    #[test]
+    fn generic_options() {
+        let o = MountOptions::parse(
+            "ro,allow_other,uid=1000,gid=100,umask=027,fsname=img,debug,directio,blocksize=64K,device=/a,device=/b,noexec",
+        )
+        .unwrap();
+        assert_eq!(o.read_only, Some(true));
+        assert!(o.allow_other && o.debug && o.flags.noexec);
+        assert_eq!((o.uid, o.gid, o.umask), (Some(1000), Some(100), Some(0o27)));
+        assert_eq!(o.fsname.as_deref(), Some("img"));
+        assert_eq!(o.io_mode, IoMode::Direct);
+        assert_eq!(o.block_size, BlockSizeChoice::Fixed(65536));
+        assert_eq!(o.devices, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
+        assert!(o.extra.is_empty());
+    }
+
+    #[test]
+    fn later_options_win() {
+        let o = MountOptions::parse("directio,nodirectio,blocksize=2M,largeblocks,suid").unwrap();
+        assert_eq!(o.io_mode, IoMode::Buffered);
+        assert_eq!(o.block_size, BlockSizeChoice::LargeBlocks);
+        assert!(!o.flags.nosuid);
+        let o = MountOptions::parse_all(["largeblocks", "blocksize=1m"]).unwrap();
+        assert_eq!(o.block_size, BlockSizeChoice::Fixed(1 << 20));
+    }
+
+    #[test]
+    fn passthrough_options_are_accepted() {
+        let o = MountOptions::parse(
+            "rw,dev,suid,exec,atime,noatime,defaults,_netdev,nofail,x-systemd.automount,subtype=foliofs,,default_permissions",
+        )
+        .unwrap();
+        assert!(o.extra.is_empty());
+        assert_eq!(o.read_only, Some(false));
+    }
+
+    #[test]
+    fn unknown_keys_are_kept_then_refused() {
+        let o = MountOptions::parse("size=1M,mode=0700,bogus").unwrap();
+        assert_eq!(o.extra.len(), 3);
+        assert_eq!(
+            o.refuse_extra().unwrap_err().to_string(),
+            "unknown mount option `size=1M`"
+        );
+    }
+
+    #[test]
+    fn malformed_values_name_the_option() {
+        for (s, key) in [
+            ("blocksize=3K", "blocksize"),
+            ("blocksize=512", "blocksize"),
+            ("blocksize=4M", "blocksize"),
+            ("blocksize=", "blocksize"),
+            ("blocksize=x", "blocksize"),
+            ("uid=abc", "uid"),
+            ("uid", "uid"),
+            ("umask=9", "umask"),
+            ("ro=1", "ro"),
+            ("largeblocks=yes", "largeblocks"),
+            ("fsname=", "fsname"),
+        ] {
+            let e = MountOptions::parse(s).unwrap_err();
+            assert!(
+                matches!(&e, OptionError::BadValue { key: k, .. } if k == key),
+                "{s}: {e}"
+            );
+            assert!(e.to_string().contains(key));
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1024").unwrap(), 1024);
+        assert_eq!(parse_size("1k").unwrap(), 1024);
+        assert_eq!(parse_size("2M").unwrap(), 2 << 20);
+        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        assert!(parse_size("K").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999999999999G").is_err());
+        for n in [1024, 65536, 3 << 20, 1536, 1 << 30] {
+            assert_eq!(parse_size(&format_size(n)).unwrap(), n);
+        }
+    }
+}

@@ -1,0 +1,827 @@
+//! The `fuser::Filesystem` that forwards every request to a
+//! [`foliofs_vfs::FileSystem`].
+
+use std::cell::RefCell;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use foliofs_vfs::{self as vfs, Attr, Ctx, Error, FileSystem, Ino, Scratch, SetAttr, TimeSet};
+use fuser::{
+    AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::ids::IdMap;
+
+thread_local! {
+    /// One read buffer per server thread: reads reply with a slice of it, so
+    /// the hot path allocates nothing after the first request.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::new());
+}
+
+/// Owner and permission overrides (`uid=`, `gid=`, `umask=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub umask: Option<u32>,
+}
+
+impl Overrides {
+    /// Applies the overrides to `a`. With `umask=`, directories and files
+    /// the image marks executable start from 0777, other files from 0666,
+    /// and the umask clears bits from that (as vfat and udf do); symlinks
+    /// keep 0777 since their mode is never checked.
+    pub fn apply(&self, a: &mut Attr) {
+        if let Some(uid) = self.uid {
+            a.uid = uid;
+        }
+        if let Some(gid) = self.gid {
+            a.gid = gid;
+        }
+        if let Some(umask) = self.umask {
+            if a.kind != vfs::FileType::Symlink {
+                let base = if a.kind == vfs::FileType::Directory || a.perm & 0o111 != 0 {
+                    0o777
+                } else {
+                    0o666
+                };
+                a.perm = (base & !umask) as u16;
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == Overrides::default()
+    }
+}
+
+/// How the server treats the kernel's caches and requests.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Entry and attribute lifetime in the kernel's caches.
+    pub ttl: Duration,
+    /// Refuse every change with `EROFS`, and let the kernel keep file and
+    /// directory pages across opens (the image cannot change under it).
+    pub read_only: bool,
+    pub overrides: Overrides,
+    /// Log every request at `info` level.
+    pub debug: bool,
+}
+
+/// The adapter between fuser's callbacks and the file system.
+pub(crate) struct Server {
+    fs: Arc<dyn FileSystem>,
+    ids: IdMap,
+    cfg: ServerConfig,
+}
+
+fn errno(e: &Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn system_time(t: vfs::Timespec) -> SystemTime {
+    t.to_system()
+}
+
+fn fuser_kind(k: vfs::FileType) -> fuser::FileType {
+    match k {
+        vfs::FileType::RegularFile => fuser::FileType::RegularFile,
+        vfs::FileType::Directory => fuser::FileType::Directory,
+        vfs::FileType::Symlink => fuser::FileType::Symlink,
+        vfs::FileType::BlockDevice => fuser::FileType::BlockDevice,
+        vfs::FileType::CharDevice => fuser::FileType::CharDevice,
+        vfs::FileType::Fifo => fuser::FileType::NamedPipe,
+        vfs::FileType::Socket => fuser::FileType::Socket,
+    }
+}
+
+fn ctx(req: &Request, umask: u32) -> Ctx {
+    Ctx {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+        umask,
+    }
+}
+
+fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => TimeSet::At(vfs::Timespec::from_system(t)),
+    }
+}
+
+impl Server {
+    pub(crate) fn new(fs: Arc<dyn FileSystem>, cfg: ServerConfig) -> Server {
+        let ids = IdMap::new(fs.root());
+        Server { fs, ids, cfg }
+    }
+
+    fn ino(&self, node: INodeNo) -> Ino {
+        self.ids.to_fs(node.0)
+    }
+
+    /// `a` as fuser wants it; `st_ino` is `node` (the node id the kernel
+    /// will use) for entry replies, and the file system's own number
+    /// for attribute replies.
+    fn file_attr(&self, mut a: Attr, st_ino: u64) -> fuser::FileAttr {
+        if !self.cfg.overrides.is_empty() {
+            self.cfg.overrides.apply(&mut a);
+        }
+        fuser::FileAttr {
+            ino: INodeNo(st_ino),
+            size: a.size,
+            blocks: a.blocks,
+            atime: system_time(a.atime),
+            mtime: system_time(a.mtime),
+            ctime: system_time(a.ctime),
+            crtime: system_time(a.ctime),
+            kind: fuser_kind(a.kind),
+            perm: a.perm,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            rdev: a.rdev.to_new_encoding(),
+            blksize: a.blksize,
+            flags: 0,
+        }
+    }
+
+    fn reply_entry(&self, r: vfs::Result<Attr>, reply: ReplyEntry) {
+        match r {
+            Ok(a) => {
+                let node = self.ids.to_fuse(a.ino);
+                reply.entry(&self.cfg.ttl, &self.file_attr(a, node), Generation(0));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn reply_empty(&self, r: vfs::Result<()>, reply: ReplyEmpty) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn log(&self, what: std::fmt::Arguments<'_>) {
+        if self.cfg.debug {
+            log::info!("{what}");
+        }
+    }
+
+    fn open_flags(&self) -> FopenFlags {
+        if self.cfg.read_only {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    fn reply_xattr(&self, r: vfs::Result<Vec<u8>>, size: u32, reply: ReplyXattr) {
+        match r {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() <= size as usize => reply.data(&v),
+            Ok(_) => reply.error(Errno::ERANGE),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
+
+impl fuser::Filesystem for Server {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let caps = config.capabilities();
+        let mut want = InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_MAX_PAGES;
+        if self.cfg.read_only {
+            want |= InitFlags::FUSE_CACHE_SYMLINKS;
+        } else {
+            want |= InitFlags::FUSE_WRITEBACK_CACHE | InitFlags::FUSE_BIG_WRITES;
+        }
+        // Ask only for what this kernel offers; the rest is an optimisation.
+        let _ = config.add_capabilities(want & caps);
+        // The largest readahead the kernel offered (it may only be lowered
+        // here; the mount's bdi is raised after mounting).
+        let mut ra = u32::MAX;
+        while let Err(max) = config.set_max_readahead(ra) {
+            if max == ra {
+                break;
+            }
+            ra = max;
+        }
+        let _ = config.set_max_background(128);
+        let _ = config.set_congestion_threshold(96);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.log(format_args!(
+            "lookup({}, {name:?}) pid {}",
+            parent.0,
+            req.pid()
+        ));
+        let r = self.fs.lookup(self.ino(parent), name);
+        self.reply_entry(r, reply);
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(self.ino(ino), nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.log(format_args!("getattr({})", ino.0));
+        match self.fs.getattr(self.ino(ino)) {
+            Ok(a) => reply.attr(&self.cfg.ttl, &self.file_attr(a, a.ino)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        self.log(format_args!(
+            "setattr({}, mode {mode:?}, uid {uid:?}, gid {gid:?}, size {size:?})",
+            ino.0
+        ));
+        if self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        let set = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+            ctime: ctime.map(vfs::Timespec::from_system),
+            fh: fh.map(|f| f.0),
+        };
+        match self.fs.setattr(self.ino(ino), &set, &ctx(req, 0)) {
+            Ok(a) => reply.attr(&self.cfg.ttl, &self.file_attr(a, a.ino)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.log(format_args!("readlink({})", ino.0));
+        match self.fs.readlink(self.ino(ino)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.log(format_args!("mknod({}, {name:?}, {mode:o})", parent.0));
+        if self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        let Some(kind) = vfs::FileType::from_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let r = self.fs.mknod(
+            self.ino(parent),
+            name,
+            kind,
+            (mode & 0o7777) as u16,
+            rdev,
+            &ctx(req, umask),
+        );
+        self.reply_entry(r, reply);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.log(format_args!("mkdir({}, {name:?}, {mode:o})", parent.0));
+        if self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        let r = self.fs.mkdir(
+            self.ino(parent),
+            name,
+            (mode & 0o7777) as u16,
+            &ctx(req, umask),
+        );
+        self.reply_entry(r, reply);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.log(format_args!("unlink({}, {name:?})", parent.0));
+        if self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        let r = self.fs.unlink(self.ino(parent), name, &ctx(req, 0));
+        self.reply_empty(r, reply);
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.log(format_args!("rmdir({}, {name:?})", parent.0));
+        if self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        let r = self.fs.rmdir(self.ino(parent), name, &ctx(req, 0));
+        self.reply_empty(r, reply);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.log(format_args!(
+            "symlink({}, {link_name:?}, {target:?})",
+            parent.0
+        ));
+        if self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        let r = self.fs.symlink(
+            self.ino(parent),
+            link_name,
+            target.as_os_str().as_bytes(),
+            &ctx(req, 0),
+        );
+        self.reply_entry(r, reply);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.log(format_args!(
+            "rename({}, {name:?}, {}, {newname:?}, {flags})",
+            parent.0, newparent.0
+        ));
+        if self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        let r = self.fs.rename(
+            self.ino(parent),
+            name,
+            self.ino(newparent),
+            newname,
+            flags.bits(),
+            &ctx(req, 0),
+        );
+        self.reply_empty(r, reply);
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.log(format_args!(
+            "link({}, {}, {newname:?})",
+            ino.0, newparent.0
+        ));
+        if self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        let r = self
+            .fs
+            .link(self.ino(ino), self.ino(newparent), newname, &ctx(req, 0));
+        self.reply_entry(r, reply);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.log(format_args!("open({}, {:#x})", ino.0, flags.0));
+        if self.cfg.read_only && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            return reply.error(Errno::EROFS);
+        }
+        match self.fs.open(self.ino(ino), flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.log(format_args!("read({}, {offset}, {size})", ino.0));
+        let ino = self.ino(ino);
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            match self.fs.read(ino, offset, size, &mut s) {
+                Ok(data) => reply.data(data),
+                Err(e) => {
+                    log::warn!("read of inode {ino} at {offset}: {e}");
+                    reply.error(errno(&e))
+                }
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        self.log(format_args!("write({}, {offset}, {})", ino.0, data.len()));
+        if self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        match self.fs.write(self.ino(ino), fh.0, offset, data, flags.0) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.fs.release(self.ino(ino), fh.0);
+        self.reply_empty(r, reply);
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.fs.fsync(self.ino(ino), datasync);
+        self.reply_empty(r, reply);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.log(format_args!("opendir({})", ino.0));
+        match self.fs.getattr(self.ino(ino)) {
+            Ok(a) if a.kind != vfs::FileType::Directory => reply.error(Errno::ENOTDIR),
+            Ok(_) => {
+                let flags = if self.cfg.read_only {
+                    FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR
+                } else {
+                    FopenFlags::empty()
+                };
+                reply.opened(FileHandle(0), flags)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        self.log(format_args!("readdir({}, {offset})", ino.0));
+        let dir = self.ino(ino);
+        // Cookies 1 and 2 follow "." and ".."; the file system's own cookies
+        // are shifted up by 2 so they never collide with those.
+        let mut off = offset;
+        if off == 0 {
+            if reply.add(INodeNo(dir), 1, fuser::FileType::Directory, ".") {
+                return reply.ok();
+            }
+            off = 1;
+        }
+        if off == 1 {
+            let parent = self.fs.lookup(dir, OsStr::new("..")).map(|a| a.ino);
+            let parent = parent.unwrap_or(dir);
+            if reply.add(INodeNo(parent), 2, fuser::FileType::Directory, "..") {
+                return reply.ok();
+            }
+            off = 2;
+        }
+        let r = self.fs.readdir(dir, off - 2, &mut |e| {
+            reply.add(INodeNo(e.ino), e.next + 2, fuser_kind(e.kind), e.name)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        self.log(format_args!("readdirplus({}, {offset})", ino.0));
+        let dir = self.ino(ino);
+        let ttl = self.cfg.ttl;
+        let mut off = offset;
+        // The kernel links no inode for "." and "..": their attributes only
+        // give d_ino, which is the file system's own number.
+        if off == 0 {
+            let a = match self.fs.getattr(dir) {
+                Ok(a) => a,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            if reply.add(
+                INodeNo(a.ino),
+                1,
+                ".",
+                &ttl,
+                &self.file_attr(a, a.ino),
+                Generation(0),
+            ) {
+                return reply.ok();
+            }
+            off = 1;
+        }
+        if off == 1 {
+            let a = match self
+                .fs
+                .lookup(dir, OsStr::new(".."))
+                .or_else(|_| self.fs.getattr(dir))
+            {
+                Ok(a) => a,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            if reply.add(
+                INodeNo(a.ino),
+                2,
+                "..",
+                &ttl,
+                &self.file_attr(a, a.ino),
+                Generation(0),
+            ) {
+                return reply.ok();
+            }
+            off = 2;
+        }
+        let mut failed = None;
+        let r = self.fs.readdir(dir, off - 2, &mut |e| {
+            // An entry whose attributes fail is still listed by name; the
+            // error shows up when it is looked up.
+            let a = match self.fs.getattr(e.ino) {
+                Ok(a) => a,
+                Err(err) => {
+                    failed = Some(err);
+                    return true;
+                }
+            };
+            let node = self.ids.to_fuse(e.ino);
+            reply.add(
+                INodeNo(node),
+                e.next + 2,
+                e.name,
+                &ttl,
+                &self.file_attr(a, node),
+                Generation(0),
+            )
+        });
+        match (r, failed) {
+            (Err(e), _) | (Ok(()), Some(e)) => {
+                log::warn!("readdir of inode {dir}: {e}");
+                reply.error(errno(&e))
+            }
+            (Ok(()), None) => reply.ok(),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        let r = self
+            .fs
+            .setxattr(self.ino(ino), name, value, flags, &ctx(req, 0));
+        self.reply_empty(r, reply);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.log(format_args!("getxattr({}, {name:?})", ino.0));
+        let r = self.fs.getxattr(self.ino(ino), name);
+        self.reply_xattr(r, size, reply);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let r = self.fs.listxattr(self.ino(ino)).map(|names| {
+            let mut out = Vec::new();
+            for n in names {
+                out.extend_from_slice(&n);
+                out.push(0);
+            }
+            out
+        });
+        self.reply_xattr(r, size, reply);
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        let r = self.fs.removexattr(self.ino(ino), name, &ctx(req, 0));
+        self.reply_empty(r, reply);
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        // Only reached without default_permissions; check like the kernel's
+        // generic_permission would, on the attributes the kernel sees.
+        let a = match self.fs.getattr(self.ino(ino)) {
+            Ok(a) => a,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let a = self.file_attr(a, a.ino);
+        if mask.contains(AccessFlags::W_OK) && self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        if req.uid() == 0 {
+            let x_ok = !mask.contains(AccessFlags::X_OK)
+                || a.kind == fuser::FileType::Directory
+                || a.perm & 0o111 != 0;
+            return if x_ok {
+                reply.ok()
+            } else {
+                reply.error(Errno::EACCES)
+            };
+        }
+        let shift = if req.uid() == a.uid {
+            6
+        } else if req.gid() == a.gid {
+            3
+        } else {
+            0
+        };
+        let have = (u32::from(a.perm) >> shift) & 7;
+        let want = (mask.bits() as u32) & 7;
+        if have & want == want {
+            reply.ok()
+        } else {
+            reply.error(Errno::EACCES)
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.log(format_args!("create({}, {name:?}, {mode:o})", parent.0));
+        if self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        match self.fs.create(
+            self.ino(parent),
+            name,
+            (mode & 0o7777) as u16,
+            flags,
+            &ctx(req, umask),
+        ) {
+            Ok((a, fh)) => {
+                let node = self.ids.to_fuse(a.ino);
+                reply.created(
+                    &self.cfg.ttl,
+                    &self.file_attr(a, node),
+                    Generation(0),
+                    FileHandle(fh),
+                    self.open_flags(),
+                )
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        if self.cfg.read_only {
+            return reply.error(Errno::EROFS);
+        }
+        let r = self.fs.fallocate(self.ino(ino), offset, length, mode);
+        self.reply_empty(r, reply);
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(Errno::ENXIO);
+        };
+        match self.fs.lseek(self.ino(ino), offset, whence) {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
