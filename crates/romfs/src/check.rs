@@ -366,12 +366,10 @@ impl<'a> Checker<'a> {
             *self.r.counts.entry(h.kind.name()).or_default() += 1;
             match target.kind {
                 FileType::Directory => subdirs.push((target.ino, child_path)),
-                FileType::RegularFile => {
-                    if self.files_seen.insert(target.ino) {
-                        self.r.data_bytes += u64::from(target.size);
-                        if target.size > 0 {
-                            self.align_acc |= target.data_offset;
-                        }
+                FileType::RegularFile if self.files_seen.insert(target.ino) => {
+                    self.r.data_bytes += u64::from(target.size);
+                    if target.size > 0 {
+                        self.align_acc |= target.data_offset;
                     }
                 }
                 _ => {}

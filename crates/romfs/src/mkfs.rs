@@ -368,6 +368,11 @@ fn meta_size(name_len: usize) -> u64 {
     (HEADER_SIZE + name_len as u64 + 1 + 15) & !15
 }
 
+/// The low four bits of `next`: type and exec bit.
+fn type_bits(ty: EntryType, exec: bool) -> u32 {
+    ty.bits() | if exec { 8 } else { 0 }
+}
+
 fn align_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
 }
@@ -397,8 +402,7 @@ impl Layout<'_> {
     fn slot(
         &mut self,
         offset: u64,
-        ty: EntryType,
-        exec: bool,
+        bits: u32,
         spec: u32,
         size: u32,
         name: &[u8],
@@ -407,7 +411,7 @@ impl Layout<'_> {
         self.slots.push(Slot {
             offset,
             next: 0,
-            bits: ty.bits() | if exec { 8 } else { 0 },
+            bits,
             spec,
             size,
             name: name.to_vec(),
@@ -437,8 +441,7 @@ impl Layout<'_> {
             let at = self.place(b".", 16, false, 0);
             let s = self.slot(
                 at,
-                EntryType::HardLink,
-                false,
+                type_bits(EntryType::HardLink, false),
                 dir_off as u32,
                 0,
                 b".",
@@ -449,8 +452,7 @@ impl Layout<'_> {
         let at = self.place(b"..", 16, false, 0);
         let s = self.slot(
             at,
-            EntryType::HardLink,
-            false,
+            type_bits(EntryType::HardLink, false),
             parent_off as u32,
             0,
             b"..",
@@ -492,7 +494,7 @@ impl Layout<'_> {
                 self.nodes[c].exec && matches!(ty, EntryType::Directory | EntryType::Regular);
             let at = self.place(&name, self.nodes[c].align, data_aligned, data_len);
             self.nodes[c].offset = at;
-            let s = self.slot(at, ty, exec, spec, size, &name, data);
+            let s = self.slot(at, type_bits(ty, exec), spec, size, &name, data);
             link(self, &mut prev, at, s);
             if ty == EntryType::Directory {
                 let list = self.dir_list(c, at, dir_off, None);
@@ -564,8 +566,7 @@ pub fn build(
     lay.nodes[root].offset = root_off;
     let root_slot = lay.slot(
         root_off,
-        EntryType::Directory,
-        lay.nodes[root].exec,
+        type_bits(EntryType::Directory, lay.nodes[root].exec),
         root_off as u32,
         0,
         b".",
