@@ -1,7 +1,13 @@
 //! `foliofs`: mount, build, check and benchmark romfs, EROFS and ramfs file
 //! systems in userspace.
 
-use clap::{Parser, Subcommand};
+mod mount;
+mod mount_state;
+mod mounts;
+mod open;
+mod umount;
+
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "foliofs", version, about)]
@@ -11,13 +17,20 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Mount an image (or a ramfs) over FUSE; returns once the mount is live.
+    Mount(mount::MountArgs),
+    /// Unmount a foliofs mount (also one whose server was killed).
+    Umount(umount::UmountArgs),
+    /// List live foliofs mounts with their source and effective options.
+    Mounts(mounts::MountsArgs),
+}
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp(None)
         .init();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(mount_helper_args(std::env::args_os().collect()));
     let code = match run(cli.cmd) {
         Ok(code) => code,
         Err(e) => {
@@ -29,5 +42,25 @@ fn main() {
 }
 
 fn run(cmd: Command) -> anyhow::Result<i32> {
-    match cmd {}
+    match cmd {
+        Command::Mount(a) => mount::run(a),
+        Command::Umount(a) => umount::run(a),
+        Command::Mounts(a) => mounts::run(a),
+    }
+}
+
+/// `mount.fuse3` runs `foliofs SOURCE MOUNTPOINT -o OPTIONS` (no subcommand):
+/// that form means `foliofs mount`.
+fn mount_helper_args(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    if let Some(first) = args.get(1).and_then(|a| a.to_str().map(str::to_owned)) {
+        let cmd = Cli::command();
+        let known = cmd
+            .get_subcommands()
+            .any(|s| s.get_name() == first || s.get_all_aliases().any(|a| a == first))
+            || first == "help";
+        if !known && !first.starts_with('-') && args.len() >= 3 {
+            args.insert(1, "mount".into());
+        }
+    }
+    args
 }

@@ -201,14 +201,10 @@ impl MountOptions {
                 self.block_size_arg = Some(v.to_owned());
             }
             "device" => self.devices.push(PathBuf::from(need(key, value)?)),
-            "suid" | "nosuid" => {
-                flag(value)?;
-                self.flags.nosuid = key == "nosuid";
-            }
-            "dev" | "nodev" => {
-                flag(value)?;
-                self.flags.nodev = key == "nodev";
-            }
+            // Always nosuid,nodev: an image is untrusted data, and mount.fuse3
+            // passes `dev,suid` whenever fstab does not say otherwise, so
+            // honouring them would undo the default on every fstab mount.
+            "suid" | "nosuid" | "dev" | "nodev" => flag(value)?,
             "exec" | "noexec" => {
                 flag(value)?;
                 self.flags.noexec = key == "noexec";
@@ -334,10 +330,10 @@ mod tests {
 
     #[test]
     fn later_options_win() {
-        let o = MountOptions::parse("directio,nodirectio,blocksize=2M,largeblocks,suid").unwrap();
+        let o = MountOptions::parse("directio,nodirectio,blocksize=2M,largeblocks,suid,dev").unwrap();
         assert_eq!(o.io_mode, IoMode::Buffered);
         assert_eq!(o.block_size, BlockSizeChoice::LargeBlocks);
-        assert!(!o.flags.nosuid);
+        assert!(o.flags.nosuid && o.flags.nodev);
         let o = MountOptions::parse_all(["largeblocks", "blocksize=1m"]).unwrap();
         assert_eq!(o.block_size, BlockSizeChoice::Fixed(1 << 20));
     }

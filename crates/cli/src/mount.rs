@@ -1,0 +1,306 @@
+//! `foliofs mount`: check the image, mount it over FUSE, serve it in the
+//! background (or the foreground with `-f`).
+//!
+//! Without `-f` the command starts a copy of itself with `-f` and a pipe,
+//! and returns only when that server reports the mount live (or reports why
+//! not), so scripts and `mount.fuse3` can use the mount right away.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use foliofs_block::{IoMode, OpenOptions};
+use foliofs_fuse::{format_size, MountConfig, MountOptions, Overrides, ServerConfig};
+use foliofs_vfs::FileSystem;
+
+use crate::mount_state::{MountState, STATE_DIR};
+use crate::open::{self, Format, Image};
+
+/// How long the command waits for its server to report the mount live.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Server threads: enough for the kernel's parallel readahead and a
+/// metadata walk at once on a small machine.
+const THREADS: usize = 4;
+/// Readahead of a read-only mount's bdi, in KiB (the kernel's FUSE default
+/// is 128).
+const READ_AHEAD_KB: u32 = 4096;
+/// Lifetime of cached entries and attributes of an image (it cannot change
+/// under the mount) and of a writable file system (only this server
+/// changes it, and it tells the kernel through the replies).
+const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Mount an image (or a new ramfs) over FUSE.
+#[derive(clap::Args, Debug)]
+pub struct MountArgs {
+    /// Format of SOURCE: auto (detect from the image), romfs, erofs or ramfs.
+    #[arg(short = 't', long = "type", default_value = "auto",
+          value_parser = ["auto", "romfs", "erofs", "ramfs"])]
+    pub fstype: String,
+    /// Comma-separated options: ro, rw, largeblocks, blocksize=N, directio,
+    /// nodirectio, allow_other, uid=N, gid=N, umask=OCT, fsname=NAME, debug,
+    /// device=PATH, and the usual nosuid/nodev/noexec/noatime.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+    /// Serve in the foreground instead of returning once the mount is live.
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+    /// Descriptor on which a background server reports readiness.
+    #[arg(long, hide = true)]
+    pub ready_fd: Option<i32>,
+    /// The image file or block device (any name for ramfs).
+    pub source: PathBuf,
+    /// The directory to mount on.
+    pub mountpoint: PathBuf,
+}
+
+/// An opened source, ready to be served.
+struct Opened {
+    fs: Arc<dyn FileSystem>,
+    format: &'static str,
+    read_only: bool,
+    /// The format's effective options, as `foliofs mounts` shows them.
+    shown: String,
+}
+
+pub fn run(args: MountArgs) -> anyhow::Result<i32> {
+    let opts = MountOptions::parse_all(args.options.iter().map(String::as_str))?;
+    let source = if args.fstype == "ramfs" {
+        args.source.clone()
+    } else {
+        std::path::absolute(&args.source)
+            .with_context(|| format!("{}: bad path", args.source.display()))?
+    };
+    let ready = match args.ready_fd {
+        // SAFETY: the parent passed this descriptor for our exclusive use and
+        // nothing else in this process owns it.
+        Some(fd) => Some(File::from(unsafe { OwnedFd::from_raw_fd(fd) })),
+        None => None,
+    };
+    // Everything that can be refused is refused here, before any mount.
+    let opened = match open_source(&args.fstype, &source, &opts) {
+        Ok(o) => o,
+        Err(e) => return report_failure(ready, e),
+    };
+    if !args.foreground && ready.is_none() {
+        drop(opened);
+        return spawn_server(&args, &source, &opts);
+    }
+    serve(&args, &source, &opts, opened, ready)
+}
+
+fn report_failure(ready: Option<File>, e: anyhow::Error) -> anyhow::Result<i32> {
+    match ready {
+        Some(mut r) => {
+            let _ = writeln!(r, "error: {e:#}");
+            Ok(1)
+        }
+        None => Err(e),
+    }
+}
+
+fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Result<Opened> {
+    if fstype == "ramfs" {
+        bail!("ramfs mounts are not available in this build");
+    }
+    let format = if fstype == "auto" {
+        open::detect(source)?
+    } else {
+        let found = open::detect(source)?;
+        if found.name() != fstype {
+            bail!(
+                "{}: is a {} image, not {fstype}",
+                source.display(),
+                found.name()
+            );
+        }
+        found
+    };
+    opts.refuse_extra()?;
+    if !opts.devices.is_empty() && format == Format::Romfs {
+        bail!("mount option `device` is not supported by romfs (it has no extra devices)");
+    }
+    if opts.read_only == Some(false) {
+        log::info!(
+            "{}: {} is read-only; mounting ro",
+            source.display(),
+            format.name()
+        );
+    }
+    let oo = OpenOptions {
+        block_size: opts.block_size,
+        io_mode: opts.io_mode,
+        ..OpenOptions::default()
+    };
+    let image = open::open(source, &oo)?;
+    #[allow(unreachable_patterns)]
+    let io_mode = match &image {
+        Image::Romfs(r) => r.block_dev().store().mode(),
+        _ => opts.io_mode,
+    };
+    let fs = image.fs();
+    let info = fs.info();
+    let mut shown = vec![
+        format!("blocksize={}", format_size(u64::from(info.block_size))),
+        match io_mode {
+            IoMode::Direct => "directio".to_owned(),
+            IoMode::Buffered => "buffered".to_owned(),
+        },
+    ];
+    if opts.io_mode == IoMode::Direct && io_mode != IoMode::Direct {
+        shown.push("directio_fallback".to_owned());
+    }
+    if let Some(u) = opts.uid {
+        shown.push(format!("uid={u}"));
+    }
+    if let Some(g) = opts.gid {
+        shown.push(format!("gid={g}"));
+    }
+    if let Some(m) = opts.umask {
+        shown.push(format!("umask={m:04o}"));
+    }
+    Ok(Opened {
+        fs,
+        format: image.format().name(),
+        read_only: true,
+        shown: shown.join(","),
+    })
+}
+
+/// Starts `foliofs mount -f` in the background and waits for its verdict.
+fn spawn_server(args: &MountArgs, source: &Path, opts: &MountOptions) -> anyhow::Result<i32> {
+    let mountpoint = std::path::absolute(&args.mountpoint)
+        .with_context(|| format!("{}: bad path", args.mountpoint.display()))?;
+    let (mut rd, wr) = std::io::pipe().context("cannot create a pipe")?;
+    // The child needs a descriptor without close-on-exec: a dup of the
+    // writer, handed to it as a number.
+    let wr_child = nix::unistd::dup(&wr).context("cannot duplicate the pipe")?;
+    drop(wr);
+    let stderr = if opts.debug {
+        std::fs::create_dir_all(STATE_DIR)?;
+        let log = Path::new(STATE_DIR).join(format!("debug.{}.log", std::process::id()));
+        eprintln!("foliofs: debug log in {}", log.display());
+        Stdio::from(File::create(&log).with_context(|| log.display().to_string())?)
+    } else {
+        Stdio::null()
+    };
+    let exe = std::env::current_exe().context("cannot find the foliofs binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["mount", "-f", "--ready-fd"])
+        .arg(wr_child.as_raw_fd().to_string())
+        .args(["-t", &args.fstype]);
+    for o in &args.options {
+        cmd.arg("-o").arg(o);
+    }
+    cmd.arg("--")
+        .arg(source)
+        .arg(&mountpoint)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        // Out of the caller's process group: a Ctrl-C meant for the shell
+        // must not take the mount down.
+        .process_group(0);
+    let mut child = cmd.spawn().context("cannot start the server")?;
+    drop(wr_child);
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut msg = String::new();
+        let _ = rd.read_to_string(&mut msg);
+        let _ = tx.send(msg);
+    });
+    let msg = match rx.recv_timeout(READY_TIMEOUT) {
+        Ok(m) => m,
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = foliofs_fuse::unmount(&mountpoint);
+            bail!(
+                "the server did not report within {}s; stopped it",
+                READY_TIMEOUT.as_secs()
+            );
+        }
+    };
+    if msg.starts_with("ready") {
+        return Ok(0);
+    }
+    let _ = child.wait();
+    match msg.strip_prefix("error: ") {
+        Some(e) => bail!("{}", e.trim_end()),
+        None => bail!("the server exited before the mount was live"),
+    }
+}
+
+/// Mounts and serves until unmounted; reports readiness on `ready`.
+fn serve(
+    args: &MountArgs,
+    source: &Path,
+    opts: &MountOptions,
+    opened: Opened,
+    ready: Option<File>,
+) -> anyhow::Result<i32> {
+    let read_only = opened.read_only || opts.read_only == Some(true);
+    let cfg = MountConfig {
+        mountpoint: args.mountpoint.clone(),
+        fsname: opts
+            .fsname
+            .clone()
+            .unwrap_or_else(|| source.to_string_lossy().into_owned()),
+        flags: opts.flags,
+        read_only,
+        allow_other: opts.allow_other,
+        threads: THREADS,
+        read_ahead_kb: read_only.then_some(READ_AHEAD_KB),
+        server: ServerConfig {
+            ttl: TTL,
+            read_only,
+            overrides: if opened.read_only {
+                Overrides {
+                    uid: opts.uid,
+                    gid: opts.gid,
+                    umask: opts.umask,
+                }
+            } else {
+                Overrides::default()
+            },
+            debug: opts.debug,
+        },
+    };
+    let mounted = match foliofs_fuse::mount(opened.fs, &cfg) {
+        Ok(m) => m,
+        Err(e) => return report_failure(ready, e.into()),
+    };
+    let info = mounted.info().clone();
+    let pid = std::process::id();
+    let mut shown = opened.shown;
+    if opts.allow_other {
+        shown.push_str(",allow_other");
+    }
+    if opts.debug {
+        shown.push_str(",debug");
+    }
+    let state = MountState {
+        mount_id: info.mount_id,
+        pid,
+        source: info.source.clone(),
+        mountpoint: info.mountpoint.clone(),
+        format: opened.format.to_owned(),
+        options: shown,
+    };
+    if let Err(e) = state.save() {
+        log::warn!("cannot record the mount in {STATE_DIR}: {e}");
+    }
+    if let Some(mut r) = ready {
+        let _ = writeln!(r, "ready");
+    }
+    let res = mounted.run();
+    MountState::remove(info.mount_id, pid);
+    res.context("serving the mount failed")?;
+    Ok(0)
+}

@@ -1,0 +1,59 @@
+//! `foliofs mounts`: the live foliofs mounts with their effective options.
+
+use std::io::Write;
+
+use crate::mount_state::{process_alive, MountState};
+
+/// List live foliofs mounts.
+#[derive(clap::Args, Debug)]
+pub struct MountsArgs {}
+
+/// Escapes as `/proc/mounts` does, so every line splits on spaces.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            ' ' | '\t' | '\n' | '\\' => out.push_str(&format!("\\{:03o}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+pub fn run(_args: MountsArgs) -> anyhow::Result<i32> {
+    let table = foliofs_fuse::mount_table()?;
+    let ours: Vec<_> = table
+        .into_iter()
+        .filter(|m| m.fs_type == foliofs_fuse::FS_TYPE)
+        .collect();
+    MountState::prune(&ours.iter().map(|m| m.mount_id).collect::<Vec<_>>());
+    let mut out = std::io::stdout().lock();
+    for m in &ours {
+        // Per-mount flags from the kernel, then what the server resolved.
+        let mut opts = m.mount_options.clone();
+        let format = match MountState::load(m.mount_id) {
+            Some(s) => {
+                if !s.options.is_empty() {
+                    opts.push(',');
+                    opts.push_str(&s.options);
+                }
+                if process_alive(s.pid) {
+                    opts.push_str(&format!(",pid={}", s.pid));
+                } else {
+                    opts.push_str(",server=dead");
+                }
+                s.format
+            }
+            None => "unknown".to_owned(),
+        };
+        writeln!(
+            out,
+            "{} {} {} {}",
+            escape(&m.source),
+            escape(&m.mountpoint.to_string_lossy()),
+            format,
+            opts
+        )?;
+    }
+    Ok(0)
+}

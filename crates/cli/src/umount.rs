@@ -1,0 +1,56 @@
+//! `foliofs umount`: unmount a foliofs mount, also one whose server died.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::mount_state::{process_alive, MountState};
+
+/// How long to wait for the server to exit once its mount is gone.
+const SERVER_EXIT_WAIT: Duration = Duration::from_secs(10);
+
+/// Unmount a foliofs mount.
+#[derive(clap::Args, Debug)]
+pub struct UmountArgs {
+    /// The mount point.
+    pub mountpoint: PathBuf,
+}
+
+/// The absolute path of `p` without touching `p` itself: the root of a
+/// mount whose server is dead cannot be stat'ed.
+fn mount_path(p: &Path) -> anyhow::Result<PathBuf> {
+    let abs = std::path::absolute(p).with_context(|| format!("{}: bad path", p.display()))?;
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => Ok(parent
+            .canonicalize()
+            .with_context(|| parent.display().to_string())?
+            .join(name)),
+        _ => Ok(abs),
+    }
+}
+
+pub fn run(args: UmountArgs) -> anyhow::Result<i32> {
+    let path = mount_path(&args.mountpoint)?;
+    let Some(m) = foliofs_fuse::find_mount(&path)? else {
+        bail!("{}: not mounted", path.display());
+    };
+    if m.fs_type != foliofs_fuse::FS_TYPE {
+        bail!(
+            "{}: is a {} mount, not a foliofs one",
+            path.display(),
+            m.fs_type
+        );
+    }
+    let state = MountState::load(m.mount_id);
+    foliofs_fuse::unmount(&path).with_context(|| format!("cannot unmount {}", path.display()))?;
+    if let Some(s) = state {
+        // Wait for the server, so the image is no longer open when we return.
+        let start = Instant::now();
+        while process_alive(s.pid) && start.elapsed() < SERVER_EXIT_WAIT {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        MountState::remove(s.mount_id, s.pid);
+    }
+    Ok(0)
+}
