@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use foliofs_block::OpenOptions;
+use foliofs_erofs::Erofs;
 use foliofs_romfs::RomFs;
 use foliofs_vfs::FileSystem;
 
@@ -23,6 +24,7 @@ const PROBE_LEN: usize = 4096;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Romfs,
+    Erofs,
 }
 
 impl Format {
@@ -30,6 +32,7 @@ impl Format {
     pub fn name(self) -> &'static str {
         match self {
             Format::Romfs => "romfs",
+            Format::Erofs => "erofs",
         }
     }
 
@@ -38,6 +41,9 @@ impl Format {
         if foliofs_romfs::is_romfs(head) {
             return Some(Format::Romfs);
         }
+        if head.get(1024..1028) == Some(&foliofs_erofs::superblock::MAGIC.to_le_bytes()[..]) {
+            return Some(Format::Erofs);
+        }
         None
     }
 }
@@ -45,6 +51,7 @@ impl Format {
 /// An open image.
 pub enum Image {
     Romfs(Arc<RomFs>),
+    Erofs(Arc<Erofs>),
 }
 
 impl Image {
@@ -52,12 +59,14 @@ impl Image {
     pub fn fs(&self) -> Arc<dyn FileSystem> {
         match self {
             Image::Romfs(r) => r.clone(),
+            Image::Erofs(e) => e.clone(),
         }
     }
 
     pub fn format(&self) -> Format {
         match self {
             Image::Romfs(_) => Format::Romfs,
+            Image::Erofs(_) => Format::Erofs,
         }
     }
 }
@@ -78,10 +87,30 @@ pub fn detect(path: &Path) -> anyhow::Result<Format> {
 
 /// Detects the format of `path` and opens it.
 pub fn open(path: &Path, opts: &OpenOptions) -> anyhow::Result<Image> {
+    open_with_devices(path, opts, &[])
+}
+
+/// As [`open`], with the extra devices (`-o device=PATH`, in order) an EROFS
+/// image's device table names.
+pub fn open_with_devices(
+    path: &Path,
+    opts: &OpenOptions,
+    devices: &[PathBuf],
+) -> anyhow::Result<Image> {
     let format = detect(path)?;
+    if !devices.is_empty() && format != Format::Erofs {
+        bail!(
+            "{}: option `device` is only for EROFS images ({} has no extra devices)",
+            path.display(),
+            format.name()
+        );
+    }
     let ctx = || format!("{}: cannot open {} image", path.display(), format.name());
     Ok(match format {
         Format::Romfs => Image::Romfs(Arc::new(RomFs::open(path, opts).with_context(ctx)?)),
+        Format::Erofs => Image::Erofs(Arc::new(
+            Erofs::open(path, opts, devices).with_context(ctx)?,
+        )),
     })
 }
 
@@ -131,7 +160,7 @@ fn describe(head: &[u8]) -> String {
         })
         .collect();
     format!(
-        "found {shown:?} at offset 0 (romfs starts with \"-rom1fs-\"; EROFS has e2 e1 f5 e0 at offset 1024)"
+        "found \"{shown}\" at offset 0 (romfs starts with \"-rom1fs-\"; EROFS has e2 e1 f5 e0 at offset 1024)"
     )
 }
 
@@ -140,8 +169,9 @@ fn describe(head: &[u8]) -> String {
 pub struct ImageArgs {
     /// The image file or block device.
     pub image: PathBuf,
-    /// Mount-style options: `largeblocks`, `blocksize=N`, `direct`
-    /// (comma-separated; may be repeated).
+    /// Mount-style options: `largeblocks`, `blocksize=N`, `direct`,
+    /// `device=PATH` for an EROFS extra device (comma-separated; may be
+    /// repeated).
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
 }
@@ -154,11 +184,26 @@ impl ImageArgs {
 
     /// Detects and opens the image.
     pub fn open(&self) -> anyhow::Result<Image> {
-        open(&self.image, &self.open_options()?)
+        open_with_devices(&self.image, &self.open_options()?, &self.devices())
+    }
+
+    /// The extra devices named with `device=PATH`, in order.
+    pub fn devices(&self) -> Vec<PathBuf> {
+        parse_devices(&self.options)
     }
 }
 
-/// Parses `-o` option strings into [`OpenOptions`].
+/// The `device=PATH` items of `-o` option strings, in order.
+pub fn parse_devices(opts: &[String]) -> Vec<PathBuf> {
+    opts.iter()
+        .flat_map(|s| s.split(','))
+        .filter_map(|item| item.strip_prefix("device="))
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// Parses `-o` option strings into [`OpenOptions`] (`device=PATH` items are
+/// taken by [`parse_devices`]).
 pub fn parse_options(opts: &[String]) -> anyhow::Result<OpenOptions> {
     use foliofs_block::{BlockSizeChoice, IoMode};
     let mut o = OpenOptions::default();
@@ -171,6 +216,7 @@ pub fn parse_options(opts: &[String]) -> anyhow::Result<OpenOptions> {
             None if item == "largeblocks" => o.block_size = BlockSizeChoice::LargeBlocks,
             None if item == "direct" || item == "dio" => o.io_mode = IoMode::Direct,
             None if item == "buffered" => o.io_mode = IoMode::Buffered,
+            Some(("device", _)) => {}
             Some(("blocksize", v)) => {
                 let n = parse_size(v).with_context(|| format!("bad blocksize {v:?}"))?;
                 let n = u32::try_from(n).ok().filter(|n| {

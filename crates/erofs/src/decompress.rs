@@ -1,0 +1,76 @@
+//! Turning a physical cluster into its decompressed extent.
+
+use foliofs_vfs::{Error, Result};
+
+use crate::zmap::{ZExtent, ZFormat};
+
+/// How many trailing-zero trims are tried on an LZ4 cluster written without
+/// 0PADDING before it is declared corrupt.
+const MAX_TRIMS: usize = 64;
+
+/// Decompresses `src` (the physical cluster, `ext.plen` bytes) into the
+/// `ext.llen` bytes of the extent. `zero_padding` says the LZ4 stream is
+/// right-aligned behind zeros; `block_size` bounds that zero run as the
+/// kernel does. A stream may encode up to `slack` bytes more than its extent
+/// (mkfs's legacy mode starts the next extent at a cluster boundary inside
+/// it); like the kernel's partial decoding, the excess is dropped.
+pub fn decompress(
+    ext: &ZExtent,
+    src: &[u8],
+    zero_padding: bool,
+    block_size: u64,
+    slack: usize,
+) -> Result<Vec<u8>> {
+    let llen = ext.llen as usize;
+    let bad =
+        |what: String| Error::corrupt(ext.pa, format!("extent at file offset {}: {what}", ext.la));
+    match ext.format {
+        ZFormat::Shifted => {
+            if src.len() < llen {
+                return Err(bad("uncompressed extent longer than its cluster".into()));
+            }
+            Ok(src[..llen].to_vec())
+        }
+        ZFormat::Interlaced => {
+            if src.len() < llen || src.is_empty() {
+                return Err(bad("uncompressed extent longer than its cluster".into()));
+            }
+            let start = (ext.la % block_size) as usize % src.len();
+            let mut out = Vec::with_capacity(llen);
+            let first = (src.len() - start).min(llen);
+            out.extend_from_slice(&src[start..start + first]);
+            out.extend_from_slice(&src[..llen - first]);
+            Ok(out)
+        }
+        ZFormat::Lz4 => {
+            let mut out = vec![0u8; llen + slack];
+            if zero_padding {
+                let window = src.len().min((block_size - ext.pa % block_size) as usize);
+                let skip = src[..window]
+                    .iter()
+                    .position(|&b| b != 0)
+                    .ok_or_else(|| bad("LZ4 cluster starts with a block of zeros".into()))?;
+                let n = lz4_flex::block::decompress_into(&src[skip..], &mut out)
+                    .map_err(|e| bad(format!("LZ4 data does not decode: {e}")))?;
+                if n < llen {
+                    return Err(bad(format!("LZ4 data decodes to {n} bytes, not {llen}")));
+                }
+                out.truncate(llen);
+                return Ok(out);
+            }
+            // Without 0PADDING the stream is left-aligned and followed by
+            // zeros; it ends at the first point where a decode yields the
+            // whole extent.
+            let last = src.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+            for end in (last..=src.len()).take(MAX_TRIMS) {
+                if let Ok(n) = lz4_flex::block::decompress_into(&src[..end], &mut out) {
+                    if n >= llen {
+                        out.truncate(llen);
+                        return Ok(out);
+                    }
+                }
+            }
+            Err(bad("LZ4 data does not decode to the extent length".into()))
+        }
+    }
+}

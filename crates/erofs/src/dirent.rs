@@ -1,0 +1,165 @@
+//! Directory blocks: 12-byte entries at the front, names packed behind them.
+
+use foliofs_vfs::{Error, FileType, Result};
+
+/// Size of one on-disk directory entry.
+pub const DIRENT_SIZE: usize = 12;
+
+/// One entry of a directory block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dirent<'a> {
+    pub nid: u64,
+    /// The on-disk file type (1 reg .. 7 symlink).
+    pub file_type: u8,
+    pub name: &'a [u8],
+}
+
+impl Dirent<'_> {
+    /// The entry's file type, if it is one EROFS defines.
+    pub fn kind(&self) -> Option<FileType> {
+        Some(match self.file_type {
+            1 => FileType::RegularFile,
+            2 => FileType::Directory,
+            3 => FileType::CharDevice,
+            4 => FileType::BlockDevice,
+            5 => FileType::Fifo,
+            6 => FileType::Socket,
+            7 => FileType::Symlink,
+            _ => return None,
+        })
+    }
+}
+
+/// A checked view of one directory block (`data` is the block's valid bytes;
+/// the last block of a directory may be shorter than the block size).
+#[derive(Clone, Copy, Debug)]
+pub struct DirBlock<'a> {
+    data: &'a [u8],
+    count: usize,
+    /// Image position of the block, for error messages.
+    pos: u64,
+}
+
+impl<'a> DirBlock<'a> {
+    /// Validates the entry table of a directory block.
+    pub fn new(data: &'a [u8], pos: u64) -> Result<DirBlock<'a>> {
+        let bad = |what: String| Error::corrupt(pos, format!("directory block: {what}"));
+        if data.len() < DIRENT_SIZE {
+            return Err(bad(format!("{} bytes cannot hold an entry", data.len())));
+        }
+        let first = usize::from(u16::from_le_bytes([data[8], data[9]]));
+        if first < DIRENT_SIZE || first % DIRENT_SIZE != 0 || first >= data.len() {
+            return Err(bad(format!(
+                "first name offset {first} is not a multiple of 12 inside the {}-byte block",
+                data.len()
+            )));
+        }
+        let count = first / DIRENT_SIZE;
+        let mut prev = first;
+        for i in 1..count {
+            let off = nameoff(data, i);
+            if off <= prev || off > data.len() {
+                return Err(bad(format!(
+                    "name offset {off} of entry {i} is out of order or beyond the block"
+                )));
+            }
+            prev = off;
+        }
+        Ok(DirBlock { data, count, pos })
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Entry `i` (< `len()`).
+    pub fn get(&self, i: usize) -> Dirent<'a> {
+        let at = i * DIRENT_SIZE;
+        let d = self.data;
+        let start = nameoff(d, i);
+        let end = if i + 1 < self.count {
+            nameoff(d, i + 1)
+        } else {
+            // The last name runs to a NUL or to the end of the block.
+            let tail = &d[start..];
+            start + tail.iter().position(|&b| b == 0).unwrap_or(tail.len())
+        };
+        Dirent {
+            nid: u64::from_le_bytes(d[at..at + 8].try_into().expect("8 bytes")),
+            file_type: d[at + 10],
+            name: &d[start..end],
+        }
+    }
+
+    /// Image position of entry `i`'s record.
+    pub fn entry_pos(&self, i: usize) -> u64 {
+        self.pos + (i * DIRENT_SIZE) as u64
+    }
+
+    /// Binary search for `name` (entries are sorted by byte order).
+    pub fn find(&self, name: &[u8]) -> std::result::Result<usize, usize> {
+        let (mut lo, mut hi) = (0, self.count);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.get(mid).name.cmp(name) {
+                std::cmp::Ordering::Equal => return Ok(mid),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        Err(lo)
+    }
+}
+
+fn nameoff(data: &[u8], i: usize) -> usize {
+    let at = i * DIRENT_SIZE + 8;
+    usize::from(u16::from_le_bytes([data[at], data[at + 1]]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(names: &[&str]) -> Vec<u8> {
+        let mut b = vec![0u8; 12 * names.len()];
+        let mut off = b.len();
+        for (i, n) in names.iter().enumerate() {
+            b[i * 12..i * 12 + 8].copy_from_slice(&(i as u64 + 40).to_le_bytes());
+            b[i * 12 + 8..i * 12 + 10].copy_from_slice(&(off as u16).to_le_bytes());
+            b[i * 12 + 10] = 1;
+            off += n.len();
+        }
+        for n in names {
+            b.extend_from_slice(n.as_bytes());
+        }
+        b.resize(64.max(b.len()), 0);
+        b
+    }
+
+    #[test]
+    fn lists_and_searches() {
+        let raw = block(&[".", "..", "abc", "b", "zz"]);
+        let d = DirBlock::new(&raw, 0).unwrap();
+        assert_eq!(d.len(), 5);
+        assert_eq!(d.get(4).name, b"zz");
+        assert_eq!(d.find(b"b"), Ok(3));
+        assert_eq!(d.find(b"c"), Err(4));
+        assert_eq!(d.get(2).kind(), Some(FileType::RegularFile));
+    }
+
+    #[test]
+    fn rejects_bad_offsets() {
+        let mut raw = block(&["a", "b"]);
+        raw[20] = 0xff;
+        assert!(DirBlock::new(&raw, 0).unwrap_err().is_corrupt());
+        assert!(DirBlock::new(&[0u8; 5], 0).is_err());
+        let mut raw = block(&["a"]);
+        raw[8] = 7;
+        assert!(DirBlock::new(&raw, 0).is_err());
+    }
+}

@@ -1,0 +1,248 @@
+//! A full consistency check: every inode reachable from the root, every
+//! directory block, every byte of file data and every xattr.
+
+use std::collections::HashMap;
+
+use foliofs_vfs::{Error, FileType, Scratch};
+
+use crate::dirent::DIRENT_SIZE;
+use crate::Erofs;
+
+/// What a check found.
+#[derive(Debug, Default)]
+pub struct FsckReport {
+    pub directories: u64,
+    pub files: u64,
+    pub symlinks: u64,
+    pub specials: u64,
+    /// Bytes of file data read (and decompressed) end to end.
+    pub data_bytes: u64,
+    pub xattrs: u64,
+    /// One line per problem: the path and the error.
+    pub errors: Vec<String>,
+}
+
+impl FsckReport {
+    pub fn is_clean(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+/// Errors beyond this many are counted but not listed.
+const MAX_LISTED: usize = 1000;
+
+impl Erofs {
+    /// Checks the whole image. Problems are collected, not fatal, so one
+    /// damaged file does not hide others.
+    pub fn fsck(&self) -> FsckReport {
+        let mut r = FsckReport::default();
+        let mut seen_dirs: HashMap<u64, ()> = HashMap::new();
+        let mut links: HashMap<u64, (u32, u32, String)> = HashMap::new();
+        let root = self.sb.root_nid;
+        // (nid, parent nid, path)
+        let mut stack = vec![(root, root, String::from("/"))];
+        let mut scratch = Scratch::new();
+        let mut errors = 0usize;
+        let mut note = |r: &mut FsckReport, path: &str, e: &dyn std::fmt::Display| {
+            errors += 1;
+            if r.errors.len() < MAX_LISTED {
+                r.errors.push(format!("{path}: {e}"));
+            }
+        };
+        while let Some((nid, parent, path)) = stack.pop() {
+            let inode = match self.inode(nid) {
+                Ok(i) => i,
+                Err(e) => {
+                    note(&mut r, &path, &e);
+                    continue;
+                }
+            };
+            match self.xattrs(&inode) {
+                Ok(list) => {
+                    for x in &list {
+                        r.xattrs += 1;
+                        if let Err(e) = self.xattr_value(x) {
+                            note(&mut r, &path, &e);
+                        }
+                    }
+                }
+                Err(e) => note(&mut r, &path, &e),
+            }
+            match inode.kind {
+                FileType::Directory => {
+                    if seen_dirs.insert(nid, ()).is_some() {
+                        note(
+                            &mut r,
+                            &path,
+                            &Error::corrupt(inode.pos, format!("directory {nid} is reached twice")),
+                        );
+                        continue;
+                    }
+                    r.directories += 1;
+                    let bs = u64::from(self.sb.block_size());
+                    let nblocks = inode.size.div_ceil(bs);
+                    let mut prev: Option<Vec<u8>> = None;
+                    let (mut dot, mut dotdot) = (false, false);
+                    for b in 0..nblocks {
+                        let res = self.with_dir_block(&inode, b, |blk| {
+                            let mut out = Vec::new();
+                            for i in 0..blk.len() {
+                                let e = blk.get(i);
+                                out.push((e.nid, e.file_type, e.name.to_vec(), blk.entry_pos(i)));
+                            }
+                            Ok(out)
+                        });
+                        let entries = match res {
+                            Ok(v) => v,
+                            Err(e) => {
+                                note(&mut r, &path, &e);
+                                break;
+                            }
+                        };
+                        for (child, ftype, name, pos) in entries {
+                            let bad = |what: String| Error::corrupt(pos, what);
+                            if name.is_empty() || name.len() > 255 || name.contains(&b'/') {
+                                note(
+                                    &mut r,
+                                    &path,
+                                    &bad(format!(
+                                        "invalid name {:?}",
+                                        String::from_utf8_lossy(&name)
+                                    )),
+                                );
+                                continue;
+                            }
+                            if let Some(p) = &prev {
+                                if *p >= name {
+                                    note(
+                                        &mut r,
+                                        &path,
+                                        &bad(format!(
+                                            "entry {:?} is out of order",
+                                            String::from_utf8_lossy(&name)
+                                        )),
+                                    );
+                                }
+                            }
+                            prev = Some(name.clone());
+                            if name == b"." {
+                                dot = true;
+                                if child != nid {
+                                    note(
+                                        &mut r,
+                                        &path,
+                                        &bad(format!("\".\" names nid {child}, not {nid}")),
+                                    );
+                                }
+                                continue;
+                            }
+                            if name == b".." {
+                                dotdot = true;
+                                if child != parent {
+                                    note(
+                                        &mut r,
+                                        &path,
+                                        &bad(format!("\"..\" names nid {child}, not {parent}")),
+                                    );
+                                }
+                                continue;
+                            }
+                            let child_path = if path == "/" {
+                                format!("/{}", String::from_utf8_lossy(&name))
+                            } else {
+                                format!("{path}/{}", String::from_utf8_lossy(&name))
+                            };
+                            match self.inode(child) {
+                                Ok(ci) => {
+                                    let expect = crate::dirent::Dirent {
+                                        nid: child,
+                                        file_type: ftype,
+                                        name: &name,
+                                    }
+                                    .kind();
+                                    if expect != Some(ci.kind) {
+                                        note(
+                                            &mut r,
+                                            &child_path,
+                                            &bad(format!(
+                                                "entry type {ftype} does not match the inode's {}",
+                                                ci.kind.short_name()
+                                            )),
+                                        );
+                                    }
+                                    if ci.kind != FileType::Directory {
+                                        let l = links.entry(child).or_insert((
+                                            0,
+                                            ci.nlink,
+                                            child_path.clone(),
+                                        ));
+                                        l.0 += 1;
+                                    }
+                                    stack.push((child, nid, child_path));
+                                }
+                                Err(e) => note(&mut r, &child_path, &e),
+                            }
+                        }
+                    }
+                    if nblocks > 0 && (!dot || !dotdot) {
+                        note(
+                            &mut r,
+                            &path,
+                            &Error::corrupt(inode.pos, "directory lacks \".\" or \"..\""),
+                        );
+                    }
+                    let _ = DIRENT_SIZE;
+                }
+                FileType::RegularFile | FileType::Symlink => {
+                    if inode.kind == FileType::RegularFile {
+                        r.files += 1;
+                    } else {
+                        r.symlinks += 1;
+                    }
+                    let mut pos = 0u64;
+                    while pos < inode.size {
+                        let want = (inode.size - pos).min(1 << 20) as u32;
+                        match self.read_inode(&inode, pos, want, &mut scratch) {
+                            Ok(d) if d.len() == want as usize => pos += want as u64,
+                            Ok(d) => {
+                                note(
+                                    &mut r,
+                                    &path,
+                                    &Error::corrupt(
+                                        inode.pos,
+                                        format!(
+                                            "data ends at {} of {}",
+                                            pos + d.len() as u64,
+                                            inode.size
+                                        ),
+                                    ),
+                                );
+                                break;
+                            }
+                            Err(e) => {
+                                note(&mut r, &path, &e);
+                                break;
+                            }
+                        }
+                    }
+                    r.data_bytes += pos;
+                }
+                _ => r.specials += 1,
+            }
+        }
+        for (nid, (count, nlink, path)) in links {
+            if count > nlink {
+                note(
+                    &mut r,
+                    &path,
+                    &Error::corrupt(0, format!("nid {nid} has {count} names but nlink {nlink}")),
+                );
+            }
+        }
+        if errors > r.errors.len() {
+            let more = errors - r.errors.len();
+            r.errors.push(format!("... and {more} more"));
+        }
+        r
+    }
+}

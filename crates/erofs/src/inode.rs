@@ -1,0 +1,206 @@
+//! On-disk inodes: the 32-byte compact and 64-byte extended forms.
+
+use foliofs_vfs::{Error, FileType, Rdev, Result, Timespec};
+
+use crate::superblock::Superblock;
+
+/// How an inode's data is laid out (`i_format` bits 1..3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Contiguous blocks from `i_u` on.
+    FlatPlain,
+    /// Compressed, one 8-byte index per logical cluster.
+    CompressedFull,
+    /// Blocks from `i_u`, the tail inline after the inode.
+    FlatInline,
+    /// Compressed, packed ("compacted") indexes.
+    CompressedCompact,
+    /// A table of chunk addresses after the inode.
+    ChunkBased,
+}
+
+impl Layout {
+    pub fn is_compressed(self) -> bool {
+        matches!(self, Layout::CompressedFull | Layout::CompressedCompact)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::FlatPlain => "flat-plain",
+            Layout::CompressedFull => "compressed-full",
+            Layout::FlatInline => "flat-inline",
+            Layout::CompressedCompact => "compressed-compact",
+            Layout::ChunkBased => "chunk-based",
+        }
+    }
+}
+
+/// A parsed inode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inode {
+    pub nid: u64,
+    /// Byte position of the inode in the image.
+    pub pos: u64,
+    pub extended: bool,
+    pub layout: Layout,
+    pub xattr_icount: u16,
+    pub mode: u16,
+    pub kind: FileType,
+    pub nlink: u32,
+    pub size: u64,
+    /// The `i_u` union: block address, compressed block count, rdev or chunk format.
+    pub i_u: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: Timespec,
+}
+
+/// Largest number of bytes an inode occupies on disk.
+pub const MAX_INODE_SIZE: usize = 64;
+
+fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl Inode {
+    /// Where inode `nid` lives, or `None` when the address overflows.
+    pub fn position(sb: &Superblock, nid: u64) -> Option<u64> {
+        let base = u64::from(sb.meta_blkaddr) << sb.blkszbits;
+        nid.checked_mul(32)?.checked_add(base)
+    }
+
+    /// Parses inode `nid` from `raw` (32 bytes, or 64 for an extended one;
+    /// call with at least 32 and re-call with 64 when [`Inode::is_extended`]).
+    pub fn parse(sb: &Superblock, nid: u64, pos: u64, raw: &[u8]) -> Result<Inode> {
+        let format = le16(raw, 0);
+        let bad = |what: String| Error::corrupt(pos, format!("inode {nid}: {what}"));
+        if format & !0x0F != 0 {
+            return Err(bad(format!("unknown i_format bits {format:#06x}")));
+        }
+        let extended = format & 1 != 0;
+        if extended && raw.len() < 64 {
+            return Err(bad("extended inode truncated".into()));
+        }
+        let layout = match (format >> 1) & 7 {
+            0 => Layout::FlatPlain,
+            1 => Layout::CompressedFull,
+            2 => Layout::FlatInline,
+            3 => Layout::CompressedCompact,
+            4 => Layout::ChunkBased,
+            n => return Err(Error::Unsupported(format!("inode {nid}: data layout {n}"))),
+        };
+        let mode = le16(raw, 4);
+        let kind = FileType::from_mode(u32::from(mode))
+            .ok_or_else(|| bad(format!("invalid file type in mode {mode:#o}")))?;
+        let (nlink, size, i_u, uid, gid, mtime) = if extended {
+            let nsec = le32(raw, 0x28);
+            if nsec >= 1_000_000_000 {
+                return Err(bad(format!("mtime nanoseconds {nsec} out of range")));
+            }
+            (
+                le32(raw, 0x2C),
+                le64(raw, 0x08),
+                le32(raw, 0x10),
+                le32(raw, 0x18),
+                le32(raw, 0x1C),
+                Timespec::new(le64(raw, 0x20) as i64, nsec),
+            )
+        } else {
+            let nsec = if sb.fixed_nsec < 1_000_000_000 {
+                sb.fixed_nsec
+            } else {
+                0
+            };
+            (
+                u32::from(le16(raw, 6)),
+                u64::from(le32(raw, 0x08)),
+                le32(raw, 0x10),
+                u32::from(le16(raw, 0x18)),
+                u32::from(le16(raw, 0x1A)),
+                Timespec::new(
+                    sb.epoch.wrapping_add(u64::from(le32(raw, 0x0C))) as i64,
+                    nsec,
+                ),
+            )
+        };
+        if size > i64::MAX as u64 {
+            return Err(bad(format!("size {size} out of range")));
+        }
+        let data_kind = matches!(
+            kind,
+            FileType::RegularFile | FileType::Directory | FileType::Symlink
+        );
+        if !data_kind && size != 0 {
+            return Err(bad(format!("{} with size {size}", kind.short_name())));
+        }
+        if layout.is_compressed() && kind != FileType::RegularFile {
+            return Err(Error::Unsupported(format!(
+                "inode {nid}: compressed {}",
+                kind.short_name()
+            )));
+        }
+        Ok(Inode {
+            nid,
+            pos,
+            extended,
+            layout,
+            xattr_icount: le16(raw, 2),
+            mode,
+            kind,
+            nlink,
+            size,
+            i_u,
+            uid,
+            gid,
+            mtime,
+        })
+    }
+
+    /// True when `raw`'s first bytes announce the 64-byte form.
+    pub fn is_extended(raw: &[u8]) -> bool {
+        raw[0] & 1 != 0
+    }
+
+    /// Bytes of the inode core.
+    pub fn inode_size(&self) -> u64 {
+        if self.extended {
+            64
+        } else {
+            32
+        }
+    }
+
+    /// Bytes of inline xattrs after the core.
+    pub fn xattr_size(&self) -> u64 {
+        if self.xattr_icount == 0 {
+            0
+        } else {
+            12 + 4 * (u64::from(self.xattr_icount) - 1)
+        }
+    }
+
+    /// Where the data after the inode and its xattrs begins (inline tail,
+    /// chunk table, compression map header).
+    pub fn trailer_pos(&self) -> u64 {
+        self.pos + self.inode_size() + self.xattr_size()
+    }
+
+    /// Permission bits.
+    pub fn perm(&self) -> u16 {
+        self.mode & 0o7777
+    }
+
+    /// The device number of a device node.
+    pub fn rdev(&self) -> Rdev {
+        match self.kind {
+            FileType::BlockDevice | FileType::CharDevice => Rdev::from_new_encoding(self.i_u),
+            _ => Rdev::default(),
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Extended attributes: the in-inode body (a header, shared ids, then
+//! entries), the shared area, name prefix indexes and long prefixes.
+
+use foliofs_vfs::{Error, Result};
+
+use crate::inode::Inode;
+use crate::Erofs;
+
+/// Size of the in-inode xattr header.
+const IBODY_HEADER: u64 = 12;
+/// Bit of `e_name_index` selecting a long prefix.
+pub const LONG_PREFIX: u8 = 0x80;
+
+/// The name prefix of a built-in index, as the kernel lists it. Index 5
+/// (Lustre) has no handler in Linux and is neither listed nor found.
+pub fn base_prefix(index: u8) -> Option<&'static [u8]> {
+    Some(match index {
+        1 => b"user.",
+        2 => b"system.posix_acl_access",
+        3 => b"system.posix_acl_default",
+        4 => b"trusted.",
+        6 => b"security.",
+        _ => return None,
+    })
+}
+
+/// A long xattr name prefix from the prefix table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LongPrefix {
+    pub base_index: u8,
+    pub infix: Vec<u8>,
+}
+
+/// One attribute: full name and where its value lies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XattrEntry {
+    pub name: Vec<u8>,
+    pub value_pos: u64,
+    pub value_len: u16,
+}
+
+impl Erofs {
+    /// Loads the long-prefix table named by the superblock.
+    pub(crate) fn load_prefixes(&self) -> Result<Vec<LongPrefix>> {
+        let count = self.sb.xattr_prefix_count;
+        let mut out = Vec::with_capacity(usize::from(count));
+        if count == 0 {
+            return Ok(out);
+        }
+        let packed = if self.sb.packed_nid != 0 {
+            Some(self.inode(self.sb.packed_nid)?)
+        } else {
+            None
+        };
+        let mut pos = u64::from(self.sb.xattr_prefix_start) * 4;
+        for i in 0..count {
+            pos = pos.div_ceil(4) * 4;
+            let mut len = [0u8; 2];
+            self.prefix_bytes(packed.as_ref(), pos, &mut len)?;
+            let len = usize::from(u16::from_le_bytes(len));
+            if len == 0 {
+                return Err(Error::corrupt(
+                    pos,
+                    format!("long xattr prefix {i} is empty"),
+                ));
+            }
+            let mut body = vec![0u8; len];
+            self.prefix_bytes(packed.as_ref(), pos + 2, &mut body)?;
+            if base_prefix(body[0]).is_none() {
+                return Err(Error::corrupt(
+                    pos,
+                    format!("long xattr prefix {i} has unknown base index {}", body[0]),
+                ));
+            }
+            out.push(LongPrefix {
+                base_index: body[0],
+                infix: body[1..].to_vec(),
+            });
+            pos += 2 + len as u64;
+        }
+        Ok(out)
+    }
+
+    fn prefix_bytes(&self, packed: Option<&Inode>, pos: u64, buf: &mut [u8]) -> Result<()> {
+        match packed {
+            None => self.meta(pos, buf),
+            Some(inode) => {
+                let got = self.read_to_vec(inode, pos, buf.len())?;
+                if got.len() != buf.len() {
+                    return Err(Error::corrupt(
+                        pos,
+                        "long xattr prefix lies beyond the packed inode",
+                    ));
+                }
+                buf.copy_from_slice(&got);
+                Ok(())
+            }
+        }
+    }
+
+    /// The full name for `index` + `suffix`, or `None` when the kernel would
+    /// not show this attribute.
+    fn full_name(&self, index: u8, suffix: &[u8], at: u64) -> Result<Option<Vec<u8>>> {
+        if index & LONG_PREFIX != 0 {
+            let i = usize::from(index & !LONG_PREFIX);
+            let p = self.prefixes.get(i).ok_or_else(|| {
+                Error::corrupt(
+                    at,
+                    format!("xattr names long prefix {i} of {}", self.prefixes.len()),
+                )
+            })?;
+            let base = base_prefix(p.base_index).expect("checked at load");
+            let mut n = Vec::with_capacity(base.len() + p.infix.len() + suffix.len());
+            n.extend_from_slice(base);
+            n.extend_from_slice(&p.infix);
+            n.extend_from_slice(suffix);
+            return Ok(Some(n));
+        }
+        Ok(base_prefix(index).map(|base| {
+            let mut n = base.to_vec();
+            n.extend_from_slice(suffix);
+            n
+        }))
+    }
+
+    /// Reads the entry at `pos`; returns it (if visible) and its aligned size.
+    fn xattr_entry(&self, pos: u64) -> Result<(Option<XattrEntry>, u64)> {
+        let mut h = [0u8; 4];
+        self.meta(pos, &mut h)?;
+        let name_len = usize::from(h[0]);
+        let value_len = u16::from_le_bytes([h[2], h[3]]);
+        let mut suffix = vec![0u8; name_len];
+        self.meta(pos + 4, &mut suffix)?;
+        let size = (4 + name_len as u64 + u64::from(value_len)).div_ceil(4) * 4;
+        let entry = self.full_name(h[1], &suffix, pos)?.map(|name| XattrEntry {
+            name,
+            value_pos: pos + 4 + name_len as u64,
+            value_len,
+        });
+        Ok((entry, size))
+    }
+
+    /// Every attribute of `inode`, shared ones first (the kernel's order).
+    pub fn xattrs(&self, inode: &Inode) -> Result<Vec<XattrEntry>> {
+        let mut out = Vec::new();
+        if inode.xattr_icount == 0 {
+            return Ok(out);
+        }
+        let body = inode.pos + inode.inode_size();
+        let total = inode.xattr_size();
+        let mut h = [0u8; 12];
+        self.meta(body, &mut h)?;
+        let shared = u64::from(h[4]);
+        if IBODY_HEADER + 4 * shared > total {
+            return Err(Error::corrupt(
+                body,
+                format!(
+                    "inode {}: {shared} shared xattrs do not fit its {total}-byte xattr body",
+                    inode.nid
+                ),
+            ));
+        }
+        let shared_base = u64::from(self.sb.xattr_blkaddr) << self.sb.blkszbits;
+        for k in 0..shared {
+            let mut id = [0u8; 4];
+            self.meta(body + IBODY_HEADER + 4 * k, &mut id)?;
+            let pos = shared_base + 4 * u64::from(u32::from_le_bytes(id));
+            let (e, _) = self.xattr_entry(pos)?;
+            out.extend(e);
+        }
+        let mut pos = body + IBODY_HEADER + 4 * shared;
+        let end = body + total;
+        while pos < end {
+            let (e, size) = self.xattr_entry(pos)?;
+            if pos + size > end {
+                return Err(Error::corrupt(
+                    pos,
+                    format!("inode {}: xattr entry runs past the xattr body", inode.nid),
+                ));
+            }
+            out.extend(e);
+            pos += size;
+        }
+        Ok(out)
+    }
+
+    /// The value of `entry`.
+    pub fn xattr_value(&self, entry: &XattrEntry) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; usize::from(entry.value_len)];
+        self.meta(entry.value_pos, &mut v)?;
+        Ok(v)
+    }
+}

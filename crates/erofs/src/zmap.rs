@@ -1,0 +1,574 @@
+//! Compressed files: the map header, logical-cluster indexes (full and
+//! compact) and the mapping from a file offset to its compressed extent.
+//!
+//! The walk follows the kernel's `zmap.c` rules so the same images map the
+//! same way; every step that follows a stored distance moves strictly in one
+//! direction and every index read is bounds-checked, so a hostile image
+//! cannot make it loop.
+
+use foliofs_vfs::{Error, Result};
+
+use crate::inode::{Inode, Layout};
+use crate::superblock::{algorithm_name, ALG_LZ4, INCOMPAT_COMPR_CFGS};
+use crate::Erofs;
+
+pub const TYPE_PLAIN: u8 = 0;
+pub const TYPE_HEAD1: u8 = 1;
+pub const TYPE_NONHEAD: u8 = 2;
+pub const TYPE_HEAD2: u8 = 3;
+
+/// `Z_EROFS_LI_D0_CBLKCNT`: delta[0] holds a compressed block count.
+const D0_CBLKCNT: u32 = 1 << 11;
+
+pub const ADVISE_COMPACTED_2B: u16 = 0x1;
+pub const ADVISE_BIG_PCLUSTER_1: u16 = 0x2;
+pub const ADVISE_BIG_PCLUSTER_2: u16 = 0x4;
+pub const ADVISE_INLINE_PCLUSTER: u16 = 0x8;
+pub const ADVISE_INTERLACED_PCLUSTER: u16 = 0x10;
+pub const ADVISE_FRAGMENT_PCLUSTER: u16 = 0x20;
+
+/// Largest physical cluster the kernel accepts.
+pub const MAX_PCLUSTER: u64 = 1 << 20;
+/// Largest decompressed extent this reader will materialise.
+pub const MAX_EXTENT: u64 = 16 << 20;
+
+/// Per-inode compression facts from the map header.
+#[derive(Clone, Debug)]
+pub struct ZInfo {
+    pub advise: u16,
+    pub algorithms: [u8; 2],
+    pub lclusterbits: u32,
+    pub idata_size: u16,
+    /// Image position of the map header.
+    pub header_pos: u64,
+    compact: bool,
+    total: u64,
+    /// For ztailpacking: the head logical cluster of the last extent and
+    /// where its inline data sits.
+    tail: Option<(u64, u64)>,
+}
+
+/// One decoded logical-cluster index.
+#[derive(Clone, Copy, Debug, Default)]
+struct Lcluster {
+    lcn: u64,
+    kind: u8,
+    clusterofs: u32,
+    pblk: u64,
+    delta: [u32; 2],
+    compressedblks: u32,
+    /// Image position just past this index's pack (ztailpacking data follows
+    /// the last pack).
+    nextpackoff: u64,
+    /// Image position of the index, for error messages.
+    pos: u64,
+}
+
+/// How an extent's bytes are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZFormat {
+    /// Uncompressed, starting at the physical cluster's first byte.
+    Shifted,
+    /// Uncompressed, rotated by the extent's offset within a block.
+    Interlaced,
+    Lz4,
+}
+
+/// A decompressed extent and where its source lies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZExtent {
+    /// Logical start and length (the whole extent, whatever offset was asked).
+    pub la: u64,
+    pub llen: u64,
+    /// Image position and length of the physical cluster.
+    pub pa: u64,
+    pub plen: u64,
+    /// The physical cluster is inline in the metadata (ztailpacking).
+    pub inline: bool,
+    pub format: ZFormat,
+}
+
+impl Erofs {
+    /// Reads the map header of compressed `inode`.
+    pub(crate) fn zinfo(&self, inode: &Inode) -> Result<ZInfo> {
+        let header_pos = inode.trailer_pos().div_ceil(8) * 8;
+        let mut h = [0u8; 8];
+        self.meta(header_pos, &mut h)?;
+        let bad = |what: String| Error::corrupt(header_pos, format!("inode {}: {what}", inode.nid));
+        if h[7] & 0x80 != 0 {
+            return Err(Error::Unsupported(format!(
+                "inode {}: data kept in a fragment (fragments feature)",
+                inode.nid
+            )));
+        }
+        let advise = u16::from_le_bytes([h[4], h[5]]);
+        if advise & ADVISE_FRAGMENT_PCLUSTER != 0 {
+            return Err(Error::Unsupported(format!(
+                "inode {}: tail kept in a fragment (fragments feature)",
+                inode.nid
+            )));
+        }
+        let algorithms = [h[6] & 15, h[6] >> 4];
+        let lclusterbits = u32::from(self.sb.blkszbits) + u32::from(h[7] & 15);
+        let compact = inode.layout == Layout::CompressedCompact;
+        let big = advise & (ADVISE_BIG_PCLUSTER_1 | ADVISE_BIG_PCLUSTER_2) != 0;
+        if big && !self.sb.has_incompat(INCOMPAT_COMPR_CFGS) {
+            return Err(bad("big pclusters without the superblock feature".into()));
+        }
+        if compact && (advise & ADVISE_BIG_PCLUSTER_1 == 0) != (advise & ADVISE_BIG_PCLUSTER_2 == 0)
+        {
+            return Err(bad(
+                "compact indexes with inconsistent big pcluster flags".into()
+            ));
+        }
+        if compact && lclusterbits > 14 {
+            return Err(bad(format!(
+                "logical cluster 2^{lclusterbits} too large for compact indexes"
+            )));
+        }
+        let idata_size = if advise & ADVISE_INLINE_PCLUSTER != 0 {
+            u16::from_le_bytes([h[2], h[3]])
+        } else {
+            0
+        };
+        let mut z = ZInfo {
+            advise,
+            algorithms,
+            lclusterbits,
+            idata_size,
+            header_pos,
+            compact,
+            total: inode.size.div_ceil(1u64 << lclusterbits),
+            tail: None,
+        };
+        if idata_size != 0 && inode.size > 0 {
+            // The inline tail sits right after the index pack holding the
+            // last logical cluster.
+            let last = (inode.size - 1) >> lclusterbits;
+            let m = self.load_lcluster(inode, &z, last, false)?;
+            let inline_pos = m.nextpackoff;
+            let head = self.lookback_from(inode, &z, m, inode.size - 1)?;
+            z.tail = Some((head.lcn, inline_pos));
+        }
+        Ok(z)
+    }
+
+    fn load_lcluster(
+        &self,
+        inode: &Inode,
+        z: &ZInfo,
+        lcn: u64,
+        lookahead: bool,
+    ) -> Result<Lcluster> {
+        if lcn >= z.total {
+            return Err(Error::corrupt(
+                z.header_pos,
+                format!(
+                    "inode {}: logical cluster {lcn} beyond the {} the file has",
+                    inode.nid, z.total
+                ),
+            ));
+        }
+        if z.compact {
+            self.load_compact(inode, z, lcn, lookahead)
+        } else {
+            self.load_full(inode, z, lcn)
+        }
+    }
+
+    fn load_full(&self, inode: &Inode, z: &ZInfo, lcn: u64) -> Result<Lcluster> {
+        let pos = z.header_pos + 16 + lcn * 8;
+        let mut di = [0u8; 8];
+        self.meta(pos, &mut di)?;
+        let bad = |what: String| {
+            Error::corrupt(pos, format!("inode {}: lcluster {lcn}: {what}", inode.nid))
+        };
+        let advise = u16::from_le_bytes([di[0], di[1]]);
+        let mut m = Lcluster {
+            lcn,
+            kind: (advise & 3) as u8,
+            nextpackoff: pos + 8,
+            pos,
+            ..Default::default()
+        };
+        if m.kind == TYPE_NONHEAD {
+            m.clusterofs = 1 << z.lclusterbits;
+            m.delta[0] = u32::from(u16::from_le_bytes([di[4], di[5]]));
+            if m.delta[0] & D0_CBLKCNT != 0 {
+                if z.advise & (ADVISE_BIG_PCLUSTER_1 | ADVISE_BIG_PCLUSTER_2) == 0 {
+                    return Err(bad("block count without big pclusters".into()));
+                }
+                m.compressedblks = m.delta[0] & !D0_CBLKCNT;
+                m.delta[0] = 1;
+            }
+            m.delta[1] = u32::from(u16::from_le_bytes([di[6], di[7]]));
+        } else {
+            m.clusterofs = u32::from(u16::from_le_bytes([di[2], di[3]]));
+            if m.clusterofs >= 1 << z.lclusterbits {
+                return Err(bad(format!("cluster offset {} too large", m.clusterofs)));
+            }
+            m.pblk = u64::from(u32::from_le_bytes(di[4..8].try_into().expect("4 bytes")));
+        }
+        Ok(m)
+    }
+
+    fn load_compact(
+        &self,
+        inode: &Inode,
+        z: &ZInfo,
+        lcn: u64,
+        lookahead: bool,
+    ) -> Result<Lcluster> {
+        let ebase = z.header_pos + 8;
+        let initial_4b = ((32 - ebase % 32) / 4) & 7;
+        let compacted_2b = if z.advise & ADVISE_COMPACTED_2B != 0 && initial_4b < z.total {
+            (z.total - initial_4b) / 16 * 16
+        } else {
+            0
+        };
+        let mut pos = ebase;
+        let mut shift = 2u32;
+        let mut rel = lcn;
+        if rel >= initial_4b {
+            pos += initial_4b * 4;
+            rel -= initial_4b;
+            if rel < compacted_2b {
+                shift = 1;
+            } else {
+                pos += compacted_2b * 2;
+                rel -= compacted_2b;
+            }
+        }
+        pos += rel << shift;
+        let vcnt: u32 = if shift == 2 {
+            2
+        } else if z.lclusterbits <= 12 {
+            16
+        } else {
+            return Err(Error::Unsupported(format!(
+                "inode {}: 2-byte compact indexes with 2^{} logical clusters",
+                inode.nid, z.lclusterbits
+            )));
+        };
+        let pack_len = u64::from(vcnt) << shift;
+        let pack_pos = pos / pack_len * pack_len;
+        let mut pack = [0u8; 36];
+        self.meta(pack_pos, &mut pack[..pack_len as usize])?;
+        let bad = |what: String| {
+            Error::corrupt(pos, format!("inode {}: lcluster {lcn}: {what}", inode.nid))
+        };
+        let lobits = z.lclusterbits.max(12);
+        let encodebits = ((pack_len as u32 - 4) * 8) / vcnt;
+        let i = ((pos - pack_pos) >> shift) as i64;
+        let big = z.advise & ADVISE_BIG_PCLUSTER_1 != 0;
+        let decode = |idx: i64| -> (u32, u8) {
+            let bit = encodebits as usize * idx as usize;
+            let v = u32::from_le_bytes(pack[bit / 8..bit / 8 + 4].try_into().expect("4 bytes"))
+                >> (bit & 7);
+            (v & ((1 << lobits) - 1), ((v >> lobits) & 3) as u8)
+        };
+        let mut m = Lcluster {
+            lcn,
+            nextpackoff: pack_pos + pack_len,
+            pos,
+            ..Default::default()
+        };
+        let (lo, kind) = decode(i);
+        m.kind = kind;
+        if kind == TYPE_NONHEAD {
+            m.clusterofs = 1 << z.lclusterbits;
+            if lookahead {
+                let mut d1 = 0u32;
+                let mut j = i;
+                let mut last_lo = 0;
+                let mut ended = false;
+                while j < i64::from(vcnt) {
+                    let (l, t) = decode(j);
+                    last_lo = l;
+                    if t != TYPE_NONHEAD {
+                        ended = true;
+                        break;
+                    }
+                    d1 += 1;
+                    j += 1;
+                }
+                if !ended && last_lo & D0_CBLKCNT == 0 {
+                    d1 += last_lo.saturating_sub(1);
+                }
+                m.delta[1] = d1;
+            }
+            if lo & D0_CBLKCNT != 0 {
+                if !big {
+                    return Err(bad("block count without big pclusters".into()));
+                }
+                m.compressedblks = lo & !D0_CBLKCNT;
+                m.delta[0] = 1;
+                return Ok(m);
+            } else if i + 1 != i64::from(vcnt) {
+                m.delta[0] = lo;
+                return Ok(m);
+            }
+            // The last entry of a pack stores delta[1]; delta[0] comes from
+            // the entry before it.
+            let (plo, ptype) = decode(i - 1);
+            let plo = if ptype != TYPE_NONHEAD {
+                0
+            } else if plo & D0_CBLKCNT != 0 {
+                1
+            } else {
+                plo
+            };
+            m.delta[0] = plo + 1;
+            return Ok(m);
+        }
+        m.clusterofs = lo;
+        let mut nblk: i64;
+        let mut j = i;
+        if !big {
+            nblk = 1;
+            while j > 0 {
+                j -= 1;
+                let (l, t) = decode(j);
+                if t == TYPE_NONHEAD {
+                    j -= i64::from(l);
+                }
+                if j >= 0 {
+                    nblk += 1;
+                }
+            }
+        } else {
+            nblk = 0;
+            while j > 0 {
+                j -= 1;
+                let (l, t) = decode(j);
+                if t == TYPE_NONHEAD {
+                    if l & D0_CBLKCNT != 0 {
+                        j -= 1;
+                        nblk += i64::from(l & !D0_CBLKCNT);
+                        continue;
+                    }
+                    if l <= 1 {
+                        return Err(bad("plain delta of 1 in a big-pcluster pack".into()));
+                    }
+                    j -= i64::from(l) - 2;
+                    continue;
+                }
+                nblk += 1;
+            }
+        }
+        let at = pack_len as usize - 4;
+        let base = u32::from_le_bytes(pack[at..at + 4].try_into().expect("4 bytes"));
+        m.pblk = (i64::from(base) + nblk) as u64;
+        Ok(m)
+    }
+
+    /// From the lcluster `m` holding offset `ofs`, finds the head of the
+    /// extent holding `ofs` (the kernel's lookback).
+    fn lookback_from(&self, inode: &Inode, z: &ZInfo, m: Lcluster, ofs: u64) -> Result<Lcluster> {
+        let endoff = (ofs & ((1u64 << z.lclusterbits) - 1)) as u32;
+        let mut distance = match m.kind {
+            TYPE_PLAIN | TYPE_HEAD1 | TYPE_HEAD2 => {
+                if endoff >= m.clusterofs {
+                    return Ok(m);
+                }
+                if m.lcn == 0 {
+                    return Err(Error::corrupt(
+                        m.pos,
+                        format!("inode {}: logical cluster 0 starts mid-cluster", inode.nid),
+                    ));
+                }
+                1
+            }
+            _ => m.delta[0],
+        };
+        let mut cur = m;
+        loop {
+            if distance == 0 || u64::from(distance) > cur.lcn {
+                return Err(Error::corrupt(
+                    cur.pos,
+                    format!(
+                        "inode {}: lcluster {} looks back {distance} clusters",
+                        inode.nid, cur.lcn
+                    ),
+                ));
+            }
+            let prev = self.load_lcluster(inode, z, cur.lcn - u64::from(distance), false)?;
+            // A CBLKCNT seen on the way belongs to the head found here.
+            let blks = cur.compressedblks;
+            cur = prev;
+            match cur.kind {
+                TYPE_NONHEAD => distance = cur.delta[0],
+                _ => {
+                    if cur.compressedblks == 0 && distance == 1 {
+                        cur.compressedblks = blks;
+                    }
+                    return Ok(cur);
+                }
+            }
+        }
+    }
+
+    /// Maps byte `ofs` (< size) of compressed `inode` to its whole extent.
+    pub(crate) fn zmap(&self, inode: &Inode, z: &ZInfo, ofs: u64) -> Result<ZExtent> {
+        let bits = z.lclusterbits;
+        let first = self.load_lcluster(inode, z, ofs >> bits, false)?;
+        let head = self.lookback_from(inode, z, first, ofs)?;
+        let la = (head.lcn << bits) | u64::from(head.clusterofs);
+        let tail_inline = matches!(z.tail, Some((lcn, _)) if lcn == head.lcn);
+        let (pa, plen, inline) = if tail_inline {
+            let pos = z.tail.map(|t| t.1).unwrap_or(0);
+            let bs = u64::from(self.sb.block_size());
+            if pos % bs + u64::from(z.idata_size) > bs {
+                return Err(Error::corrupt(
+                    pos,
+                    format!(
+                        "inode {}: inline compressed tail crosses a block",
+                        inode.nid
+                    ),
+                ));
+            }
+            (pos, u64::from(z.idata_size), true)
+        } else {
+            let blks = self.compressed_blocks(inode, z, &head)?;
+            let pa = head
+                .pblk
+                .checked_mul(u64::from(self.sb.block_size()))
+                .ok_or_else(|| Error::corrupt(head.pos, "block address overflows"))?;
+            (pa, blks, false)
+        };
+        let llen = self.extent_len(inode, z, &head, la)?;
+        let format = if head.kind == TYPE_PLAIN {
+            if llen > plen {
+                return Err(Error::corrupt(
+                    head.pos,
+                    format!(
+                        "inode {}: uncompressed extent of {llen} bytes in a {plen}-byte cluster",
+                        inode.nid
+                    ),
+                ));
+            }
+            if z.advise & ADVISE_INTERLACED_PCLUSTER != 0 {
+                ZFormat::Interlaced
+            } else {
+                ZFormat::Shifted
+            }
+        } else {
+            let alg = if head.kind == TYPE_HEAD2 {
+                z.algorithms[1]
+            } else {
+                z.algorithms[0]
+            };
+            if self.sb.available_algorithms() & (1 << alg) == 0 {
+                return Err(Error::corrupt(
+                    head.pos,
+                    format!(
+                        "inode {}: extent uses {} which the superblock does not list",
+                        inode.nid,
+                        algorithm_name(alg)
+                    ),
+                ));
+            }
+            if alg != ALG_LZ4 {
+                return Err(Error::Unsupported(format!(
+                    "inode {}: {} compression",
+                    inode.nid,
+                    algorithm_name(alg)
+                )));
+            }
+            ZFormat::Lz4
+        };
+        Ok(ZExtent {
+            la,
+            llen,
+            pa,
+            plen,
+            inline,
+            format,
+        })
+    }
+
+    /// Size in bytes of the physical cluster headed by `head`.
+    fn compressed_blocks(&self, inode: &Inode, z: &ZInfo, head: &Lcluster) -> Result<u64> {
+        let big = match head.kind {
+            TYPE_HEAD1 => z.advise & ADVISE_BIG_PCLUSTER_1 != 0,
+            TYPE_HEAD2 => z.advise & ADVISE_BIG_PCLUSTER_2 != 0,
+            _ => false,
+        };
+        if !big {
+            return Ok(1u64 << z.lclusterbits);
+        }
+        let mut blks = head.compressedblks;
+        if blks == 0 {
+            let next = head.lcn + 1;
+            if next >= z.total {
+                blks = 1;
+            } else {
+                let m = self.load_lcluster(inode, z, next, false)?;
+                match m.kind {
+                    TYPE_NONHEAD => {
+                        if m.delta[0] != 1 || m.compressedblks == 0 {
+                            return Err(Error::corrupt(
+                                m.pos,
+                                format!(
+                                    "inode {}: big pcluster at lcluster {} has no block count",
+                                    inode.nid, head.lcn
+                                ),
+                            ));
+                        }
+                        blks = m.compressedblks;
+                    }
+                    _ => blks = 1,
+                }
+            }
+        }
+        let bytes = u64::from(blks) << self.sb.blkszbits;
+        if bytes > MAX_PCLUSTER {
+            return Err(Error::corrupt(
+                head.pos,
+                format!(
+                    "inode {}: physical cluster of {bytes} bytes exceeds {MAX_PCLUSTER}",
+                    inode.nid
+                ),
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// Decompressed length of the extent starting at `la` with head `head`:
+    /// up to the next head lcluster, or the end of the file.
+    fn extent_len(&self, inode: &Inode, z: &ZInfo, head: &Lcluster, la: u64) -> Result<u64> {
+        let bits = z.lclusterbits;
+        let mut lcn = head.lcn;
+        let limit = (la + MAX_EXTENT) >> bits;
+        loop {
+            if lcn << bits >= inode.size {
+                return Ok(inode.size - la);
+            }
+            if lcn > limit + 1 {
+                return Err(Error::corrupt(
+                    head.pos,
+                    format!(
+                        "inode {}: extent at {la} decompresses to more than {MAX_EXTENT} bytes",
+                        inode.nid
+                    ),
+                ));
+            }
+            let m = self.load_lcluster(inode, z, lcn, true)?;
+            let step = if m.kind == TYPE_NONHEAD {
+                m.delta[1].max(1)
+            } else if lcn != head.lcn {
+                let end = (lcn << bits) + u64::from(m.clusterofs);
+                if end <= la {
+                    return Err(Error::corrupt(
+                        m.pos,
+                        format!("inode {}: extent at {la} has no length", inode.nid),
+                    ));
+                }
+                return Ok((end - la).min(inode.size - la));
+            } else {
+                1
+            };
+            lcn += u64::from(step);
+        }
+    }
+}
