@@ -1,6 +1,9 @@
 //! `foliofs`: mount, build, check and benchmark romfs, EROFS and ramfs file
 //! systems in userspace.
 
+mod bench;
+mod inspect;
+mod mkfs;
 mod mount;
 mod mount_state;
 mod mounts;
@@ -24,6 +27,20 @@ enum Command {
     Umount(umount::UmountArgs),
     /// List live foliofs mounts with their source and effective options.
     Mounts(mounts::MountsArgs),
+    /// Measure foliofs beside the kernel's file systems (the patches' tables).
+    Bench(bench::BenchArgs),
+    /// Build an image from a directory tree.
+    Mkfs(mkfs::MkfsArgs),
+    /// Show an image's format, size, volume name, entry counts and checks.
+    Info(inspect::InfoArgs),
+    /// List a directory of an image.
+    Ls(inspect::LsArgs),
+    /// Write a file of an image to stdout.
+    Cat(inspect::CatArgs),
+    /// Recreate an image's tree (or part of it) in a directory.
+    Extract(inspect::ExtractArgs),
+    /// Check an image for damage; exit 0 when clean, 1 with one line per defect.
+    Fsck(inspect::FsckArgs),
 }
 
 fn main() {
@@ -46,6 +63,13 @@ fn run(cmd: Command) -> anyhow::Result<i32> {
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
         Command::Mounts(a) => mounts::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Mkfs(a) => mkfs::run(a),
+        Command::Info(a) => inspect::info(a),
+        Command::Ls(a) => inspect::ls(a),
+        Command::Cat(a) => inspect::cat(a),
+        Command::Extract(a) => inspect::extract(a),
+        Command::Fsck(a) => inspect::fsck(a),
     }
 }
 

@@ -8,7 +8,7 @@
 //! gives the same bytes.
 
 use std::collections::HashMap;
-use std::fs::{File, Metadata};
+use std::fs::Metadata;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -34,7 +34,7 @@ pub const MAX_IMAGE: u64 = 1 << 32;
 /// Why an image could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum MkfsError {
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: PathBuf,
         #[source]
@@ -533,7 +533,13 @@ pub fn build(
             source: std::io::Error::from_raw_os_error(libc::ENOTDIR),
         });
     }
-    let out = File::create(image).map_err(io_err(image))?;
+    let out = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(image)
+        .map_err(io_err(image))?;
     let out_md = out.metadata().map_err(io_err(image))?;
     let mut sc = Scanner {
         opts,

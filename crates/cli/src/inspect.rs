@@ -1,0 +1,996 @@
+//! Looking into images without mounting them: `info`, `ls`, `cat`,
+//! `extract` and `fsck`.
+//!
+//! `ls`, `cat` and `extract` only use the `FileSystem` trait, so they work
+//! for every format; `info` and `fsck` ask the format itself.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CString, OsStr, OsString};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context};
+use foliofs_vfs::{Attr, FileSystem, FileType, Ino, Scratch, Timespec};
+
+use crate::open::{self, Format, ImageArgs};
+
+/// Bytes asked for per read by `cat` and `extract`.
+const CHUNK: u32 = 1 << 20;
+
+// ---------------------------------------------------------------- info
+
+#[derive(clap::Args, Debug)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+}
+
+/// `foliofs info IMAGE`.
+pub fn info(args: InfoArgs) -> anyhow::Result<i32> {
+    let path = &args.image.image;
+    let opts = args.image.open_options()?;
+    match open::detect(path)? {
+        Format::Romfs => {
+            let r = foliofs_romfs::check::check(path, &opts)
+                .with_context(|| format!("{}: cannot read", path.display()))?;
+            let bs = foliofs_romfs::RomFs::open_unverified(path, &opts)
+                .map(|fs| fs.block_dev().block_size())
+                .ok();
+            println!("format:          romfs");
+            println!("image size:      {} bytes", r.image_size);
+            println!("declared size:   {} bytes", r.declared_size);
+            println!(
+                "volume name:     {}",
+                String::from_utf8_lossy(&r.volume_name)
+            );
+            if let Some(bs) = bs {
+                println!("block size:      {bs} bytes");
+            }
+            println!(
+                "superblock sum:  {}",
+                if r.superblock_checksum_ok {
+                    "ok"
+                } else {
+                    "BAD"
+                }
+            );
+            println!(
+                "header sums:     {} checked, {} bad",
+                r.headers_checked, r.bad_header_checksums
+            );
+            let total: u64 = r.counts.values().sum();
+            println!("entries:         {total}");
+            for (kind, n) in &r.counts {
+                println!("  {kind:<15}{n}");
+            }
+            println!("file data:       {} bytes", r.data_bytes);
+            match r.data_alignment {
+                Some(a) => println!("data alignment:  {a} bytes"),
+                None => println!("data alignment:  - (no file data)"),
+            }
+            if r.is_clean() {
+                println!("defects:         none");
+            } else {
+                println!(
+                    "defects:         {} (run `foliofs fsck` for the list)",
+                    r.defects.len()
+                );
+            }
+            Ok(0)
+        }
+        _ => generic_info(&args.image),
+    }
+}
+
+/// `info` for a format without its own: what the trait shows, and entry
+/// counts from a walk.
+fn generic_info(args: &ImageArgs) -> anyhow::Result<i32> {
+    let image = args.open()?;
+    let fs = image.fs();
+    let info = fs.info();
+    let st = fs.statfs()?;
+    let w = walk_all(&*fs);
+    println!("format:          {}", info.fs_type);
+    println!(
+        "image size:      {} bytes",
+        std::fs::metadata(&args.image)?.len()
+    );
+    println!("block size:      {} bytes", info.block_size);
+    println!("blocks:          {}", st.blocks);
+    let total: u64 = w.counts.values().sum();
+    println!("entries:         {total}");
+    for (kind, n) in &w.counts {
+        println!("  {kind:<15}{n}");
+    }
+    println!("file data:       {} bytes", w.data_bytes);
+    println!("errors:          {}", w.errors.len());
+    Ok(0)
+}
+
+/// What a walk through the trait found.
+#[derive(Default)]
+struct Walk {
+    counts: std::collections::BTreeMap<&'static str, u64>,
+    data_bytes: u64,
+    errors: Vec<String>,
+}
+
+/// Walks every entry through the trait, reading every file and symlink,
+/// and collects counts and errors (a directory is entered once).
+fn walk_all(fs: &dyn FileSystem) -> Walk {
+    let mut w = Walk::default();
+    let mut scratch = Scratch::new();
+    let root = fs.root();
+    let mut done = HashSet::from([root]);
+    let mut files = HashSet::new();
+    let mut stack = vec![(root, String::from("/"))];
+    while let Some((dir, path)) = stack.pop() {
+        let entries = match list(fs, dir) {
+            Ok(e) => e,
+            Err(e) => {
+                w.errors.push(format!("{path}: readdir: {e}"));
+                continue;
+            }
+        };
+        for (name, ino, kind) in entries {
+            let p = format!("{}/{}", path.trim_end_matches('/'), name.to_string_lossy());
+            *w.counts.entry(kind_name(kind)).or_default() += 1;
+            let a = match fs.getattr(ino) {
+                Ok(a) => a,
+                Err(e) => {
+                    w.errors.push(format!("{p}: getattr: {e}"));
+                    continue;
+                }
+            };
+            if a.kind != kind {
+                w.errors.push(format!(
+                    "{p}: listed as a {} but is a {}",
+                    kind_name(kind),
+                    kind_name(a.kind)
+                ));
+            }
+            match a.kind {
+                FileType::Directory => {
+                    if done.insert(ino) {
+                        stack.push((ino, p));
+                    } else {
+                        w.errors.push(format!("{p}: directory reached twice"));
+                    }
+                }
+                FileType::RegularFile if files.insert(ino) => {
+                    let mut off = 0u64;
+                    loop {
+                        match fs.read(ino, off, CHUNK, &mut scratch) {
+                            Ok([]) => break,
+                            Ok(d) => off += d.len() as u64,
+                            Err(e) => {
+                                w.errors.push(format!("{p}: read at {off}: {e}"));
+                                break;
+                            }
+                        }
+                    }
+                    if off != a.size {
+                        w.errors
+                            .push(format!("{p}: {off} bytes readable of {}", a.size));
+                    }
+                    w.data_bytes += off;
+                }
+                FileType::Symlink => {
+                    if let Err(e) = fs.readlink(ino) {
+                        w.errors.push(format!("{p}: readlink: {e}"));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    w
+}
+
+// ---------------------------------------------------------------- fsck
+
+#[derive(clap::Args, Debug)]
+pub struct FsckArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+}
+
+/// `foliofs fsck IMAGE`: exit 0 when clean, 1 with one line per defect.
+pub fn fsck(args: FsckArgs) -> anyhow::Result<i32> {
+    let path = &args.image.image;
+    let opts = args.image.open_options()?;
+    match open::detect(path)? {
+        Format::Romfs => {
+            let r = foliofs_romfs::check::check(path, &opts)
+                .with_context(|| format!("{}: cannot read", path.display()))?;
+            for d in &r.defects {
+                println!("{}: {d}", path.display());
+            }
+            if r.is_clean() {
+                eprintln!(
+                    "{}: clean ({} entries, {} headers checked)",
+                    path.display(),
+                    r.counts.values().sum::<u64>(),
+                    r.headers_checked
+                );
+                Ok(0)
+            } else {
+                eprintln!("{}: {} defect(s)", path.display(), r.defects.len());
+                Ok(1)
+            }
+        }
+        _ => {
+            let image = args.image.open()?;
+            let w = walk_all(&*image.fs());
+            for e in &w.errors {
+                println!("{}: {e}", path.display());
+            }
+            if w.errors.is_empty() {
+                eprintln!(
+                    "{}: clean ({} entries read)",
+                    path.display(),
+                    w.counts.values().sum::<u64>()
+                );
+                Ok(0)
+            } else {
+                eprintln!("{}: {} defect(s)", path.display(), w.errors.len());
+                Ok(1)
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- paths
+
+/// Resolves a `/`-separated path in the image from its root, without
+/// following symlinks.
+fn resolve(fs: &dyn FileSystem, path: &str) -> anyhow::Result<Attr> {
+    let mut cur = fs.getattr(fs.root())?;
+    for comp in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if cur.kind != FileType::Directory {
+            bail!("{path}: a component before {comp:?} is not a directory");
+        }
+        cur = fs
+            .lookup(cur.ino, OsStr::new(comp))
+            .with_context(|| format!("{path}: cannot look up {comp:?}"))?;
+    }
+    Ok(cur)
+}
+
+/// All entries of a directory, by name.
+fn list(fs: &dyn FileSystem, dir: Ino) -> foliofs_vfs::Result<Vec<(OsString, Ino, FileType)>> {
+    let mut out = Vec::new();
+    fs.readdir(dir, 0, &mut |e| {
+        out.push((e.name.to_owned(), e.ino, e.kind));
+        false
+    })?;
+    out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    Ok(out)
+}
+
+// ---------------------------------------------------------------- ls
+
+#[derive(clap::Args, Debug)]
+pub struct LsArgs {
+    /// Long listing: mode, links, owner, size (or device), time, name.
+    #[arg(short = 'l')]
+    pub long: bool,
+    /// List subdirectories too.
+    #[arg(short = 'R')]
+    pub recursive: bool,
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Path in the image (default: the root).
+    pub path: Option<String>,
+}
+
+/// `foliofs ls [-l] [-R] IMAGE [PATH]`.
+pub fn ls(args: LsArgs) -> anyhow::Result<i32> {
+    let image = args.image.open()?;
+    let fs = image.fs();
+    let fs = &*fs;
+    let path = args.path.clone().unwrap_or_else(|| ".".into());
+    let attr = resolve(fs, &path)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if attr.kind != FileType::Directory {
+        let name = path.rsplit('/').next().unwrap_or(&path);
+        print_entry(&mut out, fs, &attr, OsStr::new(name), args.long)?;
+        out.flush()?;
+        return Ok(0);
+    }
+    let mut errors = 0;
+    if !args.recursive {
+        for (name, ino, _) in list(fs, attr.ino)? {
+            let a = fs.getattr(ino)?;
+            print_entry(&mut out, fs, &a, &name, args.long)?;
+        }
+        out.flush()?;
+        return Ok(0);
+    }
+    // Depth-first with an explicit stack; a directory is listed once even
+    // when a damaged image links it from several places.
+    let mut done = HashSet::from([attr.ino]);
+    let mut stack = vec![(attr.ino, path.trim_end_matches('/').to_owned())];
+    let mut first = true;
+    while let Some((dir, shown)) = stack.pop() {
+        if !first {
+            writeln!(out)?;
+        }
+        first = false;
+        writeln!(out, "{shown}:")?;
+        let entries = match list(fs, dir) {
+            Ok(e) => e,
+            Err(e) => {
+                out.flush()?;
+                eprintln!("foliofs: {shown}: {e}");
+                errors += 1;
+                continue;
+            }
+        };
+        let mut subdirs = Vec::new();
+        for (name, ino, kind) in entries {
+            let a = fs.getattr(ino)?;
+            print_entry(&mut out, fs, &a, &name, args.long)?;
+            if kind == FileType::Directory {
+                let child = format!("{shown}/{}", name.to_string_lossy());
+                if done.insert(ino) {
+                    subdirs.push((ino, child));
+                } else {
+                    out.flush()?;
+                    eprintln!("foliofs: {child}: directory already listed (loop or linked directory); not descending");
+                    errors += 1;
+                }
+            }
+        }
+        stack.extend(subdirs.into_iter().rev());
+    }
+    out.flush()?;
+    Ok(if errors > 0 { 1 } else { 0 })
+}
+
+fn print_entry(
+    out: &mut impl Write,
+    fs: &dyn FileSystem,
+    a: &Attr,
+    name: &OsStr,
+    long: bool,
+) -> anyhow::Result<()> {
+    if !long {
+        out.write_all(name.as_bytes())?;
+        out.write_all(b"\n")?;
+        return Ok(());
+    }
+    let size = match a.kind {
+        FileType::BlockDevice | FileType::CharDevice => {
+            format!("{}, {}", a.rdev.major, a.rdev.minor)
+        }
+        _ => a.size.to_string(),
+    };
+    write!(
+        out,
+        "{} {:>3} {:>5} {:>5} {:>10} {} ",
+        mode_string(a),
+        a.nlink,
+        a.uid,
+        a.gid,
+        size,
+        date(a.mtime)
+    )?;
+    out.write_all(name.as_bytes())?;
+    if a.kind == FileType::Symlink {
+        out.write_all(b" -> ")?;
+        out.write_all(&fs.readlink(a.ino)?)?;
+    }
+    out.write_all(b"\n")?;
+    Ok(())
+}
+
+/// `drwxr-xr-x` style.
+fn mode_string(a: &Attr) -> String {
+    let t = match a.kind {
+        FileType::Directory => 'd',
+        FileType::RegularFile => '-',
+        FileType::Symlink => 'l',
+        FileType::BlockDevice => 'b',
+        FileType::CharDevice => 'c',
+        FileType::Fifo => 'p',
+        FileType::Socket => 's',
+    };
+    let p = u32::from(a.perm);
+    let mut s = String::with_capacity(10);
+    s.push(t);
+    for (shift, special, lower, upper) in [
+        (6, 0o4000, 's', 'S'),
+        (3, 0o2000, 's', 'S'),
+        (0, 0o1000, 't', 'T'),
+    ] {
+        let bits = (p >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        s.push(match (bits & 1 != 0, p & special != 0) {
+            (true, true) => lower,
+            (false, true) => upper,
+            (true, false) => 'x',
+            (false, false) => '-',
+        });
+    }
+    s
+}
+
+/// `YYYY-MM-DD HH:MM` in UTC.
+fn date(t: Timespec) -> String {
+    let days = t.sec.div_euclid(86_400);
+    let secs = t.sec.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
+        secs / 3600,
+        secs % 3600 / 60
+    )
+}
+
+// ---------------------------------------------------------------- cat
+
+#[derive(clap::Args, Debug)]
+pub struct CatArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Path of a regular file in the image.
+    pub path: String,
+}
+
+/// `foliofs cat IMAGE PATH`.
+pub fn cat(args: CatArgs) -> anyhow::Result<i32> {
+    let image = args.image.open()?;
+    let fs = image.fs();
+    let a = resolve(&*fs, &args.path)?;
+    match a.kind {
+        FileType::RegularFile => {}
+        FileType::Symlink => bail!(
+            "{}: is a symlink to {:?}",
+            args.path,
+            OsString::from_vec(fs.readlink(a.ino)?)
+        ),
+        k => bail!("{}: is a {}, not a regular file", args.path, kind_name(k)),
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut scratch = Scratch::new();
+    let mut off = 0u64;
+    loop {
+        let data = fs
+            .read(a.ino, off, CHUNK, &mut scratch)
+            .with_context(|| format!("{}: read at {off}", args.path))?;
+        if data.is_empty() {
+            break;
+        }
+        if let Err(e) = out.write_all(data) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Ok(0);
+            }
+            return Err(e.into());
+        }
+        off += data.len() as u64;
+    }
+    out.flush()?;
+    if off != a.size {
+        bail!("{}: read {off} bytes of {}", args.path, a.size);
+    }
+    Ok(0)
+}
+
+fn kind_name(k: FileType) -> &'static str {
+    match k {
+        FileType::RegularFile => "regular file",
+        FileType::Directory => "directory",
+        FileType::Symlink => "symlink",
+        FileType::BlockDevice => "block device",
+        FileType::CharDevice => "char device",
+        FileType::Fifo => "fifo",
+        FileType::Socket => "socket",
+    }
+}
+
+// ---------------------------------------------------------------- extract
+
+#[derive(clap::Args, Debug)]
+pub struct ExtractArgs {
+    /// Replace existing files (never directories) of the same names.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Directory to extract into (created if missing).
+    pub dir: PathBuf,
+    /// Path in the image to extract (default: everything).
+    pub path: Option<String>,
+}
+
+/// `foliofs extract [--force] IMAGE DIR [PATH]`.
+///
+/// Everything is created relative to open directory descriptors with
+/// `O_NOFOLLOW`, one name component at a time, so no name or symlink in the
+/// image can lead a write outside DIR.
+pub fn extract(args: ExtractArgs) -> anyhow::Result<i32> {
+    let image = args.image.open()?;
+    let fs = image.fs();
+    let path = args.path.clone().unwrap_or_else(|| ".".into());
+    let top = resolve(&*fs, &path)?;
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("cannot create {}", args.dir.display()))?;
+    let root_fd = open_dir_path(&args.dir)?;
+    let mut x = Extractor {
+        fs: fs.clone(),
+        force: args.force,
+        root: geteuid_is_root(),
+        set_times: fs.info().fs_type != "romfs",
+        dir_shown: args.dir.clone(),
+        first_path: HashMap::new(),
+        dirs_done: HashSet::new(),
+        scratch: Scratch::new(),
+        errors: 0,
+    };
+    if top.kind == FileType::Directory {
+        x.tree(root_fd, top)?;
+    } else {
+        let name = path
+            .rsplit('/')
+            .find(|c| !c.is_empty())
+            .ok_or_else(|| anyhow!("{path}: no file name"))?;
+        let name = OsString::from(name);
+        x.entry(root_fd.as_raw_fd(), &PathBuf::new(), &name, top)?;
+    }
+    if x.errors > 0 {
+        eprintln!("foliofs: extract: {} error(s)", x.errors);
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+struct Extractor {
+    fs: Arc<dyn FileSystem>,
+    force: bool,
+    root: bool,
+    set_times: bool,
+    dir_shown: PathBuf,
+    /// First extracted path (relative to DIR) of each non-directory inode:
+    /// later names become hard links to it.
+    first_path: HashMap<Ino, PathBuf>,
+    dirs_done: HashSet<Ino>,
+    scratch: Scratch,
+    errors: u64,
+}
+
+/// A directory being filled, with the attributes to give it once done.
+struct Pending {
+    fd: OwnedFd,
+    rel: PathBuf,
+    attr: Attr,
+    entries: std::vec::IntoIter<(OsString, Ino, FileType)>,
+}
+
+impl Extractor {
+    fn warn(&mut self, rel: &Path, what: impl std::fmt::Display) {
+        eprintln!("foliofs: {}: {what}", self.dir_shown.join(rel).display());
+        self.errors += 1;
+    }
+
+    /// Extracts the contents of directory `top` into `fd`.
+    fn tree(&mut self, fd: OwnedFd, top: Attr) -> anyhow::Result<()> {
+        self.dirs_done.insert(top.ino);
+        let entries = list(&*self.fs, top.ino)?;
+        let mut stack = vec![Pending {
+            fd,
+            rel: PathBuf::new(),
+            attr: top,
+            entries: entries.into_iter(),
+        }];
+        while let Some(top) = stack.last_mut() {
+            let Some((name, ino, _)) = top.entries.next() else {
+                let done = stack.pop().expect("non-empty");
+                if !done.rel.as_os_str().is_empty() {
+                    self.finish_dir(&done);
+                }
+                continue;
+            };
+            let parent = top.fd.as_raw_fd();
+            let rel = top.rel.clone();
+            let attr = match self.fs.getattr(ino) {
+                Ok(a) => a,
+                Err(e) => {
+                    self.warn(&rel.join(&name), e);
+                    continue;
+                }
+            };
+            if attr.kind != FileType::Directory {
+                self.entry(parent, &rel, &name, attr)?;
+                continue;
+            }
+            let child_rel = rel.join(&name);
+            if !self.dirs_done.insert(attr.ino) {
+                self.warn(&child_rel, "directory already extracted elsewhere (a loop or linked directory in the image); skipped");
+                continue;
+            }
+            if let Err(e) = check_name(&name) {
+                self.warn(&child_rel, e);
+                continue;
+            }
+            let fd = match self.make_dir(parent, &name) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    self.warn(&child_rel, format!("{e:#}"));
+                    continue;
+                }
+            };
+            let entries = match list(&*self.fs, attr.ino) {
+                Ok(e) => e,
+                Err(e) => {
+                    self.warn(&child_rel, e);
+                    Vec::new()
+                }
+            };
+            stack.push(Pending {
+                fd,
+                rel: child_rel,
+                attr,
+                entries: entries.into_iter(),
+            });
+        }
+        Ok(())
+    }
+
+    fn finish_dir(&mut self, d: &Pending) {
+        let fd = d.fd.as_raw_fd();
+        if self.root {
+            // SAFETY: fd is an open directory descriptor we own.
+            if unsafe { libc::fchown(fd, d.attr.uid, d.attr.gid) } != 0 {
+                let e = std::io::Error::last_os_error();
+                self.warn(&d.rel, format!("chown: {e}"));
+            }
+        }
+        // SAFETY: as above.
+        if unsafe { libc::fchmod(fd, u32::from(d.attr.perm)) } != 0 {
+            let e = std::io::Error::last_os_error();
+            self.warn(&d.rel, format!("chmod: {e}"));
+        }
+        if self.set_times {
+            let ts = times(&d.attr);
+            // SAFETY: ts is a valid two-element array; fd is open.
+            if unsafe { libc::futimens(fd, ts.as_ptr()) } != 0 {
+                let e = std::io::Error::last_os_error();
+                self.warn(&d.rel, format!("set times: {e}"));
+            }
+        }
+    }
+
+    /// Creates (or, for an existing real directory, opens) directory `name`
+    /// in `parent`, never following a symlink.
+    fn make_dir(&mut self, parent: RawFd, name: &OsStr) -> anyhow::Result<OwnedFd> {
+        let c = cstr(name);
+        // SAFETY: c is NUL-terminated; parent is an open directory.
+        if unsafe { libc::mkdirat(parent, c.as_ptr(), 0o700) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                return Err(anyhow!("mkdir: {e}"));
+            }
+            if self.force && !is_dir_nofollow(parent, &c) {
+                unlink_nondir(parent, &c)?;
+                // SAFETY: as above.
+                if unsafe { libc::mkdirat(parent, c.as_ptr(), 0o700) } != 0 {
+                    return Err(anyhow!("mkdir: {}", std::io::Error::last_os_error()));
+                }
+            }
+        }
+        // SAFETY: as above; O_NOFOLLOW refuses a symlink in its place.
+        let fd = unsafe {
+            libc::openat(
+                parent,
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(anyhow!(
+                "exists and is not a directory ({e}); not descending (use --force to replace it)"
+            ));
+        }
+        // SAFETY: fd was just returned by openat and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Extracts one non-directory entry (or, at the top, a directory) into
+    /// `parent`. Failures of this entry are counted, not returned.
+    fn entry(&mut self, parent: RawFd, rel: &Path, name: &OsStr, a: Attr) -> anyhow::Result<()> {
+        let shown = rel.join(name);
+        if let Err(e) = check_name(name) {
+            self.warn(&shown, e);
+            return Ok(());
+        }
+        if a.kind == FileType::Directory {
+            let fd = match self.make_dir(parent, name) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    self.warn(&shown, format!("{e:#}"));
+                    return Ok(());
+                }
+            };
+            return self.tree(fd, a);
+        }
+        let c = cstr(name);
+        if let Some(first) = self.first_path.get(&a.ino).cloned() {
+            if let Err(e) = self.hard_link(parent, &c, &first) {
+                self.warn(&shown, format!("hard link to {}: {e:#}", first.display()));
+            }
+            return Ok(());
+        }
+        match self.create(parent, &c, &a, &shown) {
+            Ok(true) => {
+                self.first_path.insert(a.ino, shown);
+            }
+            Ok(false) => {}
+            Err(e) => self.warn(&shown, format!("{e:#}")),
+        }
+        Ok(())
+    }
+
+    /// Makes room for `name` in `parent`: fails if it exists, unless
+    /// `--force` and it is not a directory.
+    fn clear(&self, parent: RawFd, c: &CString) -> anyhow::Result<()> {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: c is NUL-terminated, st is writable; AT_SYMLINK_NOFOLLOW.
+        let rc = unsafe {
+            libc::fstatat(
+                parent,
+                c.as_ptr(),
+                st.as_mut_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Ok(());
+        }
+        if !self.force {
+            bail!("already exists; not overwriting (use --force)");
+        }
+        unlink_nondir(parent, c)
+    }
+
+    /// Creates a non-directory; returns whether something was created.
+    fn create(
+        &mut self,
+        parent: RawFd,
+        c: &CString,
+        a: &Attr,
+        shown: &Path,
+    ) -> anyhow::Result<bool> {
+        self.clear(parent, c)?;
+        match a.kind {
+            FileType::RegularFile => {
+                // SAFETY: c is NUL-terminated; O_EXCL|O_NOFOLLOW never opens
+                // something that is already there.
+                let fd = unsafe {
+                    libc::openat(
+                        parent,
+                        c.as_ptr(),
+                        libc::O_WRONLY
+                            | libc::O_CREAT
+                            | libc::O_EXCL
+                            | libc::O_NOFOLLOW
+                            | libc::O_CLOEXEC,
+                        0o600,
+                    )
+                };
+                if fd < 0 {
+                    bail!("create: {}", std::io::Error::last_os_error());
+                }
+                // SAFETY: fd was just returned by openat.
+                let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+                self.write_data(&file, a, shown)?;
+                self.set_attrs(Some(file.as_raw_fd()), parent, c, a)?;
+            }
+            FileType::Symlink => {
+                let target = CString::new(self.fs.readlink(a.ino)?)
+                    .map_err(|_| anyhow!("symlink target contains a NUL byte"))?;
+                // SAFETY: both strings are NUL-terminated; parent is open.
+                if unsafe { libc::symlinkat(target.as_ptr(), parent, c.as_ptr()) } != 0 {
+                    bail!("symlink: {}", std::io::Error::last_os_error());
+                }
+                self.set_attrs(None, parent, c, a)?;
+            }
+            FileType::BlockDevice | FileType::CharDevice if !self.root => {
+                eprintln!(
+                    "foliofs: {}: device node skipped (needs root)",
+                    self.dir_shown.join(shown).display()
+                );
+                return Ok(false);
+            }
+            FileType::BlockDevice | FileType::CharDevice | FileType::Fifo | FileType::Socket => {
+                let mode = a.kind.mode_bits() | u32::from(a.perm);
+                // SAFETY: c is NUL-terminated; parent is open.
+                if unsafe { libc::mknodat(parent, c.as_ptr(), mode, a.rdev.to_dev_t()) } != 0 {
+                    bail!("mknod: {}", std::io::Error::last_os_error());
+                }
+                self.set_attrs(None, parent, c, a)?;
+            }
+            FileType::Directory => unreachable!("directories are made by make_dir"),
+        }
+        Ok(true)
+    }
+
+    fn write_data(&mut self, file: &std::fs::File, a: &Attr, shown: &Path) -> anyhow::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut off = 0u64;
+        loop {
+            let data = self
+                .fs
+                .read(a.ino, off, CHUNK, &mut self.scratch)
+                .with_context(|| format!("read at {off}"))?;
+            if data.is_empty() {
+                break;
+            }
+            file.write_all_at(data, off)
+                .with_context(|| format!("write {}", shown.display()))?;
+            off += data.len() as u64;
+        }
+        if off != a.size {
+            bail!("read {off} bytes of {}", a.size);
+        }
+        Ok(())
+    }
+
+    /// Owner (when root), mode (not for symlinks) and times.
+    fn set_attrs(
+        &self,
+        fd: Option<RawFd>,
+        parent: RawFd,
+        c: &CString,
+        a: &Attr,
+    ) -> anyhow::Result<()> {
+        if self.root {
+            // SAFETY: c is NUL-terminated; AT_SYMLINK_NOFOLLOW changes the
+            // link itself.
+            if unsafe {
+                libc::fchownat(parent, c.as_ptr(), a.uid, a.gid, libc::AT_SYMLINK_NOFOLLOW)
+            } != 0
+            {
+                bail!("chown: {}", std::io::Error::last_os_error());
+            }
+        }
+        if let Some(fd) = fd {
+            // SAFETY: fd is an open file we own.
+            if unsafe { libc::fchmod(fd, u32::from(a.perm)) } != 0 {
+                bail!("chmod: {}", std::io::Error::last_os_error());
+            }
+        } else if a.kind != FileType::Symlink {
+            // SAFETY: c is NUL-terminated; the node was just made by us and
+            // is not a symlink, so fchmodat does not follow one.
+            if unsafe { libc::fchmodat(parent, c.as_ptr(), u32::from(a.perm), 0) } != 0 {
+                bail!("chmod: {}", std::io::Error::last_os_error());
+            }
+        }
+        if self.set_times {
+            let ts = times(a);
+            // SAFETY: ts is a two-element array; AT_SYMLINK_NOFOLLOW.
+            if unsafe {
+                libc::utimensat(parent, c.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW)
+            } != 0
+            {
+                bail!("set times: {}", std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    /// Links `name` in `parent` to the already extracted `first` (relative
+    /// to DIR), walking `first` one component at a time with `O_NOFOLLOW`.
+    fn hard_link(&mut self, parent: RawFd, c: &CString, first: &Path) -> anyhow::Result<()> {
+        self.clear(parent, c)?;
+        let dir = first.parent().unwrap_or(Path::new(""));
+        let leaf = cstr(first.file_name().ok_or_else(|| anyhow!("no file name"))?);
+        let top = open_dir_path(&self.dir_shown)?;
+        let mut cur = top;
+        for comp in dir.components() {
+            let cc = cstr(comp.as_os_str());
+            // SAFETY: cc is NUL-terminated; cur is an open directory.
+            let fd = unsafe {
+                libc::openat(
+                    cur.as_raw_fd(),
+                    cc.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                bail!("{}", std::io::Error::last_os_error());
+            }
+            // SAFETY: fd was just returned by openat.
+            cur = unsafe { OwnedFd::from_raw_fd(fd) };
+        }
+        // SAFETY: both names are NUL-terminated; flags 0 do not follow a
+        // symlink at the source.
+        if unsafe { libc::linkat(cur.as_raw_fd(), leaf.as_ptr(), parent, c.as_ptr(), 0) } != 0 {
+            bail!("{}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Refuses names that are not one plain path component.
+fn check_name(name: &OsStr) -> Result<(), String> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
+        return Err(format!("unsafe name {name:?} in the image; skipped"));
+    }
+    Ok(())
+}
+
+fn cstr(name: &OsStr) -> CString {
+    CString::new(name.as_bytes()).unwrap_or_else(|_| CString::new("\u{fffd}").expect("no NUL"))
+}
+
+fn open_dir_path(p: &Path) -> anyhow::Result<OwnedFd> {
+    let c = cstr(p.as_os_str());
+    // SAFETY: c is NUL-terminated.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        bail!("{}: {}", p.display(), std::io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by open.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn is_dir_nofollow(parent: RawFd, c: &CString) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: c is NUL-terminated, st is writable.
+    let rc = unsafe {
+        libc::fstatat(
+            parent,
+            c.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    // SAFETY: fstatat filled st when it returned 0.
+    rc == 0 && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFDIR
+}
+
+fn unlink_nondir(parent: RawFd, c: &CString) -> anyhow::Result<()> {
+    if is_dir_nofollow(parent, c) {
+        bail!("exists as a directory; not replacing it with a non-directory");
+    }
+    // SAFETY: c is NUL-terminated; flag 0 never removes a directory.
+    if unsafe { libc::unlinkat(parent, c.as_ptr(), 0) } != 0 {
+        bail!("remove existing: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn times(a: &Attr) -> [libc::timespec; 2] {
+    let t = |t: Timespec| libc::timespec {
+        tv_sec: t.sec as libc::time_t,
+        tv_nsec: i64::from(t.nsec) as libc::c_long,
+    };
+    [t(a.atime), t(a.mtime)]
+}
+
+fn geteuid_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
