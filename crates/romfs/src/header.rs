@@ -188,7 +188,7 @@ impl Header {
             None if avail < buf.len() => {
                 return Err(Error::corrupt(
                     offset + HEADER_SIZE,
-                    "entry name runs past the end of the image",
+                    "entry name runs beyond the end of the image",
                 ))
             }
             None => {

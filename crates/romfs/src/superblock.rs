@@ -36,7 +36,16 @@ impl Superblock {
     /// `verify_checksum` is false only for tools that report a bad checksum
     /// as one defect among others and carry on.
     pub fn parse(head: &[u8], image_size: u64, verify_checksum: bool) -> Result<Superblock> {
-        if head.len() < 16 || !is_romfs(head) {
+        if is_romfs(head) && head.len() < 16 {
+            return Err(Error::corrupt(
+                0,
+                format!(
+                    "superblock truncated: the image is only {} bytes",
+                    head.len()
+                ),
+            ));
+        }
+        if !is_romfs(head) {
             let shown = &head[..head.len().min(8)];
             return Err(Error::corrupt(
                 0,
@@ -45,13 +54,21 @@ impl Superblock {
         }
         let size = u32::from_be_bytes(head[8..12].try_into().expect("4 bytes"));
         let checksum = u32::from_be_bytes(head[12..16].try_into().expect("4 bytes"));
+        if u64::from(size) > image_size {
+            return Err(Error::corrupt(
+                8,
+                format!(
+                    "superblock says the image is {size} bytes but the file holds only {image_size} (truncated?)"
+                ),
+            ));
+        }
         let name_area = &head[16..];
         let name_len = match name_area.iter().take(MAX_NAME + 1).position(|&b| b == 0) {
             Some(n) => n,
             None if name_area.len() <= MAX_NAME => {
                 return Err(Error::corrupt(
                     16,
-                    "volume name runs past the end of the image",
+                    "volume name runs beyond the end of the image",
                 ))
             }
             None => {
@@ -62,14 +79,6 @@ impl Superblock {
             }
         };
         let root_offset = ((16 + name_len + 1 + 15) & !15) as u64;
-        if u64::from(size) > image_size {
-            return Err(Error::corrupt(
-                8,
-                format!(
-                    "superblock says the image is {size} bytes but the file holds only {image_size} (truncated?)"
-                ),
-            ));
-        }
         if u64::from(size) < root_offset + 16 {
             return Err(Error::corrupt(
                 8,
