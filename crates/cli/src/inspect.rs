@@ -29,6 +29,8 @@ pub struct InfoArgs {
 }
 
 /// `foliofs info IMAGE`.
+// Formats without their own arm fall back to the generic walk.
+#[allow(unreachable_patterns)]
 pub fn info(args: InfoArgs) -> anyhow::Result<i32> {
     let path = &args.image.image;
     let opts = args.image.open_options()?;
@@ -81,8 +83,62 @@ pub fn info(args: InfoArgs) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        Format::Erofs => erofs_info(&args.image),
         _ => generic_info(&args.image),
     }
+}
+
+/// `info` for EROFS: the superblock, its features and the device table.
+fn erofs_info(args: &ImageArgs) -> anyhow::Result<i32> {
+    use foliofs_erofs::superblock as sbm;
+    let open::Image::Erofs(e) = args.open()? else {
+        bail!("{}: not an EROFS image", args.image.display());
+    };
+    let sb = e.superblock();
+    let uuid: String = sb.uuid.iter().map(|b| format!("{b:02x}")).collect();
+    let mut features: Vec<String> = [
+        (sbm::COMPAT_SB_CHKSUM, "sb_csum"),
+        (sbm::COMPAT_MTIME, "mtime"),
+        (sbm::COMPAT_XATTR_FILTER, "xattr_filter"),
+    ]
+    .iter()
+    .filter(|(bit, _)| sb.has_compat(*bit))
+    .map(|(_, n)| (*n).to_owned())
+    .collect();
+    features.extend(
+        (0..32)
+            .map(|i| 1u32 << i)
+            .filter(|bit| sb.has_incompat(*bit))
+            .map(sbm::incompat_name),
+    );
+    println!("format:          erofs");
+    println!(
+        "image size:      {} bytes",
+        std::fs::metadata(&args.image)?.len()
+    );
+    println!("block size:      {} bytes", sb.block_size());
+    println!("blocks:          {}", sb.blocks);
+    println!("inodes:          {}", sb.inos);
+    println!("root nid:        {}", sb.root_nid);
+    println!("uuid:            {uuid}");
+    println!(
+        "volume name:     {}",
+        String::from_utf8_lossy(sb.volume_name())
+    );
+    println!("build time:      {}.{:09}", sb.epoch, sb.fixed_nsec);
+    println!("meta block:      {}", sb.meta_blkaddr);
+    println!("xattr block:     {}", sb.xattr_blkaddr);
+    println!("features:        {}", features.join(" "));
+    for (i, d) in e.device_slots().iter().enumerate() {
+        println!(
+            "device {}:        {} blocks, mapped at {}, tag {:?}",
+            i + 1,
+            d.blocks,
+            d.mapped_blkaddr,
+            String::from_utf8_lossy(&d.tag)
+        );
+    }
+    Ok(0)
 }
 
 /// `info` for a format without its own: what the trait shows, and entry
@@ -199,6 +255,8 @@ pub struct FsckArgs {
 }
 
 /// `foliofs fsck IMAGE`: exit 0 when clean, 1 with one line per defect.
+// Formats without their own arm fall back to the generic walk.
+#[allow(unreachable_patterns)]
 pub fn fsck(args: FsckArgs) -> anyhow::Result<i32> {
     let path = &args.image.image;
     let opts = args.image.open_options()?;
@@ -219,6 +277,31 @@ pub fn fsck(args: FsckArgs) -> anyhow::Result<i32> {
                 Ok(0)
             } else {
                 eprintln!("{}: {} defect(s)", path.display(), r.defects.len());
+                Ok(1)
+            }
+        }
+        Format::Erofs => {
+            let open::Image::Erofs(e) = args.image.open()? else {
+                bail!("{}: not an EROFS image", path.display());
+            };
+            let r = e.fsck();
+            for d in &r.errors {
+                println!("{}: {d}", path.display());
+            }
+            if r.is_clean() {
+                eprintln!(
+                    "{}: clean ({} directories, {} files, {} symlinks, {} special, {} xattrs, {} data bytes)",
+                    path.display(),
+                    r.directories,
+                    r.files,
+                    r.symlinks,
+                    r.specials,
+                    r.xattrs,
+                    r.data_bytes
+                );
+                Ok(0)
+            } else {
+                eprintln!("{}: {} defect(s)", path.display(), r.errors.len());
                 Ok(1)
             }
         }

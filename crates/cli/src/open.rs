@@ -85,13 +85,8 @@ pub fn detect(path: &Path) -> anyhow::Result<Format> {
     }
 }
 
-/// Detects the format of `path` and opens it.
-pub fn open(path: &Path, opts: &OpenOptions) -> anyhow::Result<Image> {
-    open_with_devices(path, opts, &[])
-}
-
-/// As [`open`], with the extra devices (`-o device=PATH`, in order) an EROFS
-/// image's device table names.
+/// Detects the format of `path` and opens it, with the extra devices
+/// (`-o device=PATH`, in order) an EROFS image's device table names.
 pub fn open_with_devices(
     path: &Path,
     opts: &OpenOptions,
