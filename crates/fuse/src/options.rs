@@ -76,8 +76,6 @@ pub struct MountOptions {
     pub io_mode: IoMode,
     /// `largeblocks` / `blocksize=N`.
     pub block_size: BlockSizeChoice,
-    /// The raw `blocksize=` value, for formats (ramfs) that read it themselves.
-    pub block_size_arg: Option<String>,
     /// Extra devices (`device=PATH`, repeatable), in order.
     pub devices: Vec<PathBuf>,
     pub flags: MountFlags,
@@ -117,13 +115,28 @@ impl MountOptions {
     /// Parses a comma-separated option string. An empty string gives the
     /// defaults; empty items (`a,,b`) are skipped, as the kernel does.
     pub fn parse(s: &str) -> Result<MountOptions, OptionError> {
+        MountOptions::parse_claiming(s, &|_| false)
+    }
+
+    /// Like [`MountOptions::parse`], but every key for which `claimed`
+    /// returns true goes to [`MountOptions::extra`] untouched, for a format
+    /// that gives it its own meaning (ramfs rounds `blocksize=` and owns
+    /// `uid=`/`gid=` of its root).
+    pub fn parse_claiming(
+        s: &str,
+        claimed: &dyn Fn(&str) -> bool,
+    ) -> Result<MountOptions, OptionError> {
         let mut o = MountOptions::default();
         for item in s.split(',').filter(|i| !i.is_empty()) {
             let (key, value) = match item.split_once('=') {
                 Some((k, v)) => (k, Some(v)),
                 None => (item, None),
             };
-            o.apply(key, value)?;
+            if claimed(key) {
+                o.extra.push((key.to_owned(), value.map(ToOwned::to_owned)));
+            } else {
+                o.apply(key, value)?;
+            }
         }
         Ok(o)
     }
@@ -186,7 +199,6 @@ impl MountOptions {
             "largeblocks" => {
                 flag(value)?;
                 self.block_size = BlockSizeChoice::LargeBlocks;
-                self.block_size_arg = None;
             }
             "blocksize" => {
                 let v = need(key, value)?;
@@ -198,7 +210,6 @@ impl MountOptions {
                         OptionError::bad(key, format!("`{v}` is not a power of two from 1K to 2M"))
                     })?;
                 self.block_size = BlockSizeChoice::Fixed(n);
-                self.block_size_arg = Some(v.to_owned());
             }
             "device" => self.devices.push(PathBuf::from(need(key, value)?)),
             // Always nosuid,nodev: an image is untrusted data, and mount.fuse3
@@ -330,7 +341,8 @@ mod tests {
 
     #[test]
     fn later_options_win() {
-        let o = MountOptions::parse("directio,nodirectio,blocksize=2M,largeblocks,suid,dev").unwrap();
+        let o =
+            MountOptions::parse("directio,nodirectio,blocksize=2M,largeblocks,suid,dev").unwrap();
         assert_eq!(o.io_mode, IoMode::Buffered);
         assert_eq!(o.block_size, BlockSizeChoice::LargeBlocks);
         assert!(o.flags.nosuid && o.flags.nodev);
@@ -380,6 +392,25 @@ mod tests {
             );
             assert!(e.to_string().contains(key));
         }
+    }
+
+    #[test]
+    fn claimed_keys_are_left_to_the_format() {
+        let o = MountOptions::parse_claiming("blocksize=12000,uid=5,ro,mode=700", &|k| {
+            matches!(k, "blocksize" | "uid" | "mode")
+        })
+        .unwrap();
+        assert_eq!(o.block_size, BlockSizeChoice::Default);
+        assert_eq!(o.uid, None);
+        assert_eq!(o.read_only, Some(true));
+        assert_eq!(
+            o.extra,
+            vec![
+                ("blocksize".to_owned(), Some("12000".to_owned())),
+                ("uid".to_owned(), Some("5".to_owned())),
+                ("mode".to_owned(), Some("700".to_owned())),
+            ]
+        );
     }
 
     #[test]

@@ -478,7 +478,7 @@ impl fuser::Filesystem for Server {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -487,10 +487,29 @@ impl fuser::Filesystem for Server {
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
         }
-        match self.fs.write(self.ino(ino), fh.0, offset, data, flags.0) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(&e)),
+        let ino = self.ino(ino);
+        if !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+            // A short count reaches the writer as the result of write(2).
+            return match self.fs.write(ino, fh.0, offset, data, flags.0) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(&e)),
+            };
         }
+        // Writeback of cached pages: the kernel does not look at a short
+        // count, so the bytes left over would be lost without an error.
+        // Write on until everything is stored or the file system says why not.
+        let mut done = 0usize;
+        while done < data.len() {
+            match self
+                .fs
+                .write(ino, fh.0, offset + done as u64, &data[done..], flags.0)
+            {
+                Ok(0) => return reply.error(Errno::EIO),
+                Ok(n) => done += n as usize,
+                Err(e) => return reply.error(errno(&e)),
+            }
+        }
+        reply.written(done as u32)
     }
 
     fn flush(
