@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use foliofs_vfs::{Error, FileType, Scratch};
 
-use crate::dirent::DIRENT_SIZE;
-use crate::Erofs;
+use crate::inode::Inode;
+use crate::{Erofs, Phys};
 
 /// What a check found.
 #[derive(Debug, Default)]
@@ -32,6 +32,39 @@ impl FsckReport {
 const MAX_LISTED: usize = 1000;
 
 impl Erofs {
+    /// Reads (and decompresses) every stored byte of `inode`, extent by
+    /// extent, skipping holes; returns the file bytes covered.
+    fn check_data(&self, inode: &Inode, scratch: &mut Scratch) -> foliofs_vfs::Result<u64> {
+        let mut pos = 0u64;
+        if inode.layout.is_compressed() {
+            let z = self.zinfo(inode)?;
+            while pos < inode.size {
+                let (ext, _) = self.extent_data(inode, &z, pos)?;
+                pos = ext.la + ext.llen;
+            }
+            return Ok(inode.size);
+        }
+        while pos < inode.size {
+            let run = self.map_flat(inode, pos, inode.size)?;
+            if run.la > pos || run.la + run.len <= pos {
+                return Err(Error::corrupt(
+                    inode.pos,
+                    format!("inode {}: no data run covers offset {pos}", inode.nid),
+                ));
+            }
+            let end = run.la + run.len;
+            if let Phys::At(dev, p) = run.phys {
+                while pos < end {
+                    let n = (end - pos).min(1 << 20) as usize;
+                    self.read_phys(dev, p + (pos - run.la), n, scratch)?;
+                    pos += n as u64;
+                }
+            }
+            pos = end;
+        }
+        Ok(inode.size)
+    }
+
     /// Checks the whole image. Problems are collected, not fatal, so one
     /// damaged file does not hide others.
     pub fn fsck(&self) -> FsckReport {
@@ -191,7 +224,6 @@ impl Erofs {
                             &Error::corrupt(inode.pos, "directory lacks \".\" or \"..\""),
                         );
                     }
-                    let _ = DIRENT_SIZE;
                 }
                 FileType::RegularFile | FileType::Symlink => {
                     if inode.kind == FileType::RegularFile {
@@ -199,33 +231,10 @@ impl Erofs {
                     } else {
                         r.symlinks += 1;
                     }
-                    let mut pos = 0u64;
-                    while pos < inode.size {
-                        let want = (inode.size - pos).min(1 << 20) as u32;
-                        match self.read_inode(&inode, pos, want, &mut scratch) {
-                            Ok(d) if d.len() == want as usize => pos += want as u64,
-                            Ok(d) => {
-                                note(
-                                    &mut r,
-                                    &path,
-                                    &Error::corrupt(
-                                        inode.pos,
-                                        format!(
-                                            "data ends at {} of {}",
-                                            pos + d.len() as u64,
-                                            inode.size
-                                        ),
-                                    ),
-                                );
-                                break;
-                            }
-                            Err(e) => {
-                                note(&mut r, &path, &e);
-                                break;
-                            }
-                        }
+                    match self.check_data(&inode, &mut scratch) {
+                        Ok(n) => r.data_bytes += n,
+                        Err(e) => note(&mut r, &path, &e),
                     }
-                    r.data_bytes += pos;
                 }
                 _ => r.specials += 1,
             }

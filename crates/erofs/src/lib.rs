@@ -12,6 +12,7 @@
 pub mod chunk;
 pub mod decompress;
 pub mod dirent;
+pub mod extent;
 pub mod fsck;
 pub mod inode;
 pub mod superblock;
@@ -31,6 +32,7 @@ use foliofs_vfs::{
 
 use chunk::{ChunkEntry, ChunkFormat};
 use dirent::{DirBlock, DIRENT_SIZE};
+pub use extent::Extent;
 pub use fsck::FsckReport;
 pub use inode::{Inode, Layout};
 use superblock::{DeviceSlot, Superblock, DEVT_SLOT_SIZE, SUPER_OFFSET, SUPER_SIZE};
@@ -398,6 +400,16 @@ impl Erofs {
             }
             Layout::ChunkBased => {
                 let fmt = ChunkFormat::of(inode, self.sb.blkszbits)?;
+                let table_end = fmt.entry_pos(inode, fmt.count(inode.size));
+                if table_end.is_none_or(|end| end > self.dev.size()) {
+                    return Err(Error::corrupt(
+                        inode.pos,
+                        format!(
+                            "inode {}: the chunk table for {} bytes runs past the image end",
+                            inode.nid, inode.size
+                        ),
+                    ));
+                }
                 let csize = 1u64 << fmt.chunkbits;
                 let first = ofs >> fmt.chunkbits;
                 let (mut run, mut phys_end) = self.chunk_run(inode, &fmt, first)?;

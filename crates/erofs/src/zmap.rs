@@ -131,6 +131,19 @@ impl Erofs {
         } else {
             0
         };
+        let total = inode.size.div_ceil(1u64 << lclusterbits);
+        // Every lcluster has an index of at least two bytes in the image: a
+        // size the indexes cannot back is damage, found before any walk.
+        let min_index = if compact { 2 } else { 8 };
+        let need = total
+            .checked_mul(min_index)
+            .and_then(|n| n.checked_add(header_pos + 8));
+        if need.is_none_or(|end| end > self.dev.size()) {
+            return Err(bad(format!(
+                "size {} needs {total} cluster indexes, more than the image holds",
+                inode.size
+            )));
+        }
         let mut z = ZInfo {
             advise,
             algorithms,
@@ -138,7 +151,7 @@ impl Erofs {
             idata_size,
             header_pos,
             compact,
-            total: inode.size.div_ceil(1u64 << lclusterbits),
+            total,
             tail: None,
         };
         if idata_size != 0 && inode.size > 0 {

@@ -1,0 +1,93 @@
+//! Where a file's bytes live: the data extents of an inode and the on-disk
+//! tables (chunk table, compression indexes) that map them, as `dump.erofs
+//! -e` shows them.
+
+use foliofs_vfs::Result;
+
+use crate::chunk::ChunkFormat;
+use crate::inode::{Inode, Layout};
+use crate::{Erofs, Phys};
+
+/// One extent of a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// Logical start and length in the file.
+    pub logical: u64,
+    pub length: u64,
+    /// Device (0 = the image, n = extra device n) and byte position; `None`
+    /// for a hole.
+    pub physical: Option<(usize, u64)>,
+    /// Bytes stored on disk for this extent.
+    pub physical_len: u64,
+    /// LZ4-compressed (as opposed to stored as is).
+    pub compressed: bool,
+    /// Stored inline in the metadata, after the inode.
+    pub inline: bool,
+}
+
+impl Erofs {
+    /// Every data extent of `inode`, in file order.
+    pub fn extents(&self, inode: &Inode) -> Result<Vec<Extent>> {
+        let mut out = Vec::new();
+        let mut pos = 0u64;
+        if inode.layout.is_compressed() {
+            let z = self.zinfo(inode)?;
+            while pos < inode.size {
+                let e = self.zmap(inode, &z, pos)?;
+                out.push(Extent {
+                    logical: e.la,
+                    length: e.llen,
+                    physical: Some((0, e.pa)),
+                    physical_len: e.plen,
+                    compressed: e.format == crate::zmap::ZFormat::Lz4,
+                    inline: e.inline,
+                });
+                pos = e.la + e.llen;
+            }
+            return Ok(out);
+        }
+        while pos < inode.size {
+            let r = self.map_flat(inode, pos, pos + 1)?;
+            let physical = match r.phys {
+                Phys::Hole => None,
+                Phys::At(d, p) => Some((d, p)),
+            };
+            out.push(Extent {
+                logical: r.la,
+                length: r.len,
+                physical,
+                physical_len: if physical.is_some() { r.len } else { 0 },
+                compressed: false,
+                inline: inode.layout == Layout::FlatInline
+                    && physical == Some((0, inode.trailer_pos())),
+            });
+            pos = r.la + r.len;
+        }
+        Ok(out)
+    }
+
+    /// The image range holding `inode`'s chunk table or compression
+    /// indexes (map header included), if it has one.
+    pub fn index_range(&self, inode: &Inode) -> Result<Option<(u64, u64)>> {
+        Ok(match inode.layout {
+            Layout::ChunkBased => {
+                let fmt = ChunkFormat::of(inode, self.sb.blkszbits)?;
+                fmt.entry_pos(inode, 0)
+                    .map(|start| (start, fmt.count(inode.size) * fmt.entry_size()))
+            }
+            Layout::CompressedFull | Layout::CompressedCompact => {
+                let z = self.zinfo(inode)?;
+                let lclusters = inode.size.div_ceil(1u64 << z.lclusterbits);
+                let len = if inode.layout == Layout::CompressedFull {
+                    16 + 8 * lclusters
+                } else {
+                    // Compact indexes take 2 to 4 bytes per lcluster plus
+                    // pack bases; 4 bytes each is an upper bound.
+                    8 + 4 * lclusters + 32
+                };
+                Some((z.header_pos, len))
+            }
+            _ => None,
+        })
+    }
+}
