@@ -30,10 +30,13 @@ const THREADS: usize = 4;
 /// Readahead of a read-only mount's bdi, in KiB (the kernel's FUSE default
 /// is 128).
 const READ_AHEAD_KB: u32 = 4096;
-/// Lifetime of cached entries and attributes of an image (it cannot change
-/// under the mount) and of a writable file system (only this server
-/// changes it, and it tells the kernel through the replies).
+/// Lifetime of cached entries and attributes of an image: it cannot change
+/// under the mount.
 const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Lifetime of cached attributes of a writable file system: short, as
+/// libfuse's default, so timestamps the server sets (ctime on link or
+/// rename) show up without the kernel having to know every rule.
+const WRITABLE_TTL: Duration = Duration::from_secs(1);
 
 /// Mount an image (or a new ramfs) over FUSE.
 #[derive(clap::Args, Debug)]
@@ -64,24 +67,34 @@ struct Opened {
     fs: Arc<dyn FileSystem>,
     format: &'static str,
     read_only: bool,
+    /// A format that can change (so owner overrides and long caches do not apply).
+    writable: bool,
     /// The format's effective options, as `foliofs mounts` shows them.
     shown: String,
 }
 
 pub fn run(args: MountArgs) -> anyhow::Result<i32> {
-    let opts = MountOptions::parse_all(args.options.iter().map(String::as_str))?;
+    let joined = args.options.join(",");
+    let opts = if args.fstype == "ramfs" {
+        // Keys ramfs knows (blocksize= rounds there, uid=/gid= own its root)
+        // are its own; the rest are the generic ones.
+        MountOptions::parse_claiming(&joined, &|k| {
+            !matches!(foliofs_ramfs::Options::default().set(k, None), Ok(false))
+        })?
+    } else {
+        MountOptions::parse(&joined)?
+    };
     let source = if args.fstype == "ramfs" {
         args.source.clone()
     } else {
         std::path::absolute(&args.source)
             .with_context(|| format!("{}: bad path", args.source.display()))?
     };
-    let ready = match args.ready_fd {
+    let ready = args.ready_fd.map(|fd| {
         // SAFETY: the parent passed this descriptor for our exclusive use and
         // nothing else in this process owns it.
-        Some(fd) => Some(File::from(unsafe { OwnedFd::from_raw_fd(fd) })),
-        None => None,
-    };
+        File::from(unsafe { OwnedFd::from_raw_fd(fd) })
+    });
     // Everything that can be refused is refused here, before any mount.
     let opened = match open_source(&args.fstype, &source, &opts) {
         Ok(o) => o,
@@ -106,7 +119,7 @@ fn report_failure(ready: Option<File>, e: anyhow::Error) -> anyhow::Result<i32> 
 
 fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Result<Opened> {
     if fstype == "ramfs" {
-        bail!("ramfs mounts are not available in this build");
+        return open_ramfs(opts);
     }
     let format = if fstype == "auto" {
         open::detect(source)?
@@ -169,7 +182,44 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
         fs,
         format: image.format().name(),
         read_only: true,
+        writable: false,
         shown: shown.join(","),
+    })
+}
+
+fn open_ramfs(opts: &MountOptions) -> anyhow::Result<Opened> {
+    let mut ro = foliofs_ramfs::Options::default();
+    for (k, v) in &opts.extra {
+        match ro.set(k, v.as_deref()) {
+            Ok(true) => {}
+            Ok(false) => bail!(foliofs_fuse::OptionError::Unknown(match v {
+                Some(v) => format!("{k}={v}"),
+                None => k.clone(),
+            })),
+            Err(e) => bail!("bad value for mount option `{k}`: {e}"),
+        }
+    }
+    for (asked, name) in [
+        (opts.io_mode == IoMode::Direct, "directio"),
+        (
+            opts.block_size == foliofs_block::BlockSizeChoice::LargeBlocks,
+            "largeblocks",
+        ),
+        (!opts.devices.is_empty(), "device"),
+        (opts.umask.is_some(), "umask"),
+    ] {
+        if asked {
+            bail!("mount option `{name}` is for images; ramfs does not take it");
+        }
+    }
+    let read_only = opts.read_only == Some(true);
+    let shown = ro.show();
+    Ok(Opened {
+        fs: Arc::new(foliofs_ramfs::RamFs::new(&ro)),
+        format: "ramfs",
+        read_only,
+        writable: !read_only,
+        shown,
     })
 }
 
@@ -259,9 +309,9 @@ fn serve(
         threads: THREADS,
         read_ahead_kb: read_only.then_some(READ_AHEAD_KB),
         server: ServerConfig {
-            ttl: TTL,
+            ttl: if opened.writable { WRITABLE_TTL } else { TTL },
             read_only,
-            overrides: if opened.read_only {
+            overrides: if !opened.writable {
                 Overrides {
                     uid: opts.uid,
                     gid: opts.gid,
