@@ -183,14 +183,22 @@ fn read_plans(images: &Images, romfs_sizes: &[(&str, &str)], with_direct: bool) 
     plans
 }
 
-/// Mounts `plan` and runs `measure` `runs` times on it, filling `row`.
+/// A timed workload on a mounted file system: a column key and a function
+/// of the mount point giving seconds (or, for throughput columns, GB/s).
+type Workload<'a> = (&'static str, &'a dyn Fn(&Path) -> Result<f64>);
+
+/// Runs each workload `cfg.runs` times on `plan`'s mount, filling `row`.
+/// Cold workloads get a fresh mount and a dropped page cache every time, so
+/// neither the kernel's caches nor a FUSE server's own block cache carry over
+/// from one measurement to the next.
 fn measure_row(
     env: &BenchEnv,
     cfg: &Config,
     section: &str,
     plan: &Plan,
     row: &mut Row,
-    mut measure: impl FnMut(&Path, &mut Row) -> Result<()>,
+    cold: bool,
+    workloads: &[Workload<'_>],
 ) {
     if let Some(why) = unavailable(env, &plan.how) {
         row.note = Some(why);
@@ -204,15 +212,26 @@ fn measure_row(
             return;
         }
     };
+    let mount =
+        || -> Result<Mounted> { Mounted::new(env, &plan.how, image, &env.fresh_dir("mnt")?) };
     let result = (|| -> Result<()> {
-        let mnt = env.fresh_dir("mnt")?;
-        let m = Mounted::new(env, &plan.how, image, &mnt)?;
+        let mut warm = if cold { None } else { Some(mount()?) };
         for i in 0..cfg.runs {
             progress(
                 cfg,
                 &format!("[{section}] {} run {}/{}", plan.label, i + 1, cfg.runs),
             );
-            measure(&m.dir, row)?;
+            for (key, work) in workloads {
+                let v = match &mut warm {
+                    Some(m) => work(&m.dir)?,
+                    None => {
+                        let m = mount()?;
+                        env.drop_caches();
+                        work(&m.dir)?
+                    }
+                };
+                push(row, key, v);
+            }
         }
         Ok(())
     })();
@@ -276,18 +295,24 @@ pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     for plan in read_plans(&images, &sizes, true) {
         let mut row = Row::new(plan.label.clone(), plan.kind);
         let size = cfg.seq_size;
-        measure_row(env, cfg, "seq", &plan, &mut row, |mnt, row| {
+        let dd = |mnt: &Path| -> Result<f64> {
             let f = mnt.join("file");
-            env.drop_caches();
             let (t, n) = time_read(&f)?;
             if n != size {
                 bail!("read {n} bytes of {}, expected {size}", f.display());
             }
-            push(row, "dd", t);
-            env.drop_caches();
-            push(row, "md5", time_md5(&f)?);
-            Ok(())
-        });
+            Ok(t)
+        };
+        let md5 = |mnt: &Path| time_md5(&mnt.join("file"));
+        measure_row(
+            env,
+            cfg,
+            "seq",
+            &plan,
+            &mut row,
+            true,
+            &[("dd", &dd), ("md5", &md5)],
+        );
         rows.push(row);
     }
     let mut notes = vec![format!(
@@ -349,17 +374,17 @@ pub fn tree(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             reference = rows.len();
         }
         let mut row = Row::new(plan.label.clone(), plan.kind);
-        measure_row(env, cfg, "tree", &plan, &mut row, |mnt, row| {
-            env.drop_caches();
-            push(row, "find", time_cmd(Command::new("find").arg(mnt))?);
-            env.drop_caches();
-            push(
-                row,
-                "find_ls",
-                time_cmd(Command::new("find").arg(mnt).arg("-ls"))?,
-            );
-            Ok(())
-        });
+        let find = |mnt: &Path| time_cmd(Command::new("find").arg(mnt));
+        let find_ls = |mnt: &Path| time_cmd(Command::new("find").arg(mnt).arg("-ls"));
+        measure_row(
+            env,
+            cfg,
+            "tree",
+            &plan,
+            &mut row,
+            true,
+            &[("find", &find), ("find_ls", &find_ls)],
+        );
         rows.push(row);
     }
     let mut notes = vec![format!(
@@ -423,13 +448,21 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     for plan in &plans {
         let mut row = Row::new(plan.label.clone(), plan.kind);
         row.x = plan.x;
-        measure_row(env, cfg, "ramfs", plan, &mut row, |mnt, row| {
+        let write = |mnt: &Path| -> Result<f64> {
             let f = mnt.join("f");
             let t = time_write_zeros(&f, total, 2 << 20)?;
             std::fs::remove_file(&f)?;
-            push(row, "write", total as f64 / 1e9 / t);
-            Ok(())
-        });
+            Ok(total as f64 / 1e9 / t)
+        };
+        measure_row(
+            env,
+            cfg,
+            "ramfs",
+            plan,
+            &mut row,
+            false,
+            &[("write", &write)],
+        );
         rows.push(row);
     }
     Ok(Section {
