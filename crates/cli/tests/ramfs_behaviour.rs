@@ -1,0 +1,270 @@
+//! `foliofs mount -t ramfs`: options, statfs, limits and concurrent writers,
+//! checked through a real FUSE mount. Data is read back after dropping the
+//! page cache, so what is compared is what the server stored.
+
+mod common;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use common::{drop_caches, foliofs_ok, Mount, Rng};
+
+fn ramfs(opts: &str) -> Mount {
+    Mount::new(Path::new("none"), Some("ramfs"), opts)
+        .unwrap_or_else(|e| panic!("mount -t ramfs -o {opts:?}: {e}"))
+}
+
+fn statvfs(p: &Path) -> libc::statvfs {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c` is a NUL-terminated path and `st` a valid out-pointer.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    assert_eq!(rc, 0, "statvfs {}", p.display());
+    // SAFETY: statvfs returned 0, so it filled the struct.
+    unsafe { st.assume_init() }
+}
+
+/// Reads `p` from the server, not from the page cache.
+fn read_fresh(p: &Path) -> Vec<u8> {
+    assert!(drop_caches(), "cannot drop the page cache (needs root)");
+    fs::read(p).unwrap()
+}
+
+fn mounts_line(mnt: &Path) -> String {
+    let out = String::from_utf8(foliofs_ok(["mounts"])).unwrap();
+    out.lines()
+        .find(|l| l.contains(mnt.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("{} missing from `foliofs mounts`:\n{out}", mnt.display()))
+        .to_owned()
+}
+
+#[test]
+fn options_root_and_statfs() {
+    require_fuse!();
+    for (opt, bs) in [
+        ("", 4096u64),
+        ("blocksize=1", 4096),
+        ("blocksize=12000", 8192),
+        ("blocksize=64K", 65536),
+        ("blocksize=3M", 2 << 20),
+    ] {
+        let m = ramfs(opt);
+        let st = statvfs(m.path());
+        assert_eq!(st.f_bsize, bs, "f_bsize with -o {opt:?}");
+        assert_eq!(st.f_frsize, bs, "f_frsize with -o {opt:?}");
+        let line = mounts_line(m.path());
+        if bs == 4096 {
+            assert!(!line.contains("blocksize="), "{line}");
+        } else {
+            assert!(line.contains(&format!("blocksize={bs}")), "{line}");
+        }
+        let root = fs::metadata(m.path()).unwrap();
+        assert_eq!(root.mode() & 0o7777, 0o755);
+        assert_eq!(root.blksize(), bs);
+    }
+    let m = ramfs("mode=1777,uid=123,gid=456");
+    let root = fs::metadata(m.path()).unwrap();
+    assert_eq!(
+        (root.mode() & 0o7777, root.uid(), root.gid()),
+        (0o1777, 123, 456)
+    );
+    assert!(mounts_line(m.path()).contains("mode=1777"));
+}
+
+#[test]
+fn blocksize_zero_is_refused() {
+    require_fuse!();
+    let r = Mount::new(Path::new("none"), Some("ramfs"), "blocksize=0");
+    let err = r.err().expect("blocksize=0 mounted");
+    assert!(err.contains("blocksize"), "unclear error: {err}");
+    let r = Mount::new(Path::new("none"), Some("ramfs"), "size=12Q");
+    let err = r.err().expect("size=12Q mounted");
+    assert!(err.contains("size"), "unclear error: {err}");
+}
+
+#[test]
+fn holes_take_no_blocks_and_statfs_counts_use() {
+    require_fuse!();
+    let m = ramfs("blocksize=64K,size=64M");
+    let before = statvfs(m.path());
+    assert_eq!(before.f_blocks, 1024);
+    let p = m.path().join("sparse");
+    let f = File::create(&p).unwrap();
+    f.write_all_at(b"tail", 40 << 20).unwrap();
+    f.write_all_at(&[1u8; 100_000], 0).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!(md.len(), (40 << 20) + 4);
+    // Two blocks for the head (100,000 bytes), one for the tail.
+    assert_eq!(md.blocks(), 3 * 65536 / 512);
+    let after = statvfs(m.path());
+    assert_eq!(before.f_bfree - after.f_bfree, 3);
+    assert_eq!(before.f_ffree - after.f_ffree, 1);
+    let data = read_fresh(&p);
+    assert!(data[..100_000].iter().all(|&b| b == 1));
+    assert!(data[100_000..40 << 20].iter().all(|&b| b == 0));
+    assert_eq!(&data[40 << 20..], b"tail");
+    fs::remove_file(&p).unwrap();
+    assert_eq!(statvfs(m.path()).f_bfree, before.f_bfree);
+}
+
+/// Writes 1 MiB chunks of seeded random bytes to `p`, each followed by
+/// fsync, until something fails; returns the error with the bytes fsync
+/// confirmed before it.
+fn fill(p: &Path, seed: u64) -> (u64, std::io::Error) {
+    let mut f = File::create(p).unwrap();
+    let mut rng = Rng::new(seed);
+    let mut done = 0u64;
+    loop {
+        let chunk = rng.bytes(1 << 20);
+        if let Err(e) = f.write_all(&chunk) {
+            return (done, e);
+        }
+        if let Err(e) = f.sync_data() {
+            return (done, e);
+        }
+        done += chunk.len() as u64;
+        assert!(done < 1 << 30, "no ENOSPC after 1 GiB");
+    }
+}
+
+#[test]
+fn size_limit_gives_enospc_and_keeps_earlier_data() {
+    require_fuse!();
+    for bs in ["4K", "2M"] {
+        let m = ramfs(&format!("size=24M,blocksize={bs}"));
+        let keep = m.path().join("keep");
+        let mut rng = Rng::new(7);
+        let kept = rng.bytes(5 << 20);
+        let mut f = File::create(&keep).unwrap();
+        f.write_all(&kept).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        let (done, err) = fill(&m.path().join("fill"), 9);
+        assert_eq!(
+            err.raw_os_error(),
+            Some(libc::ENOSPC),
+            "bs {bs}: expected ENOSPC, got {err}"
+        );
+        assert!(done >= 17 << 20, "bs {bs}: only {done} bytes fit");
+        assert_eq!(statvfs(m.path()).f_bfree, 0, "bs {bs}");
+        // New files cannot get data either, but earlier data is whole.
+        let mut more = File::create(m.path().join("more")).unwrap();
+        let r = more
+            .write_all(&[3u8; 1 << 20])
+            .and_then(|()| more.sync_all());
+        assert!(r.is_err(), "bs {bs}: a write past the limit succeeded");
+        drop(more);
+        assert_eq!(read_fresh(&keep), kept, "bs {bs}: earlier file damaged");
+        // What fsync confirmed of the file that ran out is intact too.
+        let got = read_fresh(&m.path().join("fill"));
+        let mut rng = Rng::new(9);
+        let mut want = Vec::new();
+        while (want.len() as u64) < done {
+            want.extend(rng.bytes(1 << 20));
+        }
+        assert_eq!(&got[..done as usize], &want[..done as usize], "bs {bs}");
+        // Freeing space makes room again.
+        fs::remove_file(m.path().join("fill")).unwrap();
+        let _ = fs::remove_file(m.path().join("more"));
+        fs::write(m.path().join("again"), vec![4u8; 4 << 20]).unwrap();
+        assert_eq!(read_fresh(&m.path().join("again")), vec![4u8; 4 << 20]);
+    }
+}
+
+#[test]
+fn inode_limit_gives_enospc() {
+    require_fuse!();
+    let m = ramfs("nr_inodes=50");
+    let mut made = Vec::new();
+    let err = loop {
+        let p = m.path().join(format!("f{}", made.len()));
+        match fs::write(&p, format!("file {}", made.len())) {
+            Ok(()) => made.push(p),
+            Err(e) => break e,
+        }
+        assert!(made.len() <= 50, "more than 50 inodes");
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    // The root is one of the 50.
+    assert_eq!(made.len(), 49);
+    let e = fs::create_dir(m.path().join("d")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+    let e = std::os::unix::fs::symlink("x", m.path().join("l")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+    let st = statvfs(m.path());
+    assert_eq!((st.f_files, st.f_ffree), (50, 0));
+    assert!(drop_caches());
+    for (i, p) in made.iter().enumerate() {
+        assert_eq!(fs::read_to_string(p).unwrap(), format!("file {i}"));
+    }
+    fs::remove_file(&made[0]).unwrap();
+    fs::create_dir(m.path().join("d")).unwrap();
+}
+
+#[test]
+fn concurrent_writers_to_different_files_and_to_one_file() {
+    require_fuse!();
+    for bs in ["4K", "64K", "2M"] {
+        let m = ramfs(&format!("blocksize={bs}"));
+        let shared = m.path().join("shared");
+        File::create(&shared).unwrap();
+        const THREADS: u64 = 4;
+        const STRIPE: u64 = 96 * 1024 + 13;
+        const ROUNDS: u64 = 48;
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let own = m.path().join(format!("own{t}"));
+                let shared = shared.clone();
+                s.spawn(move || {
+                    let mut rng = Rng::new(100 + t);
+                    let mut f = File::create(&own).unwrap();
+                    let g = OpenOptions::new().write(true).open(&shared).unwrap();
+                    for r in 0..ROUNDS {
+                        f.write_all(&rng.bytes(70_001)).unwrap();
+                        let stripe = vec![(t * ROUNDS + r) as u8; STRIPE as usize];
+                        g.write_all_at(&stripe, (r * THREADS + t) * STRIPE).unwrap();
+                    }
+                    f.sync_all().unwrap();
+                    g.sync_all().unwrap();
+                });
+            }
+        });
+        assert!(drop_caches());
+        for t in 0..THREADS {
+            let mut rng = Rng::new(100 + t);
+            let want: Vec<u8> = (0..ROUNDS).flat_map(|_| rng.bytes(70_001)).collect();
+            let mut got = Vec::new();
+            File::open(m.path().join(format!("own{t}")))
+                .unwrap()
+                .read_to_end(&mut got)
+                .unwrap();
+            assert!(got == want, "bs {bs}: own{t} differs");
+        }
+        let got = fs::read(&shared).unwrap();
+        assert_eq!(got.len() as u64, THREADS * ROUNDS * STRIPE, "bs {bs}");
+        for (k, c) in got.chunks(STRIPE as usize).enumerate() {
+            let (r, t) = (k as u64 / THREADS, k as u64 % THREADS);
+            let want = (t * ROUNDS + r) as u8;
+            assert!(c.iter().all(|&b| b == want), "bs {bs}: stripe {k} wrong");
+        }
+    }
+}
+
+#[test]
+fn unmounted_data_is_gone() {
+    require_fuse!();
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let m = Mount::at(Path::new("none"), dir.path(), Some("ramfs"), "").unwrap();
+        fs::write(m.path().join("f"), b"x").unwrap();
+        fs::set_permissions(m.path().join("f"), fs::Permissions::from_mode(0o600)).unwrap();
+        m.unmount().unwrap();
+    }
+    let m = Mount::at(Path::new("none"), dir.path(), Some("ramfs"), "").unwrap();
+    let e = fs::metadata(m.path().join("f")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+}
