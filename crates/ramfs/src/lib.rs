@@ -199,7 +199,11 @@ impl RamFs {
     pub fn new(opts: &Options) -> Self {
         let ram = total_ram();
         let bs = u64::from(opts.block_size);
-        let space = Space::new(bs, opts.size_limit(ram), opts.inode_limit(ram));
+        // `size=0` lifts the limit, but memory still bounds what can be
+        // stored: cap it there so no single call can promise more blocks
+        // than the machine has.
+        let max_bytes = opts.size_limit(ram).unwrap_or(ram);
+        let space = Space::new(bs, Some(max_bytes), opts.inode_limit(ram));
         let fs = RamFs {
             opts: opts.clone(),
             block_size: opts.block_size,
@@ -520,15 +524,10 @@ impl FileSystem for RamFs {
     }
 
     fn statfs(&self) -> Result<StatFs> {
-        let ram = total_ram();
-        let bs = self.bs();
-        // "Unlimited" still needs a figure: report what memory could hold.
-        let blocks = match self.space.max_blocks() {
-            u64::MAX => ram / bs,
-            n => n,
-        };
+        let blocks = self.space.max_blocks();
+        // "Unlimited" inodes still need a figure: one per page of memory.
         let files = match self.space.max_inodes() {
-            u64::MAX => ram / 4096,
+            u64::MAX => total_ram() / 4096,
             n => n,
         };
         let used_b = self.space.used_blocks();
@@ -972,12 +971,9 @@ impl FileSystem for RamFs {
                     return Err(Error::NoSpace);
                 }
             }
-            libc::FALLOC_FL_PUNCH_HOLE if keep => {
-                let stop = end.min(file.size.max(offset));
-                if stop > offset {
-                    file.punch(offset..stop, bs, &self.space);
-                }
-            }
+            // Past the end there is only zeros, but blocks kept there by
+            // fallocate(KEEP_SIZE) are freed too.
+            libc::FALLOC_FL_PUNCH_HOLE if keep => file.punch(offset..end, bs, &self.space),
             libc::FALLOC_FL_ZERO_RANGE => {
                 if !file.zero_range(offset..end, bs, &self.space) {
                     return Err(Error::NoSpace);
