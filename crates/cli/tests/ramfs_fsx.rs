@@ -1,0 +1,129 @@
+//! fsx 0.3.2 on ramfs mounts at block sizes 4K, 64K and 2M: 100,000
+//! operations each, mmap reads and writes included, 0 failures.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{run_timeout, Mount};
+
+/// Every operation fsx 0.3.2 knows, mmap reads and writes among them, on a
+/// file up to 8 MiB (several blocks even at 2 MiB) with operations up to
+/// 256 KiB at unaligned offsets.
+const CONFIG: &str = r#"
+flen = 8388608
+
+[opsize]
+max = 262144
+min = 1
+align = 1
+
+[weights]
+close_open = 1
+read = 10
+write = 10
+mapread = 10
+mapwrite = 10
+invalidate = 1
+truncate = 3
+fsync = 1
+fdatasync = 1
+posix_fallocate = 2
+punch_hole = 2
+sendfile = 2
+posix_fadvise = 1
+copy_file_range = 2
+"#;
+
+const OPS: u32 = 100_000;
+
+fn cargo_tool(name: &str) -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let home = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo/bin").join(name));
+    on_path
+        .into_iter()
+        .chain(home)
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("{name} is not installed: run `cargo install --locked pjdfstest@0.2.2 fsx@0.3.2` (.ci/run does)")
+        })
+}
+
+fn run_fsx(block_size: &str, seed: u32) {
+    let tool = cargo_tool("fsx");
+    let m = Mount::new(
+        Path::new("none"),
+        Some("ramfs"),
+        &format!("blocksize={block_size}"),
+    )
+    .unwrap();
+    let artifacts = tempfile::tempdir().unwrap();
+    let cfg = artifacts.path().join("fsx.toml");
+    fs::write(&cfg, CONFIG).unwrap();
+    let out = run_timeout(
+        Command::new(tool)
+            .arg("-N")
+            .arg(OPS.to_string())
+            .arg("-S")
+            .arg(seed.to_string())
+            .arg("-f")
+            .arg(&cfg)
+            .arg("-P")
+            .arg(artifacts.path())
+            .arg(m.path().join("fsx.data")),
+        Duration::from_secs(1200),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let tail = |s: &str| {
+        s.lines()
+            .rev()
+            .take(60)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        out.status.success(),
+        "fsx at blocksize={block_size} (seed {seed}) failed ({}):\n{}\n{}",
+        out.status,
+        tail(&stdout),
+        tail(&stderr)
+    );
+    // fsx reports how far it got; make sure every operation ran.
+    let all = format!("{stdout}{stderr}");
+    assert!(
+        !all.contains("Test file system does not support"),
+        "fsx skipped an operation at blocksize={block_size}:\n{}",
+        tail(&all)
+    );
+}
+
+#[test]
+fn fsx_100k_ops_at_4k_blocks() {
+    require_fuse!();
+    run_fsx("4K", 4096);
+}
+
+#[test]
+fn fsx_100k_ops_at_64k_blocks() {
+    require_fuse!();
+    run_fsx("64K", 65536);
+}
+
+#[test]
+fn fsx_100k_ops_at_2m_blocks() {
+    require_fuse!();
+    run_fsx("2M", 2_097_152);
+}
