@@ -22,6 +22,7 @@ pub struct Defect {
     pub offset: u64,
     /// Path of the entry in the tree ("/" is the root), where known.
     pub path: Option<String>,
+    /// What is wrong.
     pub what: String,
 }
 
@@ -41,11 +42,13 @@ pub struct Report {
     pub image_size: u64,
     /// The size the superblock declares.
     pub declared_size: u32,
+    /// The volume name, without its NUL.
     pub volume_name: Vec<u8>,
     /// Whether the superblock checksum is right.
     pub superblock_checksum_ok: bool,
-    /// Headers checked, and how many had a bad checksum.
+    /// Headers checked.
     pub headers_checked: u64,
+    /// Headers whose checksum is wrong.
     pub bad_header_checksums: u64,
     /// Entries by stored type ("." and ".." excluded).
     pub counts: BTreeMap<&'static str, u64>,
@@ -54,6 +57,7 @@ pub struct Report {
     /// The largest power of two (up to 2 MiB) dividing the data offset of
     /// every non-empty regular file; `None` when there are none.
     pub data_alignment: Option<u64>,
+    /// Every problem found, in the order found.
     pub defects: Vec<Defect>,
 }
 

@@ -16,6 +16,7 @@ pub struct DirEnt {
     pub header: u64,
     /// The inode it names: the header offset after following hard links.
     pub ino: u64,
+    /// The type of that inode.
     pub kind: FileType,
 }
 

@@ -20,6 +20,7 @@ pub enum EntryType {
     HardLink,
     /// `spec` is the offset of the first entry.
     Directory,
+    /// Data follows the header.
     Regular,
     /// Data is the target, without a NUL.
     Symlink,
@@ -27,7 +28,9 @@ pub enum EntryType {
     BlockDevice,
     /// `spec` is `major << 16 | minor`.
     CharDevice,
+    /// A Unix socket.
     Socket,
+    /// A named pipe.
     Fifo,
 }
 
@@ -123,11 +126,15 @@ pub struct Header {
     pub offset: u64,
     /// The next entry in the same directory (0 = none), flags removed.
     pub next: u64,
+    /// The entry type (low three bits of `next`).
     pub kind: EntryType,
     /// The exec bit (bit 3 of `next`).
     pub exec: bool,
+    /// Type-specific: link target, first entry, or device number.
     pub spec: u32,
+    /// Data bytes (regular files and symlinks).
     pub size: u32,
+    /// The stored checksum word.
     pub checksum: u32,
     name: [u8; MAX_NAME],
     name_len: u8,

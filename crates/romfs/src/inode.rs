@@ -11,8 +11,11 @@ use crate::header::{EntryType, Header};
 pub struct Inode {
     /// The header offset.
     pub ino: u64,
+    /// The file type.
     pub kind: FileType,
+    /// The exec bit.
     pub exec: bool,
+    /// The header's `spec` field (first entry, device number).
     pub spec: u32,
     /// The header's `size` field.
     pub size: u32,

@@ -23,8 +23,9 @@ use crate::superblock::{CHECKSUM_SPAN, MAGIC, MAX_NAME};
 /// The volume name used when none is given (a fixed one keeps images
 /// reproducible).
 pub const DEFAULT_VOLUME: &str = "foliofs";
-/// Smallest and largest `--align`.
+/// Smallest data alignment (romfs's own 16 bytes).
 pub const MIN_ALIGN: u64 = 16;
+/// Largest data alignment.
 pub const MAX_ALIGN: u64 = 2 << 20;
 /// Images are padded to a multiple of this.
 pub const IMAGE_PAD: u64 = 1024;
@@ -34,38 +35,79 @@ pub const MAX_IMAGE: u64 = 1 << 32;
 /// Why an image could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum MkfsError {
+    /// Reading the tree or writing the image failed.
     #[error("{path}")]
     Io {
+        /// The file involved.
         path: PathBuf,
+        /// What failed.
         #[source]
         source: std::io::Error,
     },
+    /// A file name longer than 127 bytes.
     #[error("{path}: name is {len} bytes; romfs names hold at most 127")]
-    NameTooLong { path: PathBuf, len: usize },
+    NameTooLong {
+        /// The file.
+        path: PathBuf,
+        /// Its name's length.
+        len: usize,
+    },
+    /// A volume name longer than 127 bytes.
     #[error("volume name is {0} bytes; romfs holds at most 127")]
     VolumeTooLong(usize),
+    /// A file of 4 GiB or more.
     #[error("{path}: {size} bytes; romfs files must be smaller than 4 GiB")]
-    FileTooBig { path: PathBuf, size: u64 },
+    FileTooBig {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
+    /// The whole image would not fit 32-bit offsets.
     #[error("the image would be {size} bytes (at {path}); romfs images must not exceed 4 GiB")]
-    ImageTooBig { path: PathBuf, size: u64 },
+    ImageTooBig {
+        /// The source tree.
+        path: PathBuf,
+        /// The size the image would have.
+        size: u64,
+    },
+    /// A file changed size between the scan and the copy.
     #[error("{path}: file changed size while being read (expected {expected} bytes, {found})")]
     Changed {
+        /// The file.
         path: PathBuf,
+        /// Its size when the tree was scanned.
         expected: u64,
+        /// What was found instead.
         found: String,
     },
+    /// A device number that does not fit 16 + 16 bits.
     #[error("{path}: device {major}:{minor} does not fit romfs's 16-bit major and minor")]
     DeviceNumber {
+        /// The device node.
         path: PathBuf,
+        /// Its major number.
         major: u32,
+        /// Its minor number.
         minor: u32,
     },
+    /// A file that is none of the types romfs stores.
     #[error("{path}: unsupported file type")]
-    UnsupportedType { path: PathBuf },
+    UnsupportedType {
+        /// The file.
+        path: PathBuf,
+    },
+    /// An alignment that is not a power of two from 16 B to 2 MiB.
     #[error("alignment {0}: must be a power of two from 16 bytes to 2 MiB")]
     BadAlign(u64),
+    /// A glob that does not parse.
     #[error("bad pattern {pattern:?}: {why}")]
-    BadPattern { pattern: String, why: String },
+    BadPattern {
+        /// The pattern.
+        pattern: String,
+        /// Why it is wrong.
+        why: String,
+    },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> MkfsError + '_ {
@@ -107,9 +149,13 @@ impl Default for MkfsOptions {
 /// How far a build has got.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Progress {
+    /// Regular files copied so far.
     pub files_done: u64,
+    /// Regular files to copy.
     pub files_total: u64,
+    /// Data bytes copied so far.
     pub bytes_done: u64,
+    /// Data bytes to copy.
     pub bytes_total: u64,
 }
 
@@ -120,8 +166,11 @@ pub struct Summary {
     pub image_size: u64,
     /// Entries written, "." and ".." excluded.
     pub entries: u64,
+    /// Regular files stored with their data.
     pub files: u64,
+    /// Entries stored as hard links to an earlier name.
     pub hard_links: u64,
+    /// Bytes of file data.
     pub data_bytes: u64,
 }
 
@@ -721,4 +770,48 @@ fn copy_file(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_that_changed_size_is_an_error_not_padding() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        std::fs::write(&p, vec![5u8; 1000]).unwrap();
+        let mut buf = vec![0u8; 64];
+        let mut sink = Vec::new();
+        // Scanned at 1200 bytes, 1000 there now: it shrank.
+        let e = copy_file(&p, 1200, &mut sink, &mut buf, &mut |_| {}).unwrap_err();
+        assert!(
+            matches!(&e, MkfsError::Changed { found, .. } if found.contains("ended after 1000")),
+            "{e}"
+        );
+        // Scanned at 900 bytes: it grew.
+        sink.clear();
+        let e = copy_file(&p, 900, &mut sink, &mut buf, &mut |_| {}).unwrap_err();
+        assert!(e.to_string().contains("grown"), "{e}");
+        sink.clear();
+        copy_file(&p, 1000, &mut sink, &mut buf, &mut |_| {}).unwrap();
+        assert_eq!(sink, vec![5u8; 1000]);
+    }
+
+    #[test]
+    fn data_alignment_places_headers_so_data_lands_on_the_boundary() {
+        let mut nodes = Vec::new();
+        let mut l = Layout {
+            nodes: &mut nodes,
+            slots: Vec::new(),
+            pos: 0x60,
+        };
+        let at = l.place(b"file.bin", 4096, true, 10);
+        assert_eq!((at + meta_size(8)) % 4096, 0);
+        assert_eq!(l.pos, at + meta_size(8) + 16);
+        let at = l.place(b"dev", 512, false, 0);
+        assert_eq!(at % 512, 0);
+        let before = l.pos;
+        assert_eq!(l.place(b"link", 16, false, 0), before, "no padding at 16");
+    }
 }
