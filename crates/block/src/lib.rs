@@ -22,6 +22,9 @@ use foliofs_vfs::{Error, Result, Scratch};
 pub const MIN_BLOCK_SIZE: u32 = 1024;
 /// Largest block size: a PMD-sized folio, as the ramfs seed allows.
 pub const MAX_BLOCK_SIZE: u32 = 2 * 1024 * 1024;
+/// Buffered reads at least this long go straight to the page cache (see
+/// [`BlockDev::read`]).
+pub const STREAM_READ: usize = 64 * 1024;
 /// Default bytes of block cache per mount.
 pub const DEFAULT_CACHE_BYTES: usize = 32 * 1024 * 1024;
 
@@ -215,12 +218,26 @@ impl BlockDev {
     /// the cached block without copying; a longer one reads all the blocks it
     /// covers whole with one I/O and takes its partial edge blocks from the
     /// cache.
+    ///
+    /// Buffered reads of [`STREAM_READ`] bytes or more skip the blocks
+    /// altogether and read exactly the range asked for: the page cache
+    /// already holds the image in pages, and rounding a large request out to
+    /// large blocks (or copying whole cached edge blocks) would copy up to
+    /// twice the block size more than the request for nothing.
     pub fn read<'a>(&self, offset: u64, len: usize, scratch: &'a mut Scratch) -> Result<&'a [u8]> {
         let size = self.size();
         if offset >= size || len == 0 {
             return Ok(&[]);
         }
         let len = (len as u64).min(size - offset) as usize;
+        if len >= STREAM_READ && self.store.mode() == IoMode::Buffered {
+            let buf = scratch.aligned(len, self.align);
+            let got = self.store.read_at(buf, offset)?;
+            if got < len {
+                return Err(self.beyond_end(offset + got as u64, 1));
+            }
+            return Ok(&buf[..len]);
+        }
         let end = offset + len as u64;
         let bs = u64::from(self.block_size);
         let first = offset >> self.shift;
@@ -247,16 +264,25 @@ impl BlockDev {
         let tail_partial = !end.is_multiple_of(bs) && end < size;
         let full_first = first + u64::from(head_partial);
         let full_last = last - u64::from(tail_partial);
+        // Only the bytes the request covers are copied: with large blocks a
+        // whole edge block would be most of the work.
         if head_partial {
             let blk = self.block(first)?;
+            let from = (offset - base) as usize;
             let n = blk.data().len().min(bs as usize);
-            buf[..n].copy_from_slice(&blk.data()[..n]);
+            if n < from {
+                return Err(self.beyond_end(offset, len as u64));
+            }
+            buf[from..n].copy_from_slice(&blk.data()[from..n]);
         }
         if tail_partial {
             let blk = self.block(last)?;
             let at = ((last - first) << self.shift) as usize;
-            let n = blk.data().len();
-            buf[at..at + n].copy_from_slice(blk.data());
+            let n = (end - (last << self.shift)) as usize;
+            if blk.data().len() < n {
+                return Err(self.beyond_end(last << self.shift, n as u64));
+            }
+            buf[at..at + n].copy_from_slice(&blk.data()[..n]);
         }
         if full_first <= full_last {
             let at = ((full_first - first) << self.shift) as usize;

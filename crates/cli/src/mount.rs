@@ -47,7 +47,7 @@ pub struct MountArgs {
     pub fstype: String,
     /// Comma-separated options: ro, rw, largeblocks, blocksize=N, directio,
     /// nodirectio, allow_other, uid=N, gid=N, umask=OCT, fsname=NAME, debug,
-    /// device=PATH, and the usual nosuid/nodev/noexec/noatime.
+    /// device=PATH, threads=N, and the usual noexec/noatime/sync.
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Serve in the foreground instead of returning once the mount is live.
@@ -306,7 +306,7 @@ fn serve(
         flags: opts.flags,
         read_only,
         allow_other: opts.allow_other,
-        threads: THREADS,
+        threads: opts.threads.unwrap_or(THREADS),
         read_ahead_kb: read_only.then_some(READ_AHEAD_KB),
         server: ServerConfig {
             ttl: if opened.writable { WRITABLE_TTL } else { TTL },

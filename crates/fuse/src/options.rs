@@ -76,12 +76,17 @@ pub struct MountOptions {
     pub io_mode: IoMode,
     /// `largeblocks` / `blocksize=N`.
     pub block_size: BlockSizeChoice,
+    /// Server threads (`threads=N`); the mount command's default when `None`.
+    pub threads: Option<usize>,
     /// Extra devices (`device=PATH`, repeatable), in order.
     pub devices: Vec<PathBuf>,
     pub flags: MountFlags,
     /// Options this parser does not know, `(key, value)`, in the order given.
     pub extra: Vec<(String, Option<String>)>,
 }
+
+/// Most server threads `threads=` accepts.
+pub const MAX_THREADS: usize = 64;
 
 /// Options `mount(8)` and `mount.fuse3` pass through that change nothing for
 /// a FUSE image mount (or are consumed by the helper). Refusing them would
@@ -212,6 +217,20 @@ impl MountOptions {
                 self.block_size = BlockSizeChoice::Fixed(n);
             }
             "device" => self.devices.push(PathBuf::from(need(key, value)?)),
+            "threads" => {
+                let v = need(key, value)?;
+                let n = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_THREADS).contains(n))
+                    .ok_or_else(|| {
+                        OptionError::bad(
+                            key,
+                            format!("`{v}` is not a count from 1 to {MAX_THREADS}"),
+                        )
+                    })?;
+                self.threads = Some(n);
+            }
             // Always nosuid,nodev: an image is untrusted data, and mount.fuse3
             // passes `dev,suid` whenever fstab does not say otherwise, so
             // honouring them would undo the default on every fstab mount.
@@ -384,6 +403,8 @@ mod tests {
             ("ro=1", "ro"),
             ("largeblocks=yes", "largeblocks"),
             ("fsname=", "fsname"),
+            ("threads=0", "threads"),
+            ("threads=many", "threads"),
         ] {
             let e = MountOptions::parse(s).unwrap_err();
             assert!(
