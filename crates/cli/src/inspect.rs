@@ -408,7 +408,7 @@ pub fn ls(args: LsArgs) -> anyhow::Result<i32> {
             Ok(e) => e,
             Err(e) => {
                 out.flush()?;
-                eprintln!("foliofs: {shown}: {e}");
+                eprintln!("foliofs: {}: {shown}: {e}", args.image.image.display());
                 errors += 1;
                 continue;
             }

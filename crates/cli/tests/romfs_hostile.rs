@@ -350,6 +350,21 @@ fn offsets_and_sizes_beyond_the_image() {
         &write(&f, "spec", &e),
         &fails("must be 0", "must be 0"),
     );
+    // A file whose size makes its data run over the next header: reads
+    // still work (the bytes are in the image), fsck reports the overlap.
+    let mut e = Edit::load(&f.base);
+    e.set_word(a + 8, 64);
+    e.fix_sums(a);
+    let img = write(&f, "overlap", &e);
+    check(
+        &f,
+        "overlap",
+        &img,
+        &Expect {
+            fsck: "overlaps",
+            ls: None,
+        },
+    );
     // The root is not a directory.
     let mut e = Edit::load(&f.base);
     set_type(&mut e, 0x20, 2);
