@@ -20,7 +20,7 @@ use foliofs_fuse::{format_size, MountConfig, MountOptions, Overrides, ServerConf
 use foliofs_vfs::FileSystem;
 
 use crate::mount_state::{MountState, STATE_DIR};
-use crate::open::{self, Format, Image};
+use crate::open::{self, Image};
 
 /// How long the command waits for its server to report the mount live.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -135,9 +135,6 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
         found
     };
     opts.refuse_extra()?;
-    if !opts.devices.is_empty() && format == Format::Romfs {
-        bail!("mount option `device` is not supported by romfs (it has no extra devices)");
-    }
     if opts.read_only == Some(false) {
         log::info!(
             "{}: {} is read-only; mounting ro",
@@ -151,11 +148,9 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
         ..OpenOptions::default()
     };
     let image = open::open_with_devices(source, &oo, &opts.devices)?;
-    #[allow(unreachable_patterns)]
     let io_mode = match &image {
         Image::Romfs(r) => r.block_dev().store().mode(),
         Image::Erofs(e) => e.block_dev().store().mode(),
-        _ => opts.io_mode,
     };
     let fs = image.fs();
     let info = fs.info();

@@ -559,3 +559,45 @@ fn mount_fuse3_helper_and_plain_umount() {
     drop(m);
     drop(guard);
 }
+
+#[test]
+fn debug_option_logs_requests() {
+    require_fuse!();
+    let fx = genromfs_fixture();
+    let mnt = tempfile::tempdir().unwrap();
+    let out = common::run_timeout(
+        Command::new(common::bin())
+            .args(["mount", "-o", "debug"])
+            .arg(&fx.img)
+            .arg(mnt.path()),
+        Duration::from_secs(60),
+    );
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            common::force_unmount(self.0);
+        }
+    }
+    let _guard = Unmount(mnt.path());
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let log = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("foliofs: debug log in "))
+        .unwrap_or_else(|| panic!("no log path in: {stderr}"))
+        .to_owned();
+    assert_eq!(
+        fs::read(mnt.path().join("sixteen")).unwrap(),
+        fs::read(fx.src.join("sixteen")).unwrap()
+    );
+    let st = Command::new(common::bin())
+        .arg("umount")
+        .arg(mnt.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let text = fs::read_to_string(&log).unwrap();
+    let _ = fs::remove_file(&log);
+    assert!(text.contains("lookup(1, \"sixteen\")"), "{text}");
+    assert!(text.lines().any(|l| l.contains("read(")), "{text}");
+}

@@ -70,7 +70,7 @@ pub struct ServerConfig {
     /// directory pages across opens (the image cannot change under it).
     pub read_only: bool,
     pub overrides: Overrides,
-    /// Log every request at `info` level.
+    /// Log every request to stderr.
     pub debug: bool,
 }
 
@@ -170,9 +170,12 @@ impl Server {
         }
     }
 
+    /// With `debug`, one line per request on stderr (the foreground
+    /// terminal, or the log file a background server was given), whatever
+    /// the log filter says: asking for it is the filter.
     fn log(&self, what: std::fmt::Arguments<'_>) {
         if self.cfg.debug {
-            log::info!("{what}");
+            eprintln!("foliofs: {what}");
         }
     }
 
