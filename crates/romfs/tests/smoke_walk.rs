@@ -55,3 +55,48 @@ fn reads_a_small_genromfs_image() {
     let dotdot = fs.lookup(sub.ino, OsStr::new("..")).unwrap();
     assert_eq!(dotdot.ino, root);
 }
+
+#[test]
+fn statfs_follows_the_chosen_block_size() {
+    use foliofs_block::BlockSizeChoice;
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), vec![1u8; 10_000]).unwrap();
+    let img = t.path().join("img");
+    foliofs_romfs::mkfs::build(
+        &src,
+        &img,
+        &foliofs_romfs::mkfs::MkfsOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    let size = std::fs::metadata(&img).unwrap().len();
+    assert_eq!(size % 1024, 0);
+    let page = foliofs_block::page_size();
+    for (choice, bs) in [
+        (BlockSizeChoice::Default, 1024),
+        (
+            BlockSizeChoice::LargeBlocks,
+            foliofs_block::largeblocks(size, page),
+        ),
+        (BlockSizeChoice::Fixed(65536), 65536),
+    ] {
+        let opts = OpenOptions {
+            block_size: choice,
+            ..OpenOptions::default()
+        };
+        let fs = RomFs::open(&img, &opts).unwrap();
+        let st = fs.statfs().unwrap();
+        assert_eq!((st.bsize, st.frsize, st.namelen), (bs, bs, 127));
+        assert_eq!(st.blocks, size.div_ceil(u64::from(bs)), "{choice:?}");
+        assert_eq!((st.bfree, st.bavail, st.files, st.ffree), (0, 0, 0, 0));
+        let info = fs.info();
+        assert_eq!(
+            (info.fs_type, info.block_size, info.read_only),
+            ("romfs", bs, true)
+        );
+        let f = fs.lookup(fs.root(), OsStr::new("f")).unwrap();
+        assert_eq!((f.blksize, f.blocks), (bs, 10_000u64.div_ceil(512)));
+    }
+}
