@@ -541,11 +541,20 @@ fn conformance(args: &[&str], blob: bool) {
     );
 
     if common::fuse_available() {
-        let m =
-            common::Mount::new(&img, None, &data).unwrap_or_else(|e| panic!("foliofs mount: {e}"));
-        let fuse = walk_mounted(m.path());
-        m.unmount().unwrap();
-        assert_same("foliofs mount", &kernel, &fuse);
+        // Buffered (the default) and O_DIRECT reads of the image must agree.
+        for io in ["", "directio"] {
+            let opts = [data.as_str(), io]
+                .iter()
+                .filter(|s| !s.is_empty())
+                .copied()
+                .collect::<Vec<_>>()
+                .join(",");
+            let m = common::Mount::new(&img, None, &opts)
+                .unwrap_or_else(|e| panic!("foliofs mount -o {opts}: {e}"));
+            let fuse = walk_mounted(m.path());
+            m.unmount().unwrap();
+            assert_same(&format!("foliofs mount -o {opts:?}"), &kernel, &fuse);
+        }
     }
 }
 

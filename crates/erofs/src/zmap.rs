@@ -121,6 +121,13 @@ impl Erofs {
                 "compact indexes with inconsistent big pcluster flags".into()
             ));
         }
+        // Logical clusters above the largest physical cluster the kernel
+        // takes (1 MiB) would let one index claim buffers of gigabytes.
+        if lclusterbits > 20 {
+            return Err(bad(format!(
+                "logical cluster size 2^{lclusterbits} is too large"
+            )));
+        }
         if compact && lclusterbits > 14 {
             return Err(bad(format!(
                 "logical cluster 2^{lclusterbits} too large for compact indexes"
