@@ -592,3 +592,81 @@ fn chunked() {
 fn chunked_blobdev() {
     conformance(&["--chunksize=65536"], true);
 }
+
+/// Long xattr name prefixes (which mkfs.erofs 1.5 cannot write): an image is
+/// patched to move one attribute's name onto a long prefix, and the kernel,
+/// the library and a foliofs mount must all show the same new name.
+#[test]
+fn long_xattr_prefixes() {
+    let tmp = tempfile::Builder::new()
+        .prefix("foliofs-erofs-lp.")
+        .tempdir()
+        .unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    fs::write(src.join("a"), b"data of a").unwrap();
+    fs::write(src.join("b"), b"data of b").unwrap();
+    set_xattr(&src.join("a"), "user.foo", b"bar");
+    set_xattr(&src.join("b"), "user.keep", b"1");
+    set_xattr(&src.join("d"), "trusted.t", b"2");
+    let img = tmp.path().join("image.erofs");
+    let out = common::run_timeout(
+        Command::new("mkfs.erofs")
+            .args(["--quiet", "-T0"])
+            .arg(&img)
+            .arg(&src),
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let mut bytes = fs::read(&img).unwrap();
+    let entry_index_at = {
+        let e = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();
+        let nid = e.lookup(e.root(), OsStr::new("a")).unwrap().ino;
+        let inode = e.inode(nid).unwrap();
+        let body = (inode.pos + inode.inode_size()) as usize;
+        assert_eq!(bytes[body + 4], 0, "user.foo should be inline, not shared");
+        let entry = body + 12;
+        assert_eq!(&bytes[entry..entry + 2], &[3, 1], "inline entry user.foo");
+        entry + 1
+    };
+    // Prefix 0 = "user." + "long.prefix.", in unused space of block 0.
+    let table = 2048usize;
+    assert!(bytes[table..table + 64].iter().all(|&b| b == 0));
+    let infix = b"long.prefix.";
+    bytes[table..table + 2].copy_from_slice(&(1 + infix.len() as u16).to_le_bytes());
+    bytes[table + 2] = 1;
+    bytes[table + 3..table + 3 + infix.len()].copy_from_slice(infix);
+    bytes[entry_index_at] = 0x80;
+    let sb = 1024;
+    let incompat = u32::from_le_bytes(bytes[sb + 0x50..sb + 0x54].try_into().unwrap()) | 0x40;
+    bytes[sb + 0x50..sb + 0x54].copy_from_slice(&incompat.to_le_bytes());
+    bytes[sb + 0x5B] = 1;
+    bytes[sb + 0x5C..sb + 0x60].copy_from_slice(&((table / 4) as u32).to_le_bytes());
+    // The superblock changed: drop its checksum rather than recompute it.
+    bytes[sb + 0x08] &= !1;
+    fs::write(&img, &bytes).unwrap();
+
+    let kernel = {
+        let km = KernelMount::new(&img, "");
+        walk_mounted(km.path())
+    };
+    let a = &kernel[Path::new("a")];
+    assert_eq!(
+        a.xattrs.keys().collect::<Vec<_>>(),
+        [&b"user.long.prefix.foo".to_vec()],
+        "the kernel does not see the long prefix: the patch is wrong"
+    );
+    let e = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();
+    assert_same("library", &kernel, &walk_library(&e));
+    if common::fuse_available() {
+        let m = common::Mount::new(&img, None, "").unwrap();
+        let fuse = walk_mounted(m.path());
+        m.unmount().unwrap();
+        assert_same("foliofs mount", &kernel, &fuse);
+    }
+}

@@ -58,20 +58,16 @@ impl Erofs {
             let mut len = [0u8; 2];
             self.prefix_bytes(packed.as_ref(), pos, &mut len)?;
             let len = usize::from(u16::from_le_bytes(len));
-            if len == 0 {
+            // The kernel's limit: a base index byte and an infix no longer
+            // than a name.
+            if len == 0 || len > 256 {
                 return Err(Error::corrupt(
                     pos,
-                    format!("long xattr prefix {i} is empty"),
+                    format!("long xattr prefix {i} is {len} bytes (1 to 256 allowed)"),
                 ));
             }
             let mut body = vec![0u8; len];
             self.prefix_bytes(packed.as_ref(), pos + 2, &mut body)?;
-            if base_prefix(body[0]).is_none() {
-                return Err(Error::corrupt(
-                    pos,
-                    format!("long xattr prefix {i} has unknown base index {}", body[0]),
-                ));
-            }
             out.push(LongPrefix {
                 base_index: body[0],
                 infix: body[1..].to_vec(),
@@ -100,27 +96,24 @@ impl Erofs {
 
     /// The full name for `index` + `suffix`, or `None` when the kernel would
     /// not show this attribute.
-    fn full_name(&self, index: u8, suffix: &[u8], at: u64) -> Result<Option<Vec<u8>>> {
+    fn full_name(&self, index: u8, suffix: &[u8]) -> Option<Vec<u8>> {
         if index & LONG_PREFIX != 0 {
             let i = usize::from(index & !LONG_PREFIX);
-            let p = self.prefixes.get(i).ok_or_else(|| {
-                Error::corrupt(
-                    at,
-                    format!("xattr names long prefix {i} of {}", self.prefixes.len()),
-                )
-            })?;
-            let base = base_prefix(p.base_index).expect("checked at load");
+            // Like the kernel, an attribute naming a prefix that does not
+            // exist, or one on an unknown base, is not shown.
+            let p = self.prefixes.get(i)?;
+            let base = base_prefix(p.base_index)?;
             let mut n = Vec::with_capacity(base.len() + p.infix.len() + suffix.len());
             n.extend_from_slice(base);
             n.extend_from_slice(&p.infix);
             n.extend_from_slice(suffix);
-            return Ok(Some(n));
+            return Some(n);
         }
-        Ok(base_prefix(index).map(|base| {
+        base_prefix(index).map(|base| {
             let mut n = base.to_vec();
             n.extend_from_slice(suffix);
             n
-        }))
+        })
     }
 
     /// Reads the entry at `pos`; returns it (if visible) and its aligned size.
@@ -132,7 +125,7 @@ impl Erofs {
         let mut suffix = vec![0u8; name_len];
         self.meta(pos + 4, &mut suffix)?;
         let size = (4 + name_len as u64 + u64::from(value_len)).div_ceil(4) * 4;
-        let entry = self.full_name(h[1], &suffix, pos)?.map(|name| XattrEntry {
+        let entry = self.full_name(h[1], &suffix).map(|name| XattrEntry {
             name,
             value_pos: pos + 4 + name_len as u64,
             value_len,
