@@ -658,24 +658,32 @@ impl fuser::Filesystem for Server {
         }
         let mut failed = None;
         let r = self.fs.readdir(dir, off - 2, &mut |e| {
-            // An entry whose attributes fail is still listed by name; the
-            // error shows up when it is looked up.
-            let a = match self.fs.getattr(e.ino) {
+            // The kernel counts every entry of a readdirplus reply as a
+            // lookup (and forgets it later), so the entry is looked up, which
+            // a format that frees inodes counts too.
+            let a = match self.fs.lookup(dir, e.name) {
                 Ok(a) => a,
+                // Gone since the listing was taken: leave it out.
+                Err(Error::NotFound) => return false,
                 Err(err) => {
                     failed = Some(err);
                     return true;
                 }
             };
-            let node = self.ids.to_fuse(e.ino);
-            reply.add(
+            let node = self.ids.to_fuse(a.ino);
+            let full = reply.add(
                 INodeNo(node),
                 e.next + 2,
                 e.name,
                 &ttl,
                 &self.file_attr(a, node),
                 Generation(0),
-            )
+            );
+            if full {
+                // Not sent: the kernel will not forget it.
+                self.fs.forget(a.ino, 1);
+            }
+            full
         });
         match (r, failed) {
             (Err(e), _) | (Ok(()), Some(e)) => {
