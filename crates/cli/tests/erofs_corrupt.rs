@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -284,4 +285,70 @@ fn damaged_lz4_full_index_images() {
 #[test]
 fn damaged_chunked_images() {
     corpus(&["--chunksize=8192"]);
+}
+
+/// Features foliofs does not read are refused with their names, before any
+/// file is served.
+#[test]
+fn unsupported_features_are_named() {
+    let tmp = tempfile::Builder::new()
+        .prefix("foliofs-erofs-unsup.")
+        .tempdir()
+        .unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(
+        src.join("f"),
+        b"words words words words words words ".repeat(2000),
+    )
+    .unwrap();
+    let build = |name: &str, args: &[&str]| {
+        let img = tmp.path().join(name);
+        let out = common::run_timeout(
+            Command::new("mkfs.erofs")
+                .arg("--quiet")
+                .args(args)
+                .arg(&img)
+                .arg(&src),
+            Duration::from_secs(60),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        fs::read(&img).unwrap()
+    };
+    let plain = build("plain.erofs", &[]);
+    let lz4 = build("lz4.erofs", &["-zlz4hc", "-C65536"]);
+    let sb = 1024;
+    // (description, base image, superblock byte, bits set in it, words the
+    // refusal must contain)
+    let cases: [(&str, &Vec<u8>, usize, u8, &str); 5] = [
+        ("fragments", &plain, 0x50, 0x20, "fragments"),
+        ("48-bit addresses", &plain, 0x50, 0x80, "48bit"),
+        ("metabox", &plain, 0x51, 0x01, "metabox"),
+        (
+            "a future feature",
+            &plain,
+            0x53,
+            0x40,
+            "unknown incompat feature bit 0x40000000",
+        ),
+        ("MicroLZMA", &lz4, 0x54, 0x02, "MicroLZMA"),
+    ];
+    for (what, base, at, bits, words) in cases {
+        let mut bytes = base.clone();
+        bytes[sb + at] |= bits;
+        bytes[sb + 0x08] &= !1; // no superblock checksum to recompute
+        let img = tmp.path().join("patched.erofs");
+        fs::write(&img, &bytes).unwrap();
+        let out = common::foliofs([OsStr::new("fsck"), img.as_os_str()]);
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{what}: {text}");
+        assert!(
+            text.contains("unsupported feature") && text.contains(words),
+            "{what}: refusal does not name it: {text}"
+        );
+    }
 }
