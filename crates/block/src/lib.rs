@@ -22,8 +22,7 @@ use foliofs_vfs::{Error, Result, Scratch};
 pub const MIN_BLOCK_SIZE: u32 = 1024;
 /// Largest block size: a PMD-sized folio, as the ramfs seed allows.
 pub const MAX_BLOCK_SIZE: u32 = 2 * 1024 * 1024;
-/// Buffered reads at least this long go straight to the page cache (see
-/// [`BlockDev::read`]).
+/// Reads at least this long go straight to the store (see [`BlockDev::read`]).
 pub const STREAM_READ: usize = 64 * 1024;
 /// Default bytes of block cache per mount.
 pub const DEFAULT_CACHE_BYTES: usize = 32 * 1024 * 1024;
@@ -219,24 +218,30 @@ impl BlockDev {
     /// covers whole with one I/O and takes its partial edge blocks from the
     /// cache.
     ///
-    /// Buffered reads of [`STREAM_READ`] bytes or more skip the blocks
-    /// altogether and read exactly the range asked for: the page cache
-    /// already holds the image in pages, and rounding a large request out to
-    /// large blocks (or copying whole cached edge blocks) would copy up to
-    /// twice the block size more than the request for nothing.
+    /// Reads of [`STREAM_READ`] bytes or more skip the blocks altogether and
+    /// read the range asked for with one I/O (rounded out only to the
+    /// `O_DIRECT` alignment in direct mode): rounding a large request out to
+    /// large blocks, or copying whole cached edge blocks, would move up to
+    /// twice the block size more than the request for nothing, and would
+    /// read a block twice when two threads miss it at once.
     pub fn read<'a>(&self, offset: u64, len: usize, scratch: &'a mut Scratch) -> Result<&'a [u8]> {
         let size = self.size();
         if offset >= size || len == 0 {
             return Ok(&[]);
         }
         let len = (len as u64).min(size - offset) as usize;
-        if len >= STREAM_READ && self.store.mode() == IoMode::Buffered {
-            let buf = scratch.aligned(len, self.align);
-            let got = self.store.read_at(buf, offset)?;
-            if got < len {
-                return Err(self.beyond_end(offset + got as u64, 1));
+        if len >= STREAM_READ {
+            // Direct I/O needs only its own alignment, not whole blocks.
+            let a = u64::from(self.store.dio_align());
+            let start = offset / a * a;
+            let stop = (offset + len as u64).div_ceil(a) * a;
+            let buf = scratch.aligned((stop - start) as usize, self.align);
+            let got = self.store.read_at(buf, start)?;
+            let need = (offset - start) as usize + len;
+            if got < need {
+                return Err(self.beyond_end(start + got as u64, 1));
             }
-            return Ok(&buf[..len]);
+            return Ok(&buf[need - len..need]);
         }
         let end = offset + len as u64;
         let bs = u64::from(self.block_size);

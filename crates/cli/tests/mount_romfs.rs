@@ -323,36 +323,38 @@ fn sixteen_concurrent_readers_see_the_right_bytes() {
 #[test]
 fn truncated_image_under_a_live_mount_gives_eio_and_keeps_serving() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    fs::create_dir(&src).unwrap();
-    fs::write(src.join("a-small"), b"small file\n").unwrap();
-    common::write_random_file(&src.join("z-big"), 8 << 20, 7);
-    let img = tmp.path().join("img.romfs");
-    let st = Command::new("genromfs")
-        .arg("-f")
-        .arg(&img)
-        .arg("-d")
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let m = Mount::new(&img, None, "").unwrap();
-    let mnt = m.path();
-    assert_eq!(fs::read(mnt.join("a-small")).unwrap(), b"small file\n");
-    let size = fs::metadata(&img).unwrap().len();
-    fs::OpenOptions::new()
-        .write(true)
-        .open(&img)
-        .unwrap()
-        .set_len(size / 2)
-        .unwrap();
-    let e = fs::read(mnt.join("z-big")).expect_err("read past the truncation succeeded");
-    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
-    // The server is still there and serves the part that is left.
-    assert_eq!(fs::read(mnt.join("a-small")).unwrap(), b"small file\n");
-    assert!(fs::read_dir(mnt).unwrap().count() >= 2);
-    m.unmount().unwrap();
+    for opts in ["", "directio", "blocksize=2M"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("src");
+        fs::create_dir(&src).unwrap();
+        fs::write(src.join("a-small"), b"small file\n").unwrap();
+        common::write_random_file(&src.join("z-big"), 8 << 20, 7);
+        let img = tmp.path().join("img.romfs");
+        let st = Command::new("genromfs")
+            .arg("-f")
+            .arg(&img)
+            .arg("-d")
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let m = Mount::new(&img, None, opts).unwrap();
+        let mnt = m.path();
+        assert_eq!(fs::read(mnt.join("a-small")).unwrap(), b"small file\n");
+        let size = fs::metadata(&img).unwrap().len();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&img)
+            .unwrap()
+            .set_len(size / 2)
+            .unwrap();
+        let e = fs::read(mnt.join("z-big")).expect_err("read past the truncation succeeded");
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "-o {opts:?}: {e}");
+        // The server is still there and serves the part that is left.
+        assert_eq!(fs::read(mnt.join("a-small")).unwrap(), b"small file\n");
+        assert!(fs::read_dir(mnt).unwrap().count() >= 2);
+        m.unmount().unwrap();
+    }
 }
 
 fn server_pid(mnt: &Path) -> u32 {
