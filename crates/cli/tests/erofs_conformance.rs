@@ -26,6 +26,8 @@ use sha2::{Digest, Sha256};
 /// Everything compared for one path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Node {
+    /// `st_ino`: the EROFS nid, as the kernel reports it.
+    ino: u64,
     kind: &'static str,
     mode: u32,
     uid: u32,
@@ -310,6 +312,7 @@ fn walk_mounted(root: &Path) -> Tree {
         out.insert(
             rel.clone(),
             Node {
+                ino: md.ino(),
                 kind,
                 mode: md.mode(),
                 uid: md.uid(),
@@ -384,6 +387,7 @@ fn walk_library(fs: &Erofs) -> Tree {
         out.insert(
             rel,
             Node {
+                ino: a.ino,
                 kind: a.kind.short_name(),
                 mode: a.mode(),
                 uid: a.uid,
