@@ -121,7 +121,7 @@ fn damaged_variants_of_a_real_image_never_panic_or_hang() {
     for _ in 0..3000 {
         let mut b = good.clone();
         for _ in 0..1 + rng.below(4) {
-            let at = 16 + rng.below((end - 16) as u64) as usize & !3;
+            let at = (16 + rng.below((end - 16) as u64) as usize) & !3;
             let word = match rng.below(5) {
                 // A pointer to some header-aligned place, keeping type bits.
                 0 => (rng.below(end as u64 + 64) as u32 & !15) | (b[at + 3] as u32 & 15),
