@@ -249,9 +249,19 @@ fn spawn_server(args: &MountArgs, source: &Path, opts: &MountOptions) -> anyhow:
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr)
-        // Out of the caller's process group: a Ctrl-C meant for the shell
-        // must not take the mount down.
-        .process_group(0);
+        // Holding no directory busy but `/`.
+        .current_dir("/");
+    // SAFETY: the closure runs in the child between fork and exec and calls
+    // only setsid(2), which is async-signal-safe and touches no memory.
+    unsafe {
+        // A session of its own: neither a Ctrl-C meant for the caller's
+        // shell nor the hangup of its terminal takes the mount down.
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
     let mut child = cmd.spawn().context("cannot start the server")?;
     drop(wr_child);
 
