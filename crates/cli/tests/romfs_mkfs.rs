@@ -298,3 +298,59 @@ fn mkfs_shows_progress_on_a_terminal() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("/5 files"), "{err}");
 }
+
+#[test]
+fn extract_a_subtree_or_one_file_and_cat_at_any_block_size() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    every_type_tree(&src);
+    let img = t.path().join("img");
+    mkfs(&src, &img, &[]);
+    let dest = t.path().join("sub");
+    common::foliofs_ok([
+        OsStr::new("extract"),
+        img.as_os_str(),
+        dest.as_os_str(),
+        OsStr::new("deep/level0"),
+    ]);
+    assert_same_tree(
+        &walk(&src.join("deep/level0")),
+        &walk(&dest),
+        Fields {
+            exec: true,
+            ..Fields::default()
+        },
+    );
+    let one = t.path().join("one");
+    common::foliofs_ok([
+        OsStr::new("extract"),
+        img.as_os_str(),
+        one.as_os_str(),
+        OsStr::new("dev/sda1"),
+    ]);
+    let names: Vec<_> = std::fs::read_dir(&one)
+        .unwrap()
+        .map(|d| d.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["sda1"]);
+    let want = std::fs::read(src.join("big")).unwrap();
+    for o in ["largeblocks", "blocksize=4096", "blocksize=2M", "direct"] {
+        let got = common::foliofs_ok([
+            OsStr::new("cat"),
+            OsStr::new("-o"),
+            OsStr::new(o),
+            img.as_os_str(),
+            OsStr::new("big"),
+        ]);
+        assert!(got == want, "cat -o {o} differs");
+    }
+    let out = common::foliofs([
+        OsStr::new("cat"),
+        OsStr::new("-o"),
+        OsStr::new("blocksize=3000"),
+        img.as_os_str(),
+        OsStr::new("big"),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
+}
