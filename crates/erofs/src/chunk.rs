@@ -91,6 +91,7 @@ impl ChunkEntry {
         }
     }
 
+    /// True for a chunk with no blocks (reads as zeros).
     pub fn is_hole(&self) -> bool {
         self.blkaddr == NULL_ADDR
     }

@@ -8,9 +8,11 @@ pub const DIRENT_SIZE: usize = 12;
 /// One entry of a directory block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dirent<'a> {
+    /// The inode the entry names.
     pub nid: u64,
     /// The on-disk file type (1 reg .. 7 symlink).
     pub file_type: u8,
+    /// The name, without a terminator.
     pub name: &'a [u8],
 }
 
@@ -73,6 +75,7 @@ impl<'a> DirBlock<'a> {
         self.count
     }
 
+    /// True when the block lists no entries (never, once validated).
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }

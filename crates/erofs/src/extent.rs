@@ -11,8 +11,9 @@ use crate::{Erofs, Phys};
 /// One extent of a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Extent {
-    /// Logical start and length in the file.
+    /// Logical start in the file.
     pub logical: u64,
+    /// Length in the file.
     pub length: u64,
     /// Device (0 = the image, n = extra device n) and byte position; `None`
     /// for a hole.

@@ -11,18 +11,24 @@ use crate::{Erofs, Phys};
 /// What a check found.
 #[derive(Debug, Default)]
 pub struct FsckReport {
+    /// Directories walked.
     pub directories: u64,
+    /// Regular files read.
     pub files: u64,
+    /// Symlinks read.
     pub symlinks: u64,
+    /// Devices, fifos and sockets.
     pub specials: u64,
     /// Bytes of file data read (and decompressed) end to end.
     pub data_bytes: u64,
+    /// Extended attributes read.
     pub xattrs: u64,
     /// One line per problem: the path and the error.
     pub errors: Vec<String>,
 }
 
 impl FsckReport {
+    /// True when nothing was wrong.
     pub fn is_clean(&self) -> bool {
         self.errors.is_empty()
     }

@@ -20,10 +20,12 @@ pub enum Layout {
 }
 
 impl Layout {
+    /// True for the two compressed layouts.
     pub fn is_compressed(self) -> bool {
         matches!(self, Layout::CompressedFull | Layout::CompressedCompact)
     }
 
+    /// A short name for listings.
     pub fn name(self) -> &'static str {
         match self {
             Layout::FlatPlain => "flat-plain",
@@ -38,20 +40,31 @@ impl Layout {
 /// A parsed inode.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inode {
+    /// The inode's number (its slot in the metadata area).
     pub nid: u64,
     /// Byte position of the inode in the image.
     pub pos: u64,
+    /// The 64-byte form (else the 32-byte compact one).
     pub extended: bool,
+    /// How the data is stored.
     pub layout: Layout,
+    /// Size of the inline xattr body, in the on-disk count form.
     pub xattr_icount: u16,
+    /// Type and permission bits.
     pub mode: u16,
+    /// The type from `mode`.
     pub kind: FileType,
+    /// Hard link count.
     pub nlink: u32,
+    /// Size in bytes (of the data, or of the directory's blocks).
     pub size: u64,
     /// The `i_u` union: block address, compressed block count, rdev or chunk format.
     pub i_u: u32,
+    /// Owner.
     pub uid: u32,
+    /// Group.
     pub gid: u32,
+    /// Modification time (also atime and ctime, as the kernel shows).
     pub mtime: Timespec,
 }
 

@@ -77,29 +77,47 @@ pub fn algorithm_name(alg: u8) -> String {
 /// The parsed superblock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// The stored crc32c (with SB_CHKSUM).
     pub checksum: u32,
+    /// Compatible feature bits.
     pub feature_compat: u32,
+    /// Incompatible feature bits.
     pub feature_incompat: u32,
+    /// log2 of the block size.
     pub blkszbits: u8,
+    /// 16-byte extension slots after the fixed superblock.
     pub sb_extslots: u8,
+    /// The root directory's nid.
     pub root_nid: u64,
+    /// Number of inodes.
     pub inos: u64,
     /// Base seconds for compact inodes' mtime (`build_time` in 1.5 tools).
     pub epoch: u64,
     /// Nanoseconds of every compact inode's mtime.
     pub fixed_nsec: u32,
+    /// Blocks of the primary device.
     pub blocks: u32,
+    /// First block of the inode (metadata) area.
     pub meta_blkaddr: u32,
+    /// First block of the shared xattr area.
     pub xattr_blkaddr: u32,
+    /// Volume UUID.
     pub uuid: [u8; 16],
+    /// The raw 16-byte volume name field.
     pub volume_name: Vec<u8>,
     /// Algorithm bitmap with COMPR_CFGS, else the LZ4 max distance.
     pub compr_u16: u16,
+    /// Number of extra devices in the device table.
     pub extra_devices: u16,
+    /// Device table position, in 128-byte slots.
     pub devt_slotoff: u16,
+    /// Directory block size above the block size (0 here).
     pub dirblkbits: u8,
+    /// Number of long xattr name prefixes.
     pub xattr_prefix_count: u8,
+    /// Position of the long prefix table, in 4-byte units.
     pub xattr_prefix_start: u32,
+    /// The packed inode's nid (0 = none).
     pub packed_nid: u64,
 }
 
@@ -188,10 +206,12 @@ impl Superblock {
         1 << self.blkszbits
     }
 
+    /// True if compat feature `bit` is set.
     pub fn has_compat(&self, bit: u32) -> bool {
         self.feature_compat & bit != 0
     }
 
+    /// True if incompat feature `bit` is set.
     pub fn has_incompat(&self, bit: u32) -> bool {
         self.feature_incompat & bit != 0
     }

@@ -27,15 +27,20 @@ pub fn base_prefix(index: u8) -> Option<&'static [u8]> {
 /// A long xattr name prefix from the prefix table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LongPrefix {
+    /// The built-in prefix it extends.
     pub base_index: u8,
+    /// Bytes appended to the built-in prefix.
     pub infix: Vec<u8>,
 }
 
 /// One attribute: full name and where its value lies.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct XattrEntry {
+    /// The full name (`user.foo`).
     pub name: Vec<u8>,
+    /// Image position of the value.
     pub value_pos: u64,
+    /// Length of the value.
     pub value_len: u16,
 }
 

@@ -12,19 +12,29 @@ use crate::inode::{Inode, Layout};
 use crate::superblock::{algorithm_name, ALG_LZ4, INCOMPAT_COMPR_CFGS};
 use crate::Erofs;
 
+/// Logical cluster type: starts an uncompressed extent.
 pub const TYPE_PLAIN: u8 = 0;
+/// Logical cluster type: starts an extent of the first algorithm.
 pub const TYPE_HEAD1: u8 = 1;
+/// Logical cluster type: continues an extent.
 pub const TYPE_NONHEAD: u8 = 2;
+/// Logical cluster type: starts an extent of the second algorithm.
 pub const TYPE_HEAD2: u8 = 3;
 
 /// `Z_EROFS_LI_D0_CBLKCNT`: delta[0] holds a compressed block count.
 const D0_CBLKCNT: u32 = 1 << 11;
 
+/// Map header advice: 2-byte compact indexes are used.
 pub const ADVISE_COMPACTED_2B: u16 = 0x1;
+/// Map header advice: HEAD1 clusters may span several blocks.
 pub const ADVISE_BIG_PCLUSTER_1: u16 = 0x2;
+/// Map header advice: HEAD2 clusters may span several blocks.
 pub const ADVISE_BIG_PCLUSTER_2: u16 = 0x4;
+/// Map header advice: the last cluster is inline (ztailpacking).
 pub const ADVISE_INLINE_PCLUSTER: u16 = 0x8;
+/// Map header advice: uncompressed clusters are rotated.
 pub const ADVISE_INTERLACED_PCLUSTER: u16 = 0x10;
+/// Map header advice: the tail lives in a fragment.
 pub const ADVISE_FRAGMENT_PCLUSTER: u16 = 0x20;
 
 /// Largest physical cluster the kernel accepts.
@@ -35,9 +45,13 @@ pub const MAX_EXTENT: u64 = 16 << 20;
 /// Per-inode compression facts from the map header.
 #[derive(Clone, Debug)]
 pub struct ZInfo {
+    /// `ADVISE_*` bits.
     pub advise: u16,
+    /// Algorithms of HEAD1 and HEAD2 clusters.
     pub algorithms: [u8; 2],
+    /// log2 of the logical cluster size.
     pub lclusterbits: u32,
+    /// Size of the inline last cluster (0 = none).
     pub idata_size: u16,
     /// Image position of the map header.
     pub header_pos: u64,
@@ -71,20 +85,24 @@ pub enum ZFormat {
     Shifted,
     /// Uncompressed, rotated by the extent's offset within a block.
     Interlaced,
+    /// LZ4-compressed.
     Lz4,
 }
 
 /// A decompressed extent and where its source lies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ZExtent {
-    /// Logical start and length (the whole extent, whatever offset was asked).
+    /// Logical start (of the whole extent, whatever offset was asked).
     pub la: u64,
+    /// Decompressed length.
     pub llen: u64,
-    /// Image position and length of the physical cluster.
+    /// Image position of the physical cluster.
     pub pa: u64,
+    /// Length of the physical cluster.
     pub plen: u64,
     /// The physical cluster is inline in the metadata (ztailpacking).
     pub inline: bool,
+    /// How the cluster stores the extent.
     pub format: ZFormat,
 }
 
