@@ -855,3 +855,50 @@ impl fuser::Filesystem for Server {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use foliofs_vfs::{FileType, Rdev, Timespec};
+
+    fn attr(kind: FileType, perm: u16) -> Attr {
+        Attr {
+            ino: 7,
+            size: 0,
+            blocks: 0,
+            kind,
+            perm,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: Rdev::default(),
+            atime: Timespec::ZERO,
+            mtime: Timespec::ZERO,
+            ctime: Timespec::ZERO,
+            blksize: 1024,
+        }
+    }
+
+    #[test]
+    fn overrides_set_owner_and_mask_permissions() {
+        let o = Overrides {
+            uid: Some(1000),
+            gid: Some(100),
+            umask: Some(0o027),
+        };
+        for (kind, perm, want) in [
+            (FileType::Directory, 0o644, 0o750),
+            (FileType::RegularFile, 0o644, 0o640),
+            (FileType::RegularFile, 0o755, 0o750),
+            (FileType::Symlink, 0o777, 0o777),
+            (FileType::CharDevice, 0o600, 0o640),
+        ] {
+            let mut a = attr(kind, perm);
+            o.apply(&mut a);
+            assert_eq!((a.uid, a.gid, a.perm), (1000, 100, want), "{kind:?}");
+        }
+        let mut a = attr(FileType::RegularFile, 0o4755);
+        Overrides::default().apply(&mut a);
+        assert_eq!((a.uid, a.gid, a.perm), (0, 0, 0o4755));
+    }
+}
