@@ -1,22 +1,21 @@
 //! The contents of a regular file: a sparse map of fixed-size blocks.
 //!
-//! Each present block owns exactly `block_size` bytes of capacity. Only a
-//! prefix of it is initialised (`Vec::len`); the rest reads as zeros. That
-//! lets a sequential writer fill a fresh block by appending, so no block is
-//! zero-filled just to be overwritten, while the memory a block may ever need
-//! is still taken (and accounted) when the block is created. Missing blocks
+//! Each present block owns exactly `block_size` bytes of capacity, taken
+//! (and accounted) when the block is created; only a prefix of it is
+//! initialised and the rest reads as zeros (see [`Block`]). Missing blocks
 //! are holes and take no memory.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+use crate::block::Block;
 use crate::space::Space;
 
 /// A sparse file body.
 #[derive(Debug, Default)]
 pub(crate) struct FileData {
     pub size: u64,
-    blocks: BTreeMap<u64, Vec<u8>>,
+    blocks: BTreeMap<u64, Block>,
 }
 
 /// The largest file size: the kernel's `MAX_LFS_FILESIZE` on 64-bit.
@@ -41,7 +40,7 @@ impl FileData {
             match self.blocks.get(&idx) {
                 Some(b) if within < b.len() => {
                     let have = (b.len() - within).min(n);
-                    out[..have].copy_from_slice(&b[within..within + have]);
+                    out[..have].copy_from_slice(&b.filled()[within..within + have]);
                     out[have..].fill(0);
                 }
                 _ => out.fill(0),
@@ -69,10 +68,10 @@ impl FileData {
                     }
                     self.blocks
                         .entry(idx)
-                        .or_insert_with(|| Vec::with_capacity(bs as usize))
+                        .or_insert_with(|| Block::new(bs as usize))
                 }
             };
-            store(block, within, src);
+            block.store(within, src);
             done += n;
         }
         let end = offset + done as u64;
@@ -124,7 +123,7 @@ impl FileData {
         for idx in span {
             self.blocks
                 .entry(idx)
-                .or_insert_with(|| Vec::with_capacity(bs as usize));
+                .or_insert_with(|| Block::new(bs as usize));
         }
         true
     }
@@ -148,7 +147,7 @@ impl FileData {
                     freed += 1;
                 }
             } else if let Some(b) = self.blocks.get_mut(&idx) {
-                zero(b, lo as usize, hi as usize);
+                b.zero(lo as usize, hi as usize);
             }
         }
         space.give_blocks(freed);
@@ -165,7 +164,7 @@ impl FileData {
             let lo = range.start.max(start) - start;
             let hi = range.end.min(start + bs) - start;
             if let Some(b) = self.blocks.get_mut(&idx) {
-                zero(b, lo as usize, hi as usize);
+                b.zero(lo as usize, hi as usize);
             }
         }
         true
@@ -190,34 +189,6 @@ impl FileData {
             idx += 1;
         }
         offset.max(idx * bs).min(self.size)
-    }
-}
-
-/// Stores `src` at `within` in a block whose initialised prefix may be shorter.
-fn store(block: &mut Vec<u8>, within: usize, src: &[u8]) {
-    let end = within + src.len();
-    if within > block.len() {
-        block.resize(within, 0);
-    }
-    if end <= block.len() {
-        block[within..end].copy_from_slice(src);
-    } else {
-        let overlap = block.len() - within;
-        block[within..].copy_from_slice(&src[..overlap]);
-        block.extend_from_slice(&src[overlap..]);
-    }
-}
-
-/// Zeroes `lo..hi` of a block, shortening its initialised prefix when the
-/// range reaches its end.
-fn zero(block: &mut Vec<u8>, lo: usize, hi: usize) {
-    if lo >= block.len() {
-        return;
-    }
-    if hi >= block.len() {
-        block.truncate(lo);
-    } else {
-        block[lo..hi].fill(0);
     }
 }
 

@@ -28,6 +28,7 @@
 //! fs.release(attr.ino, fh).unwrap();
 //! ```
 
+mod block;
 mod data;
 mod dir;
 mod node;

@@ -1,0 +1,207 @@
+//! One data block: `block_size` bytes of memory of which a prefix is
+//! initialised; the rest reads as zeros.
+//!
+//! Blocks of 1 MiB and more are anonymous mappings of their own, populated
+//! in one `madvise(MADV_POPULATE_WRITE)` call when made: the kernel fills
+//! the whole block's page tables at once instead of taking a page fault per
+//! 4 KiB page as the data is copied in (the userspace counterpart of the
+//! large folios that make big blocks cheaper in the kernel's ramfs). Smaller
+//! blocks come from the heap, where freed blocks are reused without faults.
+//! Either way nothing is zero-filled in userspace before it is written: the
+//! initialised prefix only grows by copying data in, or by zeroing a gap a
+//! write leaves behind.
+//!
+//! Transparent huge pages were measured and left out: with `defrag=madvise`
+//! each 2 MiB fault may compact memory, which cost more than it saved.
+
+use std::ptr::NonNull;
+
+/// Block sizes from which a block is a mapping of its own. Below this the
+/// mappings would be many (one VMA each once holes split them) and the
+/// populate call costs about what the faults it saves do.
+const MAPPED_FROM: usize = 1 << 20;
+/// `MADV_POPULATE_WRITE` (Linux 5.14), not yet in every libc crate release.
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+enum Mem {
+    Heap(Box<[std::mem::MaybeUninit<u8>]>),
+    Map(NonNull<u8>),
+}
+
+/// A block of `cap` bytes, `len` of them initialised.
+pub(crate) struct Block {
+    mem: Mem,
+    cap: usize,
+    len: usize,
+}
+
+// SAFETY: a Block owns its memory exclusively (a private mapping or a boxed
+// slice); the raw pointer is never shared, so moving or sharing the Block
+// between threads is as safe as for a Box<[u8]>.
+unsafe impl Send for Block {}
+// SAFETY: as above; `&Block` only permits reads of the initialised prefix.
+unsafe impl Sync for Block {}
+
+impl std::fmt::Debug for Block {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Block")
+            .field("cap", &self.cap)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+fn map(cap: usize) -> Option<NonNull<u8>> {
+    // SAFETY: an anonymous private mapping with no address hint touches no
+    // existing memory; the result is checked before use.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            cap,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: `p..p+cap` is the mapping just made. Populating is only an
+    // optimisation: if the kernel refuses (older kernel, memory short) the
+    // pages are faulted in on first write as usual.
+    unsafe {
+        libc::madvise(p, cap, MADV_POPULATE_WRITE);
+    }
+    NonNull::new(p.cast())
+}
+
+impl Block {
+    /// An empty block of `cap` bytes (all zeros to a reader).
+    pub fn new(cap: usize) -> Block {
+        let mem = if cap >= MAPPED_FROM {
+            map(cap).map(Mem::Map)
+        } else {
+            None
+        };
+        let mem = mem.unwrap_or_else(|| Mem::Heap(Box::new_uninit_slice(cap)));
+        Block { mem, cap, len: 0 }
+    }
+
+    fn ptr(&self) -> *const u8 {
+        match &self.mem {
+            Mem::Heap(b) => b.as_ptr().cast(),
+            Mem::Map(p) => p.as_ptr(),
+        }
+    }
+
+    fn ptr_mut(&mut self) -> *mut u8 {
+        match &mut self.mem {
+            Mem::Heap(b) => b.as_mut_ptr().cast(),
+            Mem::Map(p) => p.as_ptr(),
+        }
+    }
+
+    /// Bytes initialised so far (everything after reads as zeros).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The initialised prefix.
+    pub fn filled(&self) -> &[u8] {
+        // SAFETY: the first `len` bytes of the allocation were written (by
+        // `store` or `zero_to`) and `len <= cap`.
+        unsafe { std::slice::from_raw_parts(self.ptr(), self.len) }
+    }
+
+    fn filled_mut(&mut self) -> &mut [u8] {
+        let len = self.len;
+        // SAFETY: as for `filled`, with exclusive access through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr_mut(), len) }
+    }
+
+    /// Extends the initialised prefix with zeros up to `to`.
+    fn zero_to(&mut self, to: usize) {
+        assert!(to <= self.cap);
+        if to > self.len {
+            // SAFETY: `len..to` lies inside the allocation (`to <= cap`).
+            unsafe { self.ptr_mut().add(self.len).write_bytes(0, to - self.len) };
+            self.len = to;
+        }
+    }
+
+    /// Stores `src` at `at`; `at + src.len()` must not pass the capacity.
+    pub fn store(&mut self, at: usize, src: &[u8]) {
+        let end = at + src.len();
+        assert!(end <= self.cap, "write past the end of a block");
+        self.zero_to(at);
+        // SAFETY: `at..end` lies inside the allocation (checked above), and
+        // `src` cannot overlap memory this block owns exclusively.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr_mut().add(at), src.len());
+        }
+        self.len = self.len.max(end);
+    }
+
+    /// Zeroes `lo..hi`, shortening the initialised prefix when the range
+    /// reaches its end.
+    pub fn zero(&mut self, lo: usize, hi: usize) {
+        if lo >= self.len {
+            return;
+        }
+        if hi >= self.len {
+            self.len = lo;
+        } else {
+            self.filled_mut()[lo..hi].fill(0);
+        }
+    }
+
+    /// Forgets everything from `n` on.
+    pub fn truncate(&mut self, n: usize) {
+        self.len = self.len.min(n);
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        if let Mem::Map(p) = self.mem {
+            // SAFETY: `p` is the start of a mapping of `cap` bytes made in
+            // `map` and owned by this block alone; nothing refers to it after.
+            unsafe {
+                libc::munmap(p.as_ptr().cast(), self.cap);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heap_and_mapped_blocks_behave_alike() {
+        for cap in [4096, 65536, 1 << 20, 2 << 20] {
+            let mut b = Block::new(cap);
+            assert_eq!(b.filled(), b"");
+            b.store(10, b"abc");
+            assert_eq!(b.filled(), b"\0\0\0\0\0\0\0\0\0\0abc");
+            b.store(0, b"xy");
+            assert_eq!(&b.filled()[..3], b"xy\0");
+            b.zero(11, 12);
+            assert_eq!(&b.filled()[10..], b"a\0c");
+            b.zero(11, cap);
+            assert_eq!(b.len(), 11);
+            b.store(cap - 1, b"z");
+            assert_eq!(b.len(), cap);
+            assert!(b.filled()[11..cap - 1].iter().all(|&x| x == 0));
+            b.truncate(5);
+            assert_eq!(b.filled(), b"xy\0\0\0");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "past the end")]
+    fn store_past_the_end_panics() {
+        Block::new(4096).store(4000, &[0; 100]);
+    }
+}
