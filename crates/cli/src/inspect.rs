@@ -613,6 +613,9 @@ pub fn extract(args: ExtractArgs) -> anyhow::Result<i32> {
     let top = resolve(&*fs, &path)?;
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create {}", args.dir.display()))?;
+    // One descriptor stays open per directory level being filled; allow as
+    // many as the hard limit does, so deep trees extract.
+    raise_fd_limit();
     let root_fd = open_dir_path(&args.dir)?;
     let mut x = Extractor {
         fs: fs.clone(),
@@ -1071,6 +1074,21 @@ fn times(a: &Attr) -> [libc::timespec; 2] {
         tv_nsec: i64::from(t.nsec) as libc::c_long,
     };
     [t(a.atime), t(a.mtime)]
+}
+
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: lim is a valid, writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 && lim.rlim_cur < lim.rlim_max
+    {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: lim is a valid rlimit; raising the soft limit up to the
+        // hard one needs no privilege.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    }
 }
 
 fn geteuid_is_root() -> bool {

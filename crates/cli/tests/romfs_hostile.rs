@@ -542,3 +542,83 @@ fn not_romfs_at_all() {
     let out = run(&[OsStr::new("info"), t.path().join("squash").as_os_str()]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("squashfs"));
 }
+
+/// A romfs image of `depth` nested directories named "d", written by hand
+/// (host paths cannot nest this deep): each level is a directory header and
+/// its "." and ".." links.
+fn deep_image(depth: usize) -> Vec<u8> {
+    fn header(b: &mut Vec<u8>, next: u32, ty: u32, spec: u32, name: &[u8]) {
+        let at = b.len();
+        b.extend_from_slice(&(next | ty).to_be_bytes());
+        b.extend_from_slice(&spec.to_be_bytes());
+        b.extend_from_slice(&[0; 8]);
+        b.extend_from_slice(name);
+        b.resize(at + 32, 0);
+        let sum = b[at..at + 32].chunks(4).fold(0u32, |s, w| {
+            s.wrapping_add(u32::from_be_bytes(w.try_into().unwrap()))
+        });
+        b[at + 12..at + 16].copy_from_slice(&sum.wrapping_neg().to_be_bytes());
+    }
+    let mut b = b"-rom1fs-\0\0\0\0\0\0\0\0deep".to_vec();
+    b.resize(32, 0);
+    // Root: its header is its own "." entry; then its "..".
+    header(&mut b, 0x40, 9, 0x20, b".");
+    header(&mut b, 0x60, 0, 0x20, b"..");
+    let mut parent = 0x20u32;
+    let mut d = 0x60u32;
+    for level in 0..depth {
+        // A directory "d" (last in its parent), then its "." and "..";
+        // the next level's "d" follows its "..".
+        let last = level + 1 == depth;
+        header(&mut b, 0, 9, d + 32, b"d");
+        header(&mut b, d + 64, 0, d, b".");
+        header(&mut b, if last { 0 } else { d + 96 }, 0, parent, b"..");
+        parent = d;
+        d += 96;
+    }
+    let end = b.len() as u32;
+    b[8..12].copy_from_slice(&end.to_be_bytes());
+    b.resize(b.len().div_ceil(1024) * 1024, 0);
+    let sum = b[..512].chunks(4).fold(0u32, |s, w| {
+        s.wrapping_add(u32::from_be_bytes(w.try_into().unwrap()))
+    });
+    b[12..16].copy_from_slice(&sum.wrapping_neg().to_be_bytes());
+    b
+}
+
+#[test]
+fn very_deep_nesting_is_walked_without_recursion() {
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("deep.img");
+    let depth = 3000;
+    std::fs::write(&img, deep_image(depth)).unwrap();
+    let fsck = run(&[OsStr::new("fsck"), img.as_os_str()]);
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
+    let ls = run(&[OsStr::new("ls"), OsStr::new("-R"), img.as_os_str()]);
+    assert!(ls.status.success());
+    let sections = ls
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| l.ends_with(b":"))
+        .count();
+    assert_eq!(sections, depth + 1);
+    let dest = t.path().join("out");
+    let out = run(&[OsStr::new("extract"), img.as_os_str(), dest.as_os_str()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The deepest directory exists: walk down by descriptors-free counting.
+    let mut levels = 0;
+    let mut p = dest.clone();
+    while p.join("d").is_dir() && levels < 100 {
+        p = p.join("d");
+        levels += 1;
+    }
+    assert_eq!(levels, 100, "the first hundred levels were extracted");
+}

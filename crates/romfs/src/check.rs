@@ -152,14 +152,30 @@ impl<'a> Checker<'a> {
         self.extents
             .push((0, sb.root_offset, "(superblock)".to_owned()));
         let root = fs.root_inode();
-        // Depth-first with an explicit stack: hostile images can nest deeply.
-        let mut stack = vec![(root.ino, "/".to_owned(), root.ino, vec![root.ino])];
+        // Depth-first with an explicit stack (hostile images can nest
+        // deeply); `on_path` holds the directories from the root down to
+        // the one being read, so a loop is told apart from a second link.
+        enum Step {
+            Enter(u64, String, u64),
+            Leave(u64),
+        }
+        let mut stack = vec![Step::Enter(root.ino, "/".to_owned(), root.ino)];
+        let mut on_path = HashSet::new();
         self.dirs_done.insert(root.ino, "/".to_owned());
         self.visit_header(root.ino, "/")?;
-        while let Some((dir, path, parent, ancestors)) = stack.pop() {
+        while let Some(step) = stack.pop() {
+            let (dir, path, parent) = match step {
+                Step::Enter(d, p, parent) => (d, p, parent),
+                Step::Leave(d) => {
+                    on_path.remove(&d);
+                    continue;
+                }
+            };
+            on_path.insert(dir);
+            stack.push(Step::Leave(dir));
             let children = self.walk_dir(dir, &path, parent)?;
             for (child, child_path) in children.into_iter().rev() {
-                if ancestors.contains(&child) {
+                if on_path.contains(&child) {
                     self.defect(
                         child,
                         Some(&child_path),
@@ -177,9 +193,7 @@ impl<'a> Checker<'a> {
                     continue;
                 }
                 self.dirs_done.insert(child, child_path.clone());
-                let mut anc = ancestors.clone();
-                anc.push(child);
-                stack.push((child, child_path, dir, anc));
+                stack.push(Step::Enter(child, child_path, dir));
             }
         }
         self.check_overlaps();
