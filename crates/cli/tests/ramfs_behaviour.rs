@@ -268,3 +268,125 @@ fn unmounted_data_is_gone() {
     let e = fs::metadata(m.path().join("f")).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound);
 }
+
+fn cpath(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap()
+}
+
+#[test]
+fn seek_data_hole_and_punch_through_the_mount() {
+    require_fuse!();
+    use std::os::fd::AsRawFd;
+    let seek = |f: &File, off: i64, whence: i32| {
+        // SAFETY: a plain system call on a descriptor the test owns.
+        let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+        if r < 0 {
+            Err(errno())
+        } else {
+            Ok(r)
+        }
+    };
+    for (bs, b) in [("4K", 4096i64), ("64K", 65536)] {
+        let m = ramfs(&format!("blocksize={bs}"));
+        let p = m.path().join("f");
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&p)
+            .unwrap();
+        f.write_all_at(&vec![7u8; 8 * b as usize], 0).unwrap();
+        // SAFETY: as above.
+        let punch = unsafe {
+            libc::fallocate(
+                f.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                2 * b,
+                3 * b,
+            )
+        };
+        assert_eq!(punch, 0, "punch: errno {}", errno());
+        // While it is open for writing, dirty pages in the kernel may cover
+        // any hole the server sees, so none is reported.
+        assert_eq!(seek(&f, 0, libc::SEEK_HOLE), Ok(8 * b), "bs {bs}");
+        drop(f);
+        let f = File::open(&p).unwrap();
+        assert_eq!(seek(&f, 0, libc::SEEK_HOLE), Ok(2 * b), "bs {bs}");
+        assert_eq!(seek(&f, 2 * b, libc::SEEK_DATA), Ok(5 * b), "bs {bs}");
+        assert_eq!(seek(&f, 5 * b + 1, libc::SEEK_HOLE), Ok(8 * b), "bs {bs}");
+        assert_eq!(
+            seek(&f, 8 * b, libc::SEEK_DATA),
+            Err(libc::ENXIO),
+            "bs {bs}"
+        );
+        let md = fs::metadata(&p).unwrap();
+        assert_eq!(md.len(), 8 * b as u64);
+        assert_eq!(md.blocks(), 5 * b as u64 / 512, "bs {bs}");
+        let got = read_fresh(&p);
+        let b = b as usize;
+        assert!(got[..2 * b].iter().all(|&x| x == 7));
+        assert!(got[2 * b..5 * b].iter().all(|&x| x == 0));
+        assert!(got[5 * b..].iter().all(|&x| x == 7));
+    }
+}
+
+#[test]
+fn xattrs_through_the_mount() {
+    require_fuse!();
+    let m = ramfs("");
+    let p = m.path().join("f");
+    fs::write(&p, b"x").unwrap();
+    let c = cpath(&p);
+    let set = |name: &str, v: &[u8], flags: i32| {
+        let n = std::ffi::CString::new(name).unwrap();
+        // SAFETY: valid NUL-terminated strings and a buffer of `v.len()` bytes.
+        let rc =
+            unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), flags) };
+        if rc == 0 {
+            0
+        } else {
+            errno()
+        }
+    };
+    let get = |name: &str, cap: usize| -> Result<Vec<u8>, i32> {
+        let n = std::ffi::CString::new(name).unwrap();
+        let mut buf = vec![0u8; cap];
+        // SAFETY: `buf` has `cap` writable bytes.
+        let rc = unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), cap) };
+        if rc < 0 {
+            return Err(errno());
+        }
+        buf.truncate(rc as usize);
+        Ok(buf)
+    };
+    assert_eq!(set("user.one", b"first", 0), 0);
+    assert_eq!(set("trusted.two", b"2", 0), 0);
+    assert_eq!(set("security.three", b"", 0), 0);
+    assert_eq!(set("user.one", b"again", libc::XATTR_CREATE), libc::EEXIST);
+    assert_eq!(set("user.none", b"v", libc::XATTR_REPLACE), libc::ENODATA);
+    assert_eq!(set("user.one", b"second", libc::XATTR_REPLACE), 0);
+    assert_eq!(get("user.one", 64), Ok(b"second".to_vec()));
+    assert_eq!(get("user.one", 3), Err(libc::ERANGE));
+    assert_eq!(get("trusted.two", 64), Ok(b"2".to_vec()));
+    assert_eq!(get("security.three", 64), Ok(Vec::new()));
+    assert_eq!(get("user.none", 64), Err(libc::ENODATA));
+    let mut list = vec![0u8; 256];
+    // SAFETY: `list` has 256 writable bytes.
+    let n = unsafe { libc::listxattr(c.as_ptr(), list.as_mut_ptr().cast(), list.len()) };
+    assert!(n > 0, "listxattr: errno {}", errno());
+    let mut names: Vec<&[u8]> = list[..n as usize]
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .collect();
+    names.sort();
+    assert_eq!(names, [&b"security.three"[..], b"trusted.two", b"user.one"]);
+    let name = std::ffi::CString::new("user.one").unwrap();
+    // SAFETY: valid NUL-terminated strings.
+    assert_eq!(unsafe { libc::removexattr(c.as_ptr(), name.as_ptr()) }, 0);
+    assert_eq!(get("user.one", 64), Err(libc::ENODATA));
+}

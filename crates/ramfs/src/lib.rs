@@ -339,7 +339,13 @@ impl RamFs {
             }
         }
         st.opens += 1;
-        self.next_fh.fetch_add(1, Ordering::Relaxed)
+        // The low bit of a handle says whether it may write, so `release`
+        // can keep `writers` right without a table of handles.
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if writable {
+            st.writers += 1;
+        }
+        (self.next_fh.fetch_add(1, Ordering::Relaxed) << 1) | u64::from(writable)
     }
 
     /// Blocks and inodes in use (for tests and `statfs`).
@@ -676,10 +682,13 @@ impl FileSystem for RamFs {
         Ok(self.open_node(&mut st, flags))
     }
 
-    fn release(&self, ino: Ino, _fh: u64) -> Result<()> {
+    fn release(&self, ino: Ino, fh: u64) -> Result<()> {
         let node = self.table.get(ino)?;
         let mut st = node.write();
         st.opens = st.opens.saturating_sub(1);
+        if fh & 1 == 1 {
+            st.writers = st.writers.saturating_sub(1);
+        }
         self.settle(&node, &mut st);
         Ok(())
     }
@@ -995,6 +1004,17 @@ impl FileSystem for RamFs {
         let file = st.file().ok_or(Error::Invalid)?;
         if offset >= file.size {
             return Err(Error::NoData);
+        }
+        // While a handle that may write is open, a cache above this file
+        // system can hold data not written here yet (the kernel's FUSE
+        // writeback cache does not write back before asking), so a hole seen
+        // here may be data there. Reporting no holes is always correct.
+        if st.writers > 0 {
+            return match whence {
+                libc::SEEK_DATA => Ok(offset),
+                libc::SEEK_HOLE => Ok(file.size),
+                _ => Err(Error::Invalid),
+            };
         }
         match whence {
             libc::SEEK_DATA => file.next_data(offset, self.bs()).ok_or(Error::NoData),

@@ -35,6 +35,8 @@ pub(crate) struct State {
     pub lookups: u64,
     /// Open handles.
     pub opens: u64,
+    /// Open handles that may write (a subset of `opens`).
+    pub writers: u64,
     /// Set once the inode is unlinked and closed: its data and its inode
     /// slot have gone back to the pool.
     pub released: bool,
@@ -88,6 +90,7 @@ impl State {
             xattrs: BTreeMap::new(),
             lookups: 0,
             opens: 0,
+            writers: 0,
             released: false,
         }
     }
