@@ -1,9 +1,10 @@
 //! EROFS conformance: images built by mkfs.erofs from a tree of more than
-//! 10,000 entries (xattrs, hard links, devices, fifos, sockets, long names,
-//! owners other than root, nanosecond mtimes) are mounted by the kernel's own
-//! EROFS driver, file-backed (mount(2) on the image file, no loop device),
-//! and compared field by field with the foliofs library walked directly and
-//! with a foliofs FUSE mount. fsck.erofs and `foliofs fsck` must agree.
+//! 10,000 entries (xattrs including POSIX ACLs, hard links, devices, fifos,
+//! sockets, long names, owners other than root, nanosecond mtimes) are
+//! mounted by the kernel's own EROFS driver, file-backed (mount(2) on the
+//! image file, no loop device), and compared field by field with the
+//! foliofs library walked directly and with foliofs FUSE mounts (buffered
+//! and O_DIRECT). fsck.erofs and `foliofs fsck` must agree.
 
 mod common;
 
@@ -93,7 +94,7 @@ fn source_tree() -> &'static Path {
     TREE.get_or_init(|| {
         let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
         let root = base.join("erofs-conformance-tree");
-        let done = base.join("erofs-conformance-tree.v1.done");
+        let done = base.join("erofs-conformance-tree.v2.done");
         if !done.exists() {
             let _ = fs::remove_dir_all(&root);
             build_tree(&root);
@@ -209,6 +210,15 @@ fn build_tree(root: &Path) {
             let n = 1 + rng.below(200) as usize;
             set_xattr(&p, "security.test", &rng.bytes(n));
         }
+        // POSIX ACLs (name indexes 2 and 3): user 1000 gets rw.
+        if user_ok && rng.below(30) == 0 {
+            let name = if md.is_dir() && rng.below(2) == 0 {
+                "system.posix_acl_default"
+            } else {
+                "system.posix_acl_access"
+            };
+            set_xattr(&p, name, &acl(1000));
+        }
         count += 1;
         i += 1;
     }
@@ -223,6 +233,23 @@ fn build_tree(root: &Path) {
         );
     }
     assert!(all.len() >= 10_000, "tree has only {} entries", all.len());
+}
+
+/// A POSIX ACL xattr value (version 2) giving `uid` read-write access.
+fn acl(uid: u32) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 6, uid),
+        (0x04, 4, u32::MAX),
+        (0x10, 6, u32::MAX),
+        (0x20, 4, u32::MAX),
+    ] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
 }
 
 fn collect(p: &Path, out: &mut Vec<PathBuf>) {
