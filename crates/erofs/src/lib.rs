@@ -130,8 +130,13 @@ impl Erofs {
                 other => other,
             })?;
         let sb = Superblock::parse(&raw)?;
+        // The cache's blocks follow the image's, but never below what the
+        // block layer or direct I/O can do.
+        let default_bs = sb
+            .block_size()
+            .max(probe.store().dio_align())
+            .clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
         drop(probe);
-        let default_bs = sb.block_size().clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
         let dev = BlockDev::open(path, opts, default_bs)?;
         let mut fs = Erofs {
             dev,
@@ -500,9 +505,6 @@ impl Erofs {
         size: u32,
         scratch: &'a mut Scratch,
     ) -> Result<&'a [u8]> {
-        if inode.kind == FileType::Directory && inode.size == 0 {
-            return Ok(&[]);
-        }
         if offset >= inode.size || size == 0 {
             return Ok(&[]);
         }
@@ -668,7 +670,8 @@ impl Erofs {
         })
     }
 
-    /// Best-effort image position of a directory block, for messages.
+    /// Best-effort image position of a directory block, for messages (flat
+    /// layouts map by arithmetic alone, so this costs no I/O).
     fn dir_block_pos(&self, dir: &Inode, start: u64) -> u64 {
         match dir.layout {
             Layout::FlatPlain | Layout::FlatInline => self
