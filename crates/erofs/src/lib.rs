@@ -217,7 +217,13 @@ impl Erofs {
     }
 
     fn open_devices(&mut self, opts: &OpenOptions, paths: &[PathBuf]) -> Result<()> {
-        let n = usize::from(self.sb.extra_devices);
+        // As the kernel does, the device count means nothing without the
+        // device table feature.
+        let n = if self.sb.has_incompat(superblock::INCOMPAT_DEVICE_TABLE) {
+            usize::from(self.sb.extra_devices)
+        } else {
+            0
+        };
         if n == 0 {
             if !paths.is_empty() {
                 return Err(Error::Unsupported(format!(
