@@ -745,8 +745,13 @@ fn chunk_holes_read_as_zeros() {
     bytes[1024 + 0x08] &= !1;
     fs::write(&img, &bytes).unwrap();
 
+    let kernel_seeks;
     let kernel = {
         let km = KernelMount::new(&img, "");
+        kernel_seeks = seeks(&km.path().join("f"));
+        // The kernel reports the holes (else this comparison proves nothing).
+        assert!(kernel_seeks.contains(&(libc::SEEK_HOLE, 0, Ok(3 * 4096))));
+        assert!(kernel_seeks.contains(&(libc::SEEK_DATA, 13_000, Ok(7 * 4096))));
         let content = fs::read(km.path().join("f")).unwrap();
         assert!(content[3 * 4096..7 * 4096].iter().all(|&b| b == 0));
         assert!(content[20 * 4096..].iter().all(|&b| b == 0));
@@ -758,7 +763,33 @@ fn chunk_holes_read_as_zeros() {
     if common::fuse_available() {
         let m = common::Mount::new(&img, None, "").unwrap();
         let fuse = walk_mounted(m.path());
+        let fuse_seeks = seeks(&m.path().join("f"));
         m.unmount().unwrap();
         assert_same("foliofs mount", &kernel, &fuse);
+        assert_eq!(fuse_seeks, kernel_seeks, "SEEK_DATA/SEEK_HOLE answers");
     }
+}
+
+/// `lseek(SEEK_DATA)` and `lseek(SEEK_HOLE)` from every 1000th offset:
+/// the offset found, or the errno.
+type Seek = (i32, i64, Result<i64, i32>);
+
+fn seeks(path: &Path) -> Vec<Seek> {
+    use std::os::fd::AsRawFd;
+    let f = fs::File::open(path).unwrap();
+    let size = f.metadata().unwrap().len() as i64;
+    let mut out = Vec::new();
+    for whence in [libc::SEEK_DATA, libc::SEEK_HOLE] {
+        for off in (0..size + 2000).step_by(1000) {
+            // SAFETY: a valid open descriptor; lseek touches no memory.
+            let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+            let r = if r < 0 {
+                Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+            } else {
+                Ok(r)
+            };
+            out.push((whence, off, r));
+        }
+    }
+    out
 }

@@ -848,6 +848,46 @@ impl FileSystem for Erofs {
         }
     }
 
+    /// `SEEK_DATA` / `SEEK_HOLE`: chunk holes are holes, as the kernel's
+    /// iomap reports them; every other layout is all data.
+    fn lseek(&self, ino: Ino, offset: u64, whence: i32) -> Result<u64> {
+        let inode = self.inode(ino)?;
+        if offset >= inode.size {
+            return Err(Error::NoData);
+        }
+        if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
+            return Err(Error::Invalid);
+        }
+        if inode.layout != Layout::ChunkBased {
+            return Ok(if whence == libc::SEEK_DATA {
+                offset
+            } else {
+                inode.size
+            });
+        }
+        let want_hole = whence == libc::SEEK_HOLE;
+        let mut pos = offset;
+        while pos < inode.size {
+            let run = self.map_flat(&inode, pos, inode.size)?;
+            if run.la > pos || run.la + run.len <= pos {
+                return Err(Error::corrupt(
+                    inode.pos,
+                    format!("inode {}: no data run covers offset {pos}", inode.nid),
+                ));
+            }
+            if (run.phys == Phys::Hole) == want_hole {
+                return Ok(pos);
+            }
+            pos = run.la + run.len;
+        }
+        // Past the last data there is only the implicit hole at EOF.
+        if want_hole {
+            Ok(inode.size)
+        } else {
+            Err(Error::NoData)
+        }
+    }
+
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
         let inode = self.inode(ino)?;
         if inode.kind != FileType::Symlink {
