@@ -256,6 +256,8 @@ impl RamFs {
             if let Body::File(f) = &mut st.body {
                 f.clear(&self.space);
             }
+            let held: usize = st.xattrs.iter().map(|(k, v)| k.len() + v.len()).sum();
+            self.space.give_xattr(held as u64);
             st.xattrs.clear();
             self.space.give_inode();
         }
@@ -351,6 +353,11 @@ impl RamFs {
     /// Blocks and inodes in use (for tests and `statfs`).
     pub fn usage(&self) -> (u64, u64) {
         (self.space.used_blocks(), self.space.used_inodes())
+    }
+
+    /// Bytes of extended attribute names and values held.
+    pub fn xattr_bytes(&self) -> u64 {
+        self.space.used_xattr()
     }
 
     /// The `..` of directory `ino`.
@@ -1038,8 +1045,17 @@ impl FileSystem for RamFs {
             _ => {}
         }
         let total: usize = st.xattrs.iter().map(|(k, v)| k.len() + v.len()).sum();
-        if total - old.unwrap_or(0) + key.len() + value.len() > XATTR_TOTAL_MAX {
+        let old = old.unwrap_or(0);
+        let new = key.len() + value.len();
+        if total - old + new > XATTR_TOTAL_MAX {
             return Err(Error::NoSpace);
+        }
+        if new > old {
+            if !self.space.take_xattr((new - old) as u64) {
+                return Err(Error::NoSpace);
+            }
+        } else {
+            self.space.give_xattr((old - new) as u64);
         }
         st.xattrs.insert(key.to_vec(), value.to_vec());
         st.ctime = Timespec::now();
@@ -1050,7 +1066,9 @@ impl FileSystem for RamFs {
         check_xattr_name(name)?;
         let node = self.table.get(ino)?;
         let mut st = node.write();
-        st.xattrs.remove(name.as_bytes()).ok_or(Error::NoXattr)?;
+        let key = name.as_bytes();
+        let value = st.xattrs.remove(key).ok_or(Error::NoXattr)?;
+        self.space.give_xattr((key.len() + value.len()) as u64);
         st.ctime = Timespec::now();
         Ok(())
     }

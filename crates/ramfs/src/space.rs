@@ -10,6 +10,10 @@ pub(crate) struct Space {
     used_blocks: AtomicU64,
     max_inodes: u64,
     used_inodes: AtomicU64,
+    /// Bytes of extended attribute names and values, held to the same byte
+    /// limit as data so that no number of inodes can make them unbounded.
+    max_xattr: u64,
+    used_xattr: AtomicU64,
 }
 
 fn take(counter: &AtomicU64, n: u64, max: u64) -> bool {
@@ -24,6 +28,8 @@ impl Space {
     /// Limits in bytes (rounded up to whole blocks) and inodes; `None` is unlimited.
     pub fn new(block_size: u64, max_bytes: Option<u64>, max_inodes: Option<u64>) -> Self {
         Space {
+            max_xattr: max_bytes.unwrap_or(u64::MAX),
+            used_xattr: AtomicU64::new(0),
             max_blocks: max_bytes.map_or(u64::MAX, |b| b.div_ceil(block_size)),
             used_blocks: AtomicU64::new(0),
             max_inodes: max_inodes.unwrap_or(u64::MAX),
@@ -47,6 +53,20 @@ impl Space {
 
     pub fn give_inode(&self) {
         self.used_inodes.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub fn take_xattr(&self, n: u64) -> bool {
+        n == 0 || take(&self.used_xattr, n, self.max_xattr)
+    }
+
+    pub fn give_xattr(&self, n: u64) {
+        if n > 0 {
+            self.used_xattr.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+
+    pub fn used_xattr(&self) -> u64 {
+        self.used_xattr.load(Ordering::Acquire)
     }
 
     pub fn used_blocks(&self) -> u64 {

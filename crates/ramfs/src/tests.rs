@@ -473,9 +473,33 @@ fn xattrs() {
         errno(fs.setxattr(f, n("user.big"), &vec![0; 65537], 0, &c)),
         libc::E2BIG
     );
+    // "user.a"+"22", "trusted.b"+"", "security.c"+"333".
+    assert_eq!(fs.xattr_bytes(), 8 + 9 + 13);
     fs.removexattr(f, n("user.a"), &c).unwrap();
     assert_eq!(errno(fs.getxattr(f, n("user.a"))), libc::ENODATA);
     assert_eq!(errno(fs.removexattr(f, n("user.a"), &c)), libc::ENODATA);
+    assert_eq!(fs.xattr_bytes(), 9 + 13);
+    fs.unlink(ROOT_INO, n("f"), &c).unwrap();
+    assert_eq!(fs.xattr_bytes(), 0);
+}
+
+#[test]
+fn xattrs_are_held_to_the_size_limit() {
+    let fs = fs_with(&[("size", "100K")]);
+    let c = ctx();
+    let value = vec![1u8; 60_000];
+    let mut made = 0;
+    let err = loop {
+        let name = format!("f{made}");
+        fs.mknod(ROOT_INO, n(&name), FileType::RegularFile, 0o644, 0, &c)
+            .unwrap();
+        let ino = fs.lookup(ROOT_INO, n(&name)).unwrap().ino;
+        match fs.setxattr(ino, n("user.v"), &value, 0, &c) {
+            Ok(()) => made += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!((made, err.errno()), (1, libc::ENOSPC));
 }
 
 #[test]
