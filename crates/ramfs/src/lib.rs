@@ -253,8 +253,10 @@ impl RamFs {
     fn settle(&self, node: &Node, st: &mut State) {
         if st.nlink == 0 && st.opens == 0 && !st.released {
             st.released = true;
-            if let Body::File(f) = &mut st.body {
-                f.clear(&self.space);
+            match &mut st.body {
+                Body::File(f) => f.clear(&self.space),
+                Body::Symlink(t) => self.space.give_xattr(t.len() as u64),
+                _ => {}
             }
             let held: usize = st.xattrs.iter().map(|(k, v)| k.len() + v.len()).sum();
             self.space.give_xattr(held as u64);
@@ -516,6 +518,9 @@ impl RamFs {
                 }
             } else {
                 st.nlink = if dst_dir { 0 } else { st.nlink - 1 };
+                if st.nlink > 0 {
+                    self.space.give_inode();
+                }
                 self.settle(&other, &mut st);
             }
         }
@@ -821,8 +826,14 @@ impl FileSystem for RamFs {
         if target.is_empty() {
             return Err(Error::NotFound);
         }
+        // Targets are held to the byte limit like extended attributes.
+        if !self.space.take_xattr(target.len() as u64) {
+            return Err(Error::NoSpace);
+        }
         let new = NewNode::plain(FileType::Symlink, 0o777, Body::Symlink(target.to_vec()));
-        self.make(parent, name, new, ctx)
+        self.make(parent, name, new, ctx).inspect_err(|_| {
+            self.space.give_xattr(target.len() as u64);
+        })
     }
 
     fn unlink(&self, parent: Ino, name: &OsStr, _ctx: &Ctx) -> Result<()> {
@@ -841,6 +852,11 @@ impl FileSystem for RamFs {
         drop(ps);
         let mut cs = child.write();
         cs.nlink = cs.nlink.saturating_sub(1);
+        if cs.nlink > 0 {
+            // One of several names went: its slot comes back now; the last
+            // name's slot comes back with the inode.
+            self.space.give_inode();
+        }
         cs.ctime = now;
         self.settle(&child, &mut cs);
         Ok(())
@@ -925,6 +941,11 @@ impl FileSystem for RamFs {
         }
         if st.nlink >= LINK_MAX {
             return Err(Error::TooManyLinks);
+        }
+        // Every name beyond an inode's first takes an inode slot, as in
+        // tmpfs: otherwise links would be names without any bound.
+        if !self.space.take_inode() {
+            return Err(Error::NoSpace);
         }
         dir.insert(newname, ino, node.kind);
         let now = Timespec::now();

@@ -164,7 +164,10 @@ fn hard_links_and_unlink_while_open() {
     assert_eq!(a.nlink, 2);
     assert_eq!(errno(fs.link(ROOT_INO, ROOT_INO, n("r"), &c)), libc::EPERM);
     assert_eq!(errno(fs.link(f, ROOT_INO, n("b"), &c)), libc::EEXIST);
+    // The second name holds an inode slot of its own.
+    assert_eq!(fs.usage(), (3, 3));
     fs.unlink(ROOT_INO, n("a"), &c).unwrap();
+    assert_eq!(fs.usage(), (3, 2));
     fs.unlink(ROOT_INO, n("b"), &c).unwrap();
     // Still open: data readable, space still held.
     assert_eq!(read_all(&fs, f), vec![1u8; 10_000]);
@@ -616,6 +619,34 @@ fn inode_limit_gives_enospc() {
     assert_eq!(names(&fs, ROOT_INO).len(), 9);
     fs.unlink(ROOT_INO, n("f0"), &c).unwrap();
     fs.mkdir(ROOT_INO, n("d"), 0o755, &c).unwrap();
+    // Hard links take slots too.
+    let f1 = fs.lookup(ROOT_INO, n("f1")).unwrap().ino;
+    assert_eq!(errno(fs.link(f1, ROOT_INO, n("l"), &c)), libc::ENOSPC);
+    fs.unlink(ROOT_INO, n("f2"), &c).unwrap();
+    fs.link(f1, ROOT_INO, n("l"), &c).unwrap();
+    // Renaming over one of two names of an inode frees a slot.
+    fs.rename(ROOT_INO, n("f3"), ROOT_INO, n("l"), 0, &c)
+        .unwrap();
+    fs.mknod(ROOT_INO, n("g"), FileType::Fifo, 0o644, 0, &c)
+        .unwrap();
+    assert_eq!(fs.statfs().unwrap().ffree, 0);
+}
+
+#[test]
+fn symlink_targets_are_held_to_the_size_limit() {
+    let fs = fs_with(&[("size", "8K")]);
+    let c = ctx();
+    let target = vec![b'x'; 4000];
+    fs.symlink(ROOT_INO, n("a"), &target, &c).unwrap();
+    fs.symlink(ROOT_INO, n("b"), &target, &c).unwrap();
+    assert_eq!(
+        errno(fs.symlink(ROOT_INO, n("c"), &target, &c)),
+        libc::ENOSPC
+    );
+    fs.unlink(ROOT_INO, n("a"), &c).unwrap();
+    let a = fs.lookup(ROOT_INO, n("b")).unwrap();
+    fs.forget(a.ino, 1);
+    fs.symlink(ROOT_INO, n("c"), &target, &c).unwrap();
 }
 
 #[test]
