@@ -513,6 +513,18 @@ impl Erofs {
                     algorithm_name(alg)
                 )));
             }
+            // LZ4 expands at most 255-fold: an extent longer than its
+            // cluster could ever decode to is damage, and refusing it keeps
+            // every buffer within what the image backs.
+            if llen > plen * 255 + 64 {
+                return Err(Error::corrupt(
+                    head.pos,
+                    format!(
+                        "inode {}: extent of {llen} bytes cannot come from a {plen}-byte LZ4 cluster",
+                        inode.nid
+                    ),
+                ));
+            }
             ZFormat::Lz4
         };
         Ok(ZExtent {
