@@ -21,10 +21,17 @@ fn quick_bench_reports_all_four_sections_with_kernel_rows() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "bench failed ({}):\n{stdout}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "bench failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let sections = v["sections"].as_array().unwrap();
-    let names: Vec<&str> = sections.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = sections
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["seq", "tree", "ramfs", "startup"]);
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
@@ -33,15 +40,31 @@ fn quick_bench_reports_all_four_sections_with_kernel_rows() {
         let measured = |kind: &str| {
             rows.iter()
                 .filter(|r| r["kind"] == kind && r["note"].is_null())
-                .filter(|r| r["runs"].as_object().is_some_and(|m| m.values().all(|v| !v.as_array().unwrap().is_empty())))
+                .filter(|r| {
+                    r["runs"]
+                        .as_object()
+                        .is_some_and(|m| m.values().all(|v| !v.as_array().unwrap().is_empty()))
+                })
                 .count()
         };
-        assert!(measured("foliofs") > 0, "{}: no foliofs row measured\n{stdout}", s["name"]);
+        assert!(
+            measured("foliofs") > 0,
+            "{}: no foliofs row measured\n{stdout}",
+            s["name"]
+        );
         if root {
-            assert!(measured("kernel") > 0, "{}: no kernel row measured\n{stdout}", s["name"]);
+            assert!(
+                measured("kernel") > 0,
+                "{}: no kernel row measured\n{stdout}",
+                s["name"]
+            );
         }
         for r in rows {
-            assert!(!r["failed"].as_bool().unwrap(), "{}: row failed: {r}", s["name"]);
+            assert!(
+                !r["failed"].as_bool().unwrap(),
+                "{}: row failed: {r}",
+                s["name"]
+            );
         }
         // Every table names the section and its reference row.
         assert!(stdout.contains("(ref)"), "{stdout}");
