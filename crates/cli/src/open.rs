@@ -13,6 +13,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use foliofs_block::OpenOptions;
 use foliofs_erofs::Erofs;
+use foliofs_fuse::MountOptions;
 use foliofs_romfs::RomFs;
 use foliofs_vfs::FileSystem;
 
@@ -164,9 +165,9 @@ fn describe(head: &[u8]) -> String {
 pub struct ImageArgs {
     /// The image file or block device.
     pub image: PathBuf,
-    /// Mount-style options: `largeblocks`, `blocksize=N`, `direct`,
-    /// `device=PATH` for an EROFS extra device (comma-separated; may be
-    /// repeated).
+    /// Mount options, as `foliofs mount` takes them: `largeblocks`,
+    /// `blocksize=N`, `directio`, `device=PATH` for an EROFS extra device
+    /// (comma-separated; may be repeated).
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
 }
@@ -188,62 +189,31 @@ impl ImageArgs {
     }
 }
 
+/// The `-o` strings' options, parsed as `foliofs mount` parses them; the
+/// mount-only ones (owners, `allow_other`, ...) are accepted and ignored here.
+fn mount_options(opts: &[String]) -> anyhow::Result<MountOptions> {
+    let o = MountOptions::parse_all(opts.iter().map(String::as_str))?;
+    o.refuse_extra()?;
+    Ok(o)
+}
+
 /// The `device=PATH` items of `-o` option strings, in order.
 pub fn parse_devices(opts: &[String]) -> Vec<PathBuf> {
-    opts.iter()
-        .flat_map(|s| s.split(','))
-        .filter_map(|item| item.strip_prefix("device="))
-        .map(PathBuf::from)
-        .collect()
+    mount_options(opts).map(|o| o.devices).unwrap_or_default()
 }
 
 /// Parses `-o` option strings into [`OpenOptions`] (`device=PATH` items are
 /// taken by [`parse_devices`]).
 pub fn parse_options(opts: &[String]) -> anyhow::Result<OpenOptions> {
-    use foliofs_block::{BlockSizeChoice, IoMode};
-    let mut o = OpenOptions::default();
-    for item in opts
-        .iter()
-        .flat_map(|s| s.split(','))
-        .filter(|s| !s.is_empty())
-    {
-        match item.split_once('=') {
-            None if item == "largeblocks" => o.block_size = BlockSizeChoice::LargeBlocks,
-            None if item == "direct" || item == "dio" => o.io_mode = IoMode::Direct,
-            None if item == "buffered" => o.io_mode = IoMode::Buffered,
-            Some(("device", _)) => {}
-            Some(("blocksize", v)) => {
-                let n = parse_size(v).with_context(|| format!("bad blocksize {v:?}"))?;
-                let n = u32::try_from(n).ok().filter(|n| {
-                    n.is_power_of_two()
-                        && (foliofs_block::MIN_BLOCK_SIZE..=foliofs_block::MAX_BLOCK_SIZE)
-                            .contains(n)
-                });
-                match n {
-                    Some(n) => o.block_size = BlockSizeChoice::Fixed(n),
-                    None => bail!("blocksize={v}: must be a power of two from 1K to 2M"),
-                }
-            }
-            _ => {
-                bail!("unknown option {item:?} (known: largeblocks, blocksize=N, direct, buffered)")
-            }
-        }
-    }
-    Ok(o)
+    let o = mount_options(opts)?;
+    Ok(OpenOptions {
+        block_size: o.block_size,
+        io_mode: o.io_mode,
+        ..OpenOptions::default()
+    })
 }
 
 /// A byte count with an optional K, M or G suffix (powers of 1024).
 pub fn parse_size(s: &str) -> anyhow::Result<u64> {
-    let s = s.trim();
-    let (digits, mult) = match s.as_bytes().last() {
-        Some(b'k' | b'K') => (&s[..s.len() - 1], 1u64 << 10),
-        Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
-        Some(b'g' | b'G') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    let n: u64 = digits
-        .parse()
-        .with_context(|| format!("{s:?} is not a size"))?;
-    n.checked_mul(mult)
-        .with_context(|| format!("{s:?} is too large"))
+    foliofs_fuse::parse_size(s.trim()).map_err(anyhow::Error::msg)
 }

@@ -334,7 +334,7 @@ fn extract_a_subtree_or_one_file_and_cat_at_any_block_size() {
         .collect();
     assert_eq!(names, ["sda1"]);
     let want = std::fs::read(src.join("big")).unwrap();
-    for o in ["largeblocks", "blocksize=4096", "blocksize=2M", "direct"] {
+    for o in ["largeblocks", "blocksize=4096", "blocksize=2M", "directio"] {
         let got = common::foliofs_ok([
             OsStr::new("cat"),
             OsStr::new("-o"),
