@@ -589,6 +589,11 @@ impl fuser::Filesystem for Server {
         }
         if off == 1 {
             let parent = self.fs.lookup(dir, OsStr::new("..")).map(|a| a.ino);
+            // The kernel takes no reference for "..": give the lookup's back,
+            // or a writable file system could never free that directory.
+            if let Ok(p) = parent {
+                self.fs.forget(p, 1);
+            }
             let parent = parent.unwrap_or(dir);
             if reply.add(INodeNo(parent), 2, fuser::FileType::Directory, "..") {
                 return reply.ok();
@@ -636,11 +641,12 @@ impl fuser::Filesystem for Server {
             off = 1;
         }
         if off == 1 {
-            let a = match self
-                .fs
-                .lookup(dir, OsStr::new(".."))
-                .or_else(|_| self.fs.getattr(dir))
-            {
+            let parent = self.fs.lookup(dir, OsStr::new(".."));
+            // As in readdir: no reference is taken for "..".
+            if let Ok(p) = &parent {
+                self.fs.forget(p.ino, 1);
+            }
+            let a = match parent.or_else(|_| self.fs.getattr(dir)) {
                 Ok(a) => a,
                 Err(e) => return reply.error(errno(&e)),
             };
