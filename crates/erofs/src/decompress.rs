@@ -8,12 +8,12 @@ use crate::zmap::{ZExtent, ZFormat};
 /// 0PADDING before it is declared corrupt.
 const MAX_TRIMS: usize = 64;
 
-/// Decompresses `src` (the physical cluster, `ext.plen` bytes) into the
-/// `ext.llen` bytes of the extent. `zero_padding` says the LZ4 stream is
-/// right-aligned behind zeros; `block_size` bounds that zero run as the
-/// kernel does. A stream may encode up to `slack` bytes more than its extent
-/// (mkfs's legacy mode starts the next extent at a cluster boundary inside
-/// it); like the kernel's partial decoding, the excess is dropped.
+/// Decompresses `src` (the physical cluster, `ext.plen` bytes) into a new
+/// vector of the extent's `ext.llen` bytes. `zero_padding` says the LZ4
+/// stream is right-aligned behind zeros; `block_size` bounds that zero run
+/// as the kernel does. A stream may encode up to `slack` bytes more than its
+/// extent (mkfs's legacy mode starts the next extent at a cluster boundary
+/// inside it); like the kernel's partial decoding, the excess is dropped.
 pub fn decompress(
     ext: &ZExtent,
     src: &[u8],
@@ -21,52 +21,70 @@ pub fn decompress(
     block_size: u64,
     slack: usize,
 ) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; ext.llen as usize + slack];
+    decompress_into(ext, src, zero_padding, block_size, &mut out)?;
+    out.truncate(ext.llen as usize);
+    Ok(out)
+}
+
+/// As [`decompress`], into `out` (at least `ext.llen` bytes; room beyond
+/// that takes a stream's excess). The extent's bytes are `out[..ext.llen]`.
+pub fn decompress_into(
+    ext: &ZExtent,
+    src: &[u8],
+    zero_padding: bool,
+    block_size: u64,
+    out: &mut [u8],
+) -> Result<()> {
     let llen = ext.llen as usize;
     let bad =
         |what: String| Error::corrupt(ext.pa, format!("extent at file offset {}: {what}", ext.la));
+    if out.len() < llen {
+        return Err(bad(format!(
+            "{llen}-byte extent for a {}-byte buffer",
+            out.len()
+        )));
+    }
     match ext.format {
         ZFormat::Shifted => {
             if src.len() < llen {
                 return Err(bad("uncompressed extent longer than its cluster".into()));
             }
-            Ok(src[..llen].to_vec())
+            out[..llen].copy_from_slice(&src[..llen]);
+            Ok(())
         }
         ZFormat::Interlaced => {
             if src.len() < llen || src.is_empty() {
                 return Err(bad("uncompressed extent longer than its cluster".into()));
             }
             let start = (ext.la % block_size) as usize % src.len();
-            let mut out = Vec::with_capacity(llen);
             let first = (src.len() - start).min(llen);
-            out.extend_from_slice(&src[start..start + first]);
-            out.extend_from_slice(&src[..llen - first]);
-            Ok(out)
+            out[..first].copy_from_slice(&src[start..start + first]);
+            out[first..llen].copy_from_slice(&src[..llen - first]);
+            Ok(())
         }
         ZFormat::Lz4 => {
-            let mut out = vec![0u8; llen + slack];
             if zero_padding {
                 let window = src.len().min((block_size - ext.pa % block_size) as usize);
                 let skip = src[..window]
                     .iter()
                     .position(|&b| b != 0)
                     .ok_or_else(|| bad("LZ4 cluster starts with a block of zeros".into()))?;
-                let n = lz4_flex::block::decompress_into(&src[skip..], &mut out)
+                let n = lz4_flex::block::decompress_into(&src[skip..], out)
                     .map_err(|e| bad(format!("LZ4 data does not decode: {e}")))?;
                 if n < llen {
                     return Err(bad(format!("LZ4 data decodes to {n} bytes, not {llen}")));
                 }
-                out.truncate(llen);
-                return Ok(out);
+                return Ok(());
             }
             // Without 0PADDING the stream is left-aligned and followed by
             // zeros; it ends at the first point where a decode yields the
             // whole extent.
             let last = src.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
             for end in (last..=src.len()).take(MAX_TRIMS) {
-                if let Ok(n) = lz4_flex::block::decompress_into(&src[..end], &mut out) {
+                if let Ok(n) = lz4_flex::block::decompress_into(&src[..end], out) {
                     if n >= llen {
-                        out.truncate(llen);
-                        return Ok(out);
+                        return Ok(());
                     }
                 }
             }

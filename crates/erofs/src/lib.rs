@@ -532,6 +532,23 @@ impl Erofs {
                 let at = (pos - offset) as usize;
                 out[at..at + n].copy_from_slice(&data[from..from + n]);
                 pos += n as u64;
+                // Extents wholly inside the request decode straight into the
+                // reply; only the one running past its end is kept for the
+                // next request.
+                while pos < end && self.cached_extent(inode.nid, pos).is_none() {
+                    let next = self.map_extent(inode, &z, pos)?;
+                    if next.la != pos || next.la + next.llen > end {
+                        break;
+                    }
+                    let at = (pos - offset) as usize;
+                    let span = &mut out[at..at + next.llen as usize];
+                    if self.decode_extent(inode, &next, span).is_err() {
+                        // A stream longer than its extent needs room beyond
+                        // it: the cached path below has that room.
+                        break;
+                    }
+                    pos += next.llen;
+                }
                 if pos >= end {
                     break;
                 }
@@ -606,44 +623,13 @@ impl Erofs {
 
     /// The decompressed extent holding `ofs`, from the cache or decoded now.
     fn extent_data(&self, inode: &Inode, z: &ZInfo, ofs: u64) -> Result<(ZExtent, Arc<Vec<u8>>)> {
-        {
-            let cache = self.zcache.lock().unwrap_or_else(|e| e.into_inner());
-            for (nid, la, data) in cache.iter() {
-                if *nid == inode.nid && *la <= ofs && ofs < *la + data.len() as u64 {
-                    // Only the fields the readers use matter for a cache hit.
-                    let ext = ZExtent {
-                        la: *la,
-                        llen: data.len() as u64,
-                        pa: 0,
-                        plen: 0,
-                        inline: false,
-                        format: zmap::ZFormat::Shifted,
-                    };
-                    return Ok((ext, data.clone()));
-                }
-            }
+        if let Some(hit) = self.cached_extent(inode.nid, ofs) {
+            return Ok(hit);
         }
-        let ext = self.zmap(inode, z, ofs)?;
-        if ext.llen == 0 || ofs >= ext.la + ext.llen || ofs < ext.la {
-            return Err(Error::corrupt(
-                inode.pos,
-                format!("inode {}: no extent covers offset {ofs}", inode.nid),
-            ));
-        }
-        let zero_padding = self.sb.has_incompat(superblock::INCOMPAT_LZ4_0PADDING);
-        let bs = u64::from(self.sb.block_size());
-        let slack = 1usize << z.lclusterbits;
-        let data = if ext.inline {
-            let mut src = vec![0u8; ext.plen as usize];
-            self.meta(ext.pa, &mut src)?;
-            decompress::decompress(&ext, &src, zero_padding, bs, slack)?
-        } else {
-            let (dev, p) = self.resolve(0, ext.pa, inode.pos)?;
-            with_scratch(&PIECE, |piece| -> Result<Vec<u8>> {
-                let src = self.read_phys(dev, p, ext.plen as usize, piece)?;
-                decompress::decompress(&ext, src, zero_padding, bs, slack)
-            })?
-        };
+        let ext = self.map_extent(inode, z, ofs)?;
+        let mut data = vec![0u8; ext.llen as usize + (1usize << z.lclusterbits)];
+        self.decode_extent(inode, &ext, &mut data)?;
+        data.truncate(ext.llen as usize);
         let data = Arc::new(data);
         let mut cache = self.zcache.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= ZCACHE_ENTRIES {
@@ -651,6 +637,54 @@ impl Erofs {
         }
         cache.push((inode.nid, ext.la, data.clone()));
         Ok((ext, data))
+    }
+
+    /// The cached decompressed extent of `nid` holding `ofs`, if any.
+    fn cached_extent(&self, nid: u64, ofs: u64) -> Option<(ZExtent, Arc<Vec<u8>>)> {
+        let cache = self.zcache.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .iter()
+            .find(|(n, la, data)| *n == nid && *la <= ofs && ofs < *la + data.len() as u64)
+            .map(|(_, la, data)| {
+                // Only the fields the readers use matter for a cache hit.
+                let ext = ZExtent {
+                    la: *la,
+                    llen: data.len() as u64,
+                    pa: 0,
+                    plen: 0,
+                    inline: false,
+                    format: zmap::ZFormat::Shifted,
+                };
+                (ext, data.clone())
+            })
+    }
+
+    /// The extent holding `ofs`, checked to hold it.
+    fn map_extent(&self, inode: &Inode, z: &ZInfo, ofs: u64) -> Result<ZExtent> {
+        let ext = self.zmap(inode, z, ofs)?;
+        if ext.llen == 0 || ofs >= ext.la + ext.llen || ofs < ext.la {
+            return Err(Error::corrupt(
+                inode.pos,
+                format!("inode {}: no extent covers offset {ofs}", inode.nid),
+            ));
+        }
+        Ok(ext)
+    }
+
+    /// Reads `ext`'s physical cluster and decodes it into `out`.
+    fn decode_extent(&self, inode: &Inode, ext: &ZExtent, out: &mut [u8]) -> Result<()> {
+        let zero_padding = self.sb.has_incompat(superblock::INCOMPAT_LZ4_0PADDING);
+        let bs = u64::from(self.sb.block_size());
+        if ext.inline {
+            let mut src = vec![0u8; ext.plen as usize];
+            self.meta(ext.pa, &mut src)?;
+            return decompress::decompress_into(ext, &src, zero_padding, bs, out);
+        }
+        let (dev, p) = self.resolve(0, ext.pa, inode.pos)?;
+        with_scratch(&PIECE, |piece| -> Result<()> {
+            let src = self.read_phys(dev, p, ext.plen as usize, piece)?;
+            decompress::decompress_into(ext, src, zero_padding, bs, out)
+        })
     }
 
     /// Runs `f` on directory block `index` of `dir`.
