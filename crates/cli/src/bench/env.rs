@@ -144,6 +144,8 @@ pub enum How {
     Squashfuse,
     /// The kernel's in-memory file systems (source "none").
     KernelMem { fstype: &'static str, opts: String },
+    /// No mount: the source is a directory used as it is.
+    Plain,
 }
 
 /// A live mount, unmounted on drop.
@@ -155,6 +157,13 @@ pub struct Mounted {
 
 impl Mounted {
     pub fn new(env: &BenchEnv, how: &How, source: &Path, dir: &Path) -> Result<Mounted> {
+        if let How::Plain = how {
+            return Ok(Mounted {
+                dir: source.to_owned(),
+                how: how.clone(),
+                exe: env.exe.clone(),
+            });
+        }
         fs::create_dir_all(dir)?;
         match how {
             How::Foliofs { fstype, opts } => {
@@ -175,6 +184,7 @@ impl Mounted {
                     .arg(dir))?;
             }
             How::Squashfuse => run(Command::new("squashfuse").arg(source).arg(dir))?,
+            How::Plain => unreachable!("handled above"),
         }
         LIVE.lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -189,6 +199,9 @@ impl Mounted {
 
 impl Drop for Mounted {
     fn drop(&mut self) {
+        if let How::Plain = self.how {
+            return;
+        }
         let ok = match self.how {
             How::Foliofs { .. } => {
                 run(Command::new(&self.exe).arg("umount").arg(&self.dir)).is_ok()

@@ -187,58 +187,67 @@ fn read_plans(images: &Images, romfs_sizes: &[(&str, &str)], with_direct: bool) 
 /// of the mount point giving seconds (or, for throughput columns, GB/s).
 type Workload<'a> = (&'static str, &'a dyn Fn(&Path) -> Result<f64>);
 
-/// Runs each workload `cfg.runs` times on `plan`'s mount, filling `row`.
-/// Cold workloads get a fresh mount and a dropped page cache every time, so
-/// neither the kernel's caches nor a FUSE server's own block cache carry over
-/// from one measurement to the next.
-fn measure_row(
+/// Measures every plan with every workload, `cfg.runs` rounds. A round
+/// visits every plan once, so drift in the machine (a noisy disk, other
+/// load) spreads over all rows instead of landing on one. Cold workloads get
+/// a fresh mount and a dropped page cache every time, so neither the
+/// kernel's caches nor a FUSE server's own block cache carry over from one
+/// measurement to the next.
+fn measure_rows(
     env: &BenchEnv,
     cfg: &Config,
     section: &str,
-    plan: &Plan,
-    row: &mut Row,
+    plans: &[Plan],
     cold: bool,
     workloads: &[Workload<'_>],
-) {
-    if let Some(why) = unavailable(env, &plan.how) {
-        row.note = Some(why);
-        return;
-    }
-    let image = match &plan.image {
-        Ok(i) => i,
-        Err(why) => {
-            row.note = Some(format!("no image: {why}"));
-            row.failed = !why.contains("not installed");
-            return;
-        }
-    };
-    let mount =
-        || -> Result<Mounted> { Mounted::new(env, &plan.how, image, &env.fresh_dir("mnt")?) };
-    let result = (|| -> Result<()> {
-        let mut warm = if cold { None } else { Some(mount()?) };
-        for i in 0..cfg.runs {
+) -> Vec<Row> {
+    let mut rows: Vec<Row> = plans
+        .iter()
+        .map(|p| {
+            let mut row = Row::new(p.label.clone(), p.kind);
+            row.x = p.x;
+            if let Some(why) = unavailable(env, &p.how) {
+                row.note = Some(why);
+            } else if let Err(why) = &p.image {
+                row.note = Some(format!("no image: {why}"));
+                row.failed = !why.contains("not installed");
+            }
+            row
+        })
+        .collect();
+    for i in 0..cfg.runs {
+        for (plan, row) in plans.iter().zip(rows.iter_mut()) {
+            let Ok(image) = &plan.image else { continue };
+            if row.note.is_some() {
+                continue;
+            }
             progress(
                 cfg,
-                &format!("[{section}] {} run {}/{}", plan.label, i + 1, cfg.runs),
+                &format!("[{section}] round {}/{}: {}", i + 1, cfg.runs, plan.label),
             );
-            for (key, work) in workloads {
-                let v = match &mut warm {
-                    Some(m) => work(&m.dir)?,
-                    None => {
-                        let m = mount()?;
-                        env.drop_caches();
-                        work(&m.dir)?
-                    }
-                };
-                push(row, key, v);
+            let result = (|| -> Result<()> {
+                let mount = || Mounted::new(env, &plan.how, image, &env.fresh_dir("mnt")?);
+                let warm = if cold { None } else { Some(mount()?) };
+                for (key, work) in workloads {
+                    let v = match &warm {
+                        Some(m) => work(&m.dir)?,
+                        None => {
+                            let m = mount()?;
+                            env.drop_caches();
+                            work(&m.dir)?
+                        }
+                    };
+                    push(row, key, v);
+                }
+                Ok(())
+            })();
+            if let Err(e) = result {
+                row.note = Some(format!("{e:#}"));
+                row.failed = true;
             }
         }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        row.note = Some(format!("{e:#}"));
-        row.failed = true;
     }
+    rows
 }
 
 fn push(row: &mut Row, key: &'static str, v: f64) {
@@ -267,54 +276,40 @@ pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             unit: Unit::Seconds,
         },
     ];
-    let mut rows = Vec::new();
-    // Test 1: the image file itself (the reference).
-    let mut image_row = Row::new("image file itself (test 1)", "baseline");
-    match &images.romfs {
-        Ok(img) => {
-            for i in 0..cfg.runs {
-                progress(cfg, &format!("[seq] image file run {}/{}", i + 1, cfg.runs));
-                env.drop_caches();
-                push(&mut image_row, "dd", time_read(img)?.0);
-                env.drop_caches();
-                push(&mut image_row, "md5", time_md5(img)?);
-            }
-        }
-        Err(e) => {
-            image_row.note = Some(format!("no romfs image: {e}"));
-            image_row.failed = true;
-        }
-    }
-    rows.push(image_row);
+    // Test 1 reads the image file itself: a directory holding a hard link
+    // to it, so the same workloads run on it as on every mount.
+    let plain = env.subdir("seq-image")?;
+    let image = images.romfs.clone().and_then(|img| {
+        std::fs::hard_link(&img, plain.join("file"))
+            .map_err(|e| format!("linking the image: {e}"))?;
+        Ok(plain.clone())
+    });
+    let mut plans = vec![Plan {
+        label: "image file itself (test 1)".into(),
+        kind: "baseline",
+        how: How::Plain,
+        image,
+        x: None,
+    }];
     let sizes = [
         ("1K", "blocksize=1K"),
         ("largeblocks", "largeblocks"),
         ("64K", "blocksize=64K"),
         ("1M", "blocksize=1M"),
     ];
-    for plan in read_plans(&images, &sizes, true) {
-        let mut row = Row::new(plan.label.clone(), plan.kind);
-        let size = cfg.seq_size;
-        let dd = |mnt: &Path| -> Result<f64> {
-            let f = mnt.join("file");
-            let (t, n) = time_read(&f)?;
-            if n != size {
-                bail!("read {n} bytes of {}, expected {size}", f.display());
-            }
-            Ok(t)
-        };
-        let md5 = |mnt: &Path| time_md5(&mnt.join("file"));
-        measure_row(
-            env,
-            cfg,
-            "seq",
-            &plan,
-            &mut row,
-            true,
-            &[("dd", &dd), ("md5", &md5)],
-        );
-        rows.push(row);
-    }
+    plans.extend(read_plans(&images, &sizes, true));
+    let size = cfg.seq_size;
+    let dd = |mnt: &Path| -> Result<f64> {
+        let f = mnt.join("file");
+        let (t, n) = time_read(&f)?;
+        // The image holds the file and its header; a mount shows the file.
+        if n < size {
+            bail!("read {n} bytes of {}, expected {size}", f.display());
+        }
+        Ok(t)
+    };
+    let md5 = |mnt: &Path| time_md5(&mnt.join("file"));
+    let rows = measure_rows(env, cfg, "seq", &plans, true, &[("dd", &dd), ("md5", &md5)]);
     let mut notes = vec![format!(
         "one {} MiB random file; each run drops the page cache first; ratios are to reading the image file",
         cfg.seq_size >> 20
@@ -363,30 +358,25 @@ pub fn tree(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             unit: Unit::Seconds,
         },
     ];
-    let mut rows = Vec::new();
-    let mut reference = 0;
-    for plan in read_plans(
+    let plans = read_plans(
         &images,
         &[("1K", "blocksize=1K"), ("largeblocks", "largeblocks")],
         false,
-    ) {
-        if plan.label == "kernel erofs, file-backed" {
-            reference = rows.len();
-        }
-        let mut row = Row::new(plan.label.clone(), plan.kind);
-        let find = |mnt: &Path| time_cmd(Command::new("find").arg(mnt));
-        let find_ls = |mnt: &Path| time_cmd(Command::new("find").arg(mnt).arg("-ls"));
-        measure_row(
-            env,
-            cfg,
-            "tree",
-            &plan,
-            &mut row,
-            true,
-            &[("find", &find), ("find_ls", &find_ls)],
-        );
-        rows.push(row);
-    }
+    );
+    let reference = plans
+        .iter()
+        .position(|p| p.label == "kernel erofs, file-backed")
+        .unwrap_or(0);
+    let find = |mnt: &Path| time_cmd(Command::new("find").arg(mnt));
+    let find_ls = |mnt: &Path| time_cmd(Command::new("find").arg(mnt).arg("-ls"));
+    let rows = measure_rows(
+        env,
+        cfg,
+        "tree",
+        &plans,
+        true,
+        &[("find", &find), ("find_ls", &find_ls)],
+    );
     let mut notes = vec![format!(
         "{} files in {} directories, {} MB; ratios are to the kernel's file-backed EROFS mount",
         stats.files,
@@ -444,27 +434,13 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         });
     }
     let total = cfg.ramfs_bytes;
-    let mut rows = Vec::new();
-    for plan in &plans {
-        let mut row = Row::new(plan.label.clone(), plan.kind);
-        row.x = plan.x;
-        let write = |mnt: &Path| -> Result<f64> {
-            let f = mnt.join("f");
-            let t = time_write_zeros(&f, total, 2 << 20)?;
-            std::fs::remove_file(&f)?;
-            Ok(total as f64 / 1e9 / t)
-        };
-        measure_row(
-            env,
-            cfg,
-            "ramfs",
-            plan,
-            &mut row,
-            false,
-            &[("write", &write)],
-        );
-        rows.push(row);
-    }
+    let write = |mnt: &Path| -> Result<f64> {
+        let f = mnt.join("f");
+        let t = time_write_zeros(&f, total, 2 << 20)?;
+        std::fs::remove_file(&f)?;
+        Ok(total as f64 / 1e9 / t)
+    };
+    let rows = measure_rows(env, cfg, "ramfs", &plans, false, &[("write", &write)]);
     Ok(Section {
         name: "ramfs",
         title: "ramfs: sequential writes by block size (ramfs blocksize= table)".into(),
