@@ -46,7 +46,7 @@ pub struct MountArgs {
           value_parser = ["auto", "romfs", "erofs", "ramfs"])]
     pub fstype: String,
     /// Comma-separated options: ro, rw, largeblocks, blocksize=N, directio,
-    /// nodirectio, allow_other, uid=N, gid=N, umask=OCT, fsname=NAME, debug,
+    /// nodirectio, allow_other, uid=N, gid=N, umask=OCT, fsname=NAME, debug, writeback,
     /// device=PATH, threads=N, and the usual noexec/noatime/sync.
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
@@ -147,6 +147,9 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
         io_mode: opts.io_mode,
         ..OpenOptions::default()
     };
+    if opts.writeback {
+        bail!("mount option `writeback` is for ramfs; images are read-only");
+    }
     let image = open::open_with_devices(source, &oo, &opts.devices)?;
     let io_mode = match &image {
         Image::Romfs(r) => r.block_dev().store().mode(),
@@ -208,7 +211,15 @@ fn open_ramfs(opts: &MountOptions) -> anyhow::Result<Opened> {
         }
     }
     let read_only = opts.read_only == Some(true);
-    let shown = ro.show();
+    let mut shown = ro.show();
+    if opts.writeback {
+        shown = [shown.as_str(), "writeback"]
+            .iter()
+            .filter(|s| !s.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(",");
+    }
     Ok(Opened {
         fs: Arc::new(foliofs_ramfs::RamFs::new(&ro)),
         format: "ramfs",
@@ -326,6 +337,7 @@ fn serve(
                 Overrides::default()
             },
             debug: opts.debug,
+            writeback: opts.writeback,
         },
     };
     let mounted = match foliofs_fuse::mount(opened.fs, &cfg) {

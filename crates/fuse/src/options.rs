@@ -72,6 +72,11 @@ pub struct MountOptions {
     pub fsname: Option<String>,
     /// Log every request (`debug`).
     pub debug: bool,
+    /// Let the kernel cache writes and send them later (`writeback`). Faster
+    /// for some workloads, but a write the file system then refuses (a full
+    /// ramfs) fails at fsync or close instead of at write(2), and its data
+    /// is gone: off unless asked for.
+    pub writeback: bool,
     /// `directio` / `nodirectio`.
     pub io_mode: IoMode,
     /// `largeblocks` / `blocksize=N`.
@@ -192,6 +197,14 @@ impl MountOptions {
             "debug" => {
                 flag(value)?;
                 self.debug = true;
+            }
+            "writeback" => {
+                flag(value)?;
+                self.writeback = true;
+            }
+            "nowriteback" => {
+                flag(value)?;
+                self.writeback = false;
             }
             "directio" => {
                 flag(value)?;

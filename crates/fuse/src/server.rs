@@ -72,6 +72,8 @@ pub struct ServerConfig {
     pub overrides: Overrides,
     /// Log every request to stderr.
     pub debug: bool,
+    /// Ask for the kernel's writeback cache (writable file systems only).
+    pub writeback: bool,
 }
 
 /// The adapter between fuser's callbacks and the file system.
@@ -208,7 +210,13 @@ impl fuser::Filesystem for Server {
         if self.cfg.read_only {
             want |= InitFlags::FUSE_CACHE_SYMLINKS;
         } else {
-            want |= InitFlags::FUSE_WRITEBACK_CACHE | InitFlags::FUSE_BIG_WRITES;
+            want |= InitFlags::FUSE_BIG_WRITES;
+            // Without the writeback cache every write(2) reaches the file
+            // system before it returns, so a full ramfs refuses the write
+            // itself and nothing the caller was told is written can be lost.
+            if self.cfg.writeback {
+                want |= InitFlags::FUSE_WRITEBACK_CACHE;
+            }
         }
         // Ask only for what this kernel offers; the rest is an optimisation.
         let _ = config.add_capabilities(want & caps);
