@@ -416,6 +416,18 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         });
         bs *= 2;
     }
+    // The kernel's writeback cache trades ENOSPC at write(2) for batching;
+    // show what it buys at the largest block size.
+    plans.push(Plan {
+        label: "foliofs ramfs blocksize=2M,writeback".into(),
+        kind: "foliofs",
+        how: How::Foliofs {
+            fstype: "ramfs",
+            opts: "blocksize=2M,writeback".into(),
+        },
+        image: Ok(PathBuf::from("none")),
+        x: None,
+    });
     let reference = plans.len();
     for (label, fstype, opts) in [
         ("kernel ramfs", "ramfs", ""),
