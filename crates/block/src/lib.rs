@@ -24,8 +24,6 @@ pub const MIN_BLOCK_SIZE: u32 = 1024;
 pub const MAX_BLOCK_SIZE: u32 = 2 * 1024 * 1024;
 /// Reads at least this long go straight to the store (see [`BlockDev::read`]).
 pub const STREAM_READ: usize = 64 * 1024;
-/// Bytes read at once when a block smaller than this misses the cache.
-const CLUSTER: u64 = 128 * 1024;
 /// Default bytes of block cache per mount.
 pub const DEFAULT_CACHE_BYTES: usize = 32 * 1024 * 1024;
 
@@ -177,57 +175,6 @@ impl BlockDev {
         if let Some(b) = self.cache.get(index) {
             return Ok(b);
         }
-        if u64::from(self.block_size) < CLUSTER {
-            // A miss on a small block reads the aligned cluster around it in
-            // one I/O and caches all of it: metadata sits together (EROFS
-            // inodes and directories, romfs headers of small files), so a
-            // cold walk costs one disk round trip per cluster rather than one
-            // per block. A cluster the image no longer fully holds (it was
-            // truncated under us) falls back to the single block.
-            if let Ok(b) = self.load_cluster(index) {
-                return Ok(b);
-            }
-        }
-        self.load_block(index)
-    }
-
-    fn load_cluster(&self, index: u64) -> Result<Arc<Block>> {
-        let per = CLUSTER >> self.shift;
-        let first = index / per * per;
-        let start = first << self.shift;
-        if start >= self.size() {
-            return Err(self.beyond_end(start, 1));
-        }
-        let end = (start + CLUSTER).min(self.size());
-        let io_len = if self.store.mode() == IoMode::Direct {
-            (end - start).next_multiple_of(u64::from(self.block_size))
-        } else {
-            end - start
-        } as usize;
-        let mut buf = vec![0u8; io_len + self.align];
-        let at = buf.as_ptr().align_offset(self.align);
-        let got = self.store.read_at(&mut buf[at..at + io_len], start)?;
-        let data = &buf[at..at + got.min((end - start) as usize)];
-        let mut wanted = None;
-        for (i, chunk) in data.chunks(self.block_size as usize).enumerate() {
-            let idx = first + i as u64;
-            let cached = match self.cache.get(idx) {
-                Some(b) => b,
-                None => {
-                    let mut b = self.cache.take_spare(chunk.len(), self.align);
-                    b.io_buf()[..chunk.len()].copy_from_slice(chunk);
-                    b.set_len(chunk.len());
-                    self.cache.insert(idx, b)
-                }
-            };
-            if idx == index {
-                wanted = Some(cached);
-            }
-        }
-        wanted.ok_or_else(|| self.beyond_end(index << self.shift, 1))
-    }
-
-    fn load_block(&self, index: u64) -> Result<Arc<Block>> {
         let start = index << self.shift;
         if start >= self.size() {
             return Err(self.beyond_end(start, 1));
