@@ -53,6 +53,26 @@ pub fn random_file(path: &Path, size: u64, seed: u64) -> Result<()> {
     Ok(())
 }
 
+/// Writes `size` bytes to `path` that LZ4 halves: each 64 KiB is half
+/// random, half one repeated byte.
+pub fn compressible_file(path: &Path, size: u64, seed: u64) -> Result<()> {
+    let mut rng = Rng::new(seed);
+    let f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = BufWriter::with_capacity(1 << 20, f);
+    let mut buf = vec![0u8; 64 << 10];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        rng.fill(&mut buf[..n / 2]);
+        let b = rng.next_u64() as u8;
+        buf[n / 2..n].fill(b);
+        w.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    w.flush()?;
+    Ok(())
+}
+
 /// What [`tree`] made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TreeStats {

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -17,17 +17,23 @@ use anyhow::{bail, Context, Result};
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static WORK: Mutex<Option<PathBuf>> = Mutex::new(None);
 
+/// Set once cleanup has begun: no mount may start after that.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
 /// Unmounts everything still mounted and removes the work directory; used
-/// by the Ctrl-C handler.
+/// by the Ctrl-C handler and at the end of a run. Taking the mount list's
+/// lock waits for a mount in progress, so none can slip past the cleanup.
 pub fn emergency_cleanup() {
-    let mounts: Vec<PathBuf> = LIVE.lock().map(|v| v.clone()).unwrap_or_default();
-    for m in mounts.iter().rev() {
+    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    STOPPING.store(true, Ordering::SeqCst);
+    for m in live.iter().rev() {
         let _ = Command::new("umount")
             .arg("-l")
             .arg(m)
             .stderr(Stdio::null())
             .status();
     }
+    live.clear();
     if let Some(w) = WORK.lock().ok().and_then(|w| w.clone()) {
         let _ = fs::remove_dir_all(w);
     }
@@ -165,6 +171,12 @@ impl Mounted {
             });
         }
         fs::create_dir_all(dir)?;
+        // Held while mounting: the Ctrl-C handler waits for this mount and
+        // then finds it in the list.
+        let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        if STOPPING.load(Ordering::SeqCst) {
+            bail!("interrupted");
+        }
         match how {
             How::Foliofs { fstype, opts } => {
                 let mut c = Command::new(&env.exe);
@@ -186,9 +198,7 @@ impl Mounted {
             How::Squashfuse => run(Command::new("squashfuse").arg(source).arg(dir))?,
             How::Plain => unreachable!("handled above"),
         }
-        LIVE.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(dir.to_owned());
+        live.push(dir.to_owned());
         Ok(Mounted {
             dir: dir.to_owned(),
             how: how.clone(),

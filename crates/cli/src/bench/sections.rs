@@ -298,6 +298,41 @@ pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         ("1M", "blocksize=1M"),
     ];
     plans.extend(read_plans(&images, &sizes, true));
+    // The same size of data, compressible, in an LZ4 image: foliofs's
+    // decompression beside the kernel's.
+    let lz4: Result<PathBuf, String> = if have("mkfs.erofs") {
+        let lz4src = env.subdir("seq-lz4-src")?;
+        data::compressible_file(&lz4src.join("file"), cfg.seq_size, 0x124)?;
+        let img = env.dir.join("image-lz4.erofs");
+        run(Command::new("mkfs.erofs")
+            .args(["--quiet", "-T0", "-zlz4hc"])
+            .arg(&img)
+            .arg(&lz4src))
+        .map(|_| img)
+        .map_err(|e| format!("{e:#}"))
+    } else {
+        Err("mkfs.erofs is not installed (erofs-utils)".into())
+    };
+    plans.push(Plan {
+        label: "foliofs erofs lz4".into(),
+        kind: "foliofs",
+        how: How::Foliofs {
+            fstype: "erofs",
+            opts: String::new(),
+        },
+        image: lz4.clone(),
+        x: None,
+    });
+    plans.push(Plan {
+        label: "kernel erofs lz4, file-backed".into(),
+        kind: "kernel",
+        how: How::KernelFile {
+            fstype: "erofs",
+            opts: String::new(),
+        },
+        image: lz4,
+        x: None,
+    });
     let size = cfg.seq_size;
     let dd = |mnt: &Path| -> Result<f64> {
         let f = mnt.join("file");
@@ -311,7 +346,7 @@ pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     let md5 = |mnt: &Path| time_md5(&mnt.join("file"));
     let rows = measure_rows(env, cfg, "seq", &plans, true, &[("dd", &dd), ("md5", &md5)]);
     let mut notes = vec![format!(
-        "one {} MiB random file; each run drops the page cache first; ratios are to reading the image file",
+        "one {} MiB random file (the lz4 rows: as much data that LZ4 halves); each run drops the page cache first; ratios are to reading the image file",
         cfg.seq_size >> 20
     )];
     notes.extend(cold_note(env));
