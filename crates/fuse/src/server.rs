@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime};
 use foliofs_vfs::{self as vfs, Attr, Ctx, Error, FileSystem, Ino, Scratch, SetAttr, TimeSet};
 use fuser::{
     AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    IoctlFlags, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
@@ -681,6 +681,7 @@ impl fuser::Filesystem for Server {
             off = 2;
         }
         let mut failed = None;
+        let mut added = 0usize;
         let r = self.fs.readdir(dir, off - 2, &mut |e| {
             // The kernel counts every entry of a readdirplus reply as a
             // lookup (and forgets it later), so the entry is looked up, which
@@ -706,16 +707,42 @@ impl fuser::Filesystem for Server {
             if full {
                 // Not sent: the kernel will not forget it.
                 self.fs.forget(a.ino, 1);
+            } else {
+                added += 1;
             }
             full
         });
         match (r, failed) {
             (Err(e), _) | (Ok(()), Some(e)) => {
                 log::warn!("readdir of inode {dir}: {e}");
-                reply.error(errno(&e))
+                if added > 0 {
+                    // The entries already added hold lookup references the
+                    // kernel only returns if it receives them: send those;
+                    // the next call resumes at the failing entry and reports.
+                    reply.ok()
+                } else {
+                    reply.error(errno(&e))
+                }
             }
             (Ok(()), None) => reply.ok(),
         }
+    }
+
+    /// No file here has ioctls. Programs probe files with some on open
+    /// (Python asks every file whether it is a terminal): answer at once,
+    /// as a plain file does, without the library's per-call warning.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
