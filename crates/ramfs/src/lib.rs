@@ -465,6 +465,11 @@ impl RamFs {
             let np = self.table.get(newparent)?;
             let mut os = op.write();
             let mut ns = np.write();
+            // A removed directory takes no new names: what moved in could
+            // never be reached or freed again.
+            if ns.nlink == 0 {
+                return Err(Error::NotFound);
+            }
             if let (true, Some(d)) = (exchange, &dst) {
                 os.dir_mut()
                     .ok_or(Error::NotDir)?
