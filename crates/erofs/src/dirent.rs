@@ -67,7 +67,20 @@ impl<'a> DirBlock<'a> {
             }
             prev = off;
         }
-        Ok(DirBlock { data, count, pos })
+        let block = DirBlock { data, count, pos };
+        // A name the kernel cannot hand to a program (empty, or holding '/'
+        // or NUL) would fail the whole listing later; refuse the block here
+        // with its position instead.
+        for i in 0..count {
+            let name = block.get(i).name;
+            if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+                return Err(bad(format!(
+                    "entry {i} has an empty name or one holding '/' or NUL: {:?}",
+                    String::from_utf8_lossy(name)
+                )));
+            }
+        }
+        Ok(block)
     }
 
     /// Number of entries.

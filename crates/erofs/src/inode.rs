@@ -2,7 +2,7 @@
 
 use foliofs_vfs::{Error, FileType, Rdev, Result, Timespec};
 
-use crate::superblock::Superblock;
+use crate::superblock::{le16, le32, le64, Superblock};
 
 /// How an inode's data is laid out (`i_format` bits 1..3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,16 +70,6 @@ pub struct Inode {
 
 /// Largest number of bytes an inode occupies on disk.
 pub const MAX_INODE_SIZE: usize = 64;
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
 
 impl Inode {
     /// Where inode `nid` lives, or `None` when the address overflows.
