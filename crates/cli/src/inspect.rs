@@ -665,6 +665,9 @@ struct Pending {
     rel: PathBuf,
     attr: Attr,
     entries: std::vec::IntoIter<(OsString, Ino, FileType)>,
+    /// Made by this extraction: only then (or with `--force`) does it take
+    /// the image's mode, owner and times.
+    created: bool,
 }
 
 impl Extractor {
@@ -682,6 +685,7 @@ impl Extractor {
             rel: PathBuf::new(),
             attr: top,
             entries: entries.into_iter(),
+            created: false,
         }];
         while let Some(top) = stack.last_mut() {
             let Some((name, ino, _)) = top.entries.next() else {
@@ -713,8 +717,8 @@ impl Extractor {
                 self.warn(&child_rel, e);
                 continue;
             }
-            let fd = match self.make_dir(parent, &name) {
-                Ok(fd) => fd,
+            let (fd, created) = match self.make_dir(parent, &name) {
+                Ok(made) => made,
                 Err(e) => {
                     self.warn(&child_rel, format!("{e:#}"));
                     continue;
@@ -732,12 +736,18 @@ impl Extractor {
                 rel: child_rel,
                 attr,
                 entries: entries.into_iter(),
+                created,
             });
         }
         Ok(())
     }
 
     fn finish_dir(&mut self, d: &Pending) {
+        if !d.created && !self.force {
+            // A directory that was already there keeps its own mode and
+            // owner: an image must not loosen what the user set.
+            return;
+        }
         let fd = d.fd.as_raw_fd();
         if self.root {
             // SAFETY: fd is an open directory descriptor we own.
@@ -763,10 +773,12 @@ impl Extractor {
 
     /// Creates (or, for an existing real directory, opens) directory `name`
     /// in `parent`, never following a symlink.
-    fn make_dir(&mut self, parent: RawFd, name: &OsStr) -> anyhow::Result<OwnedFd> {
+    fn make_dir(&mut self, parent: RawFd, name: &OsStr) -> anyhow::Result<(OwnedFd, bool)> {
         let c = cstr(name);
+        let mut created = true;
         // SAFETY: c is NUL-terminated; parent is an open directory.
         if unsafe { libc::mkdirat(parent, c.as_ptr(), 0o700) } != 0 {
+            created = false;
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EEXIST) {
                 return Err(anyhow!("mkdir: {e}"));
@@ -777,6 +789,7 @@ impl Extractor {
                 if unsafe { libc::mkdirat(parent, c.as_ptr(), 0o700) } != 0 {
                     return Err(anyhow!("mkdir: {}", std::io::Error::last_os_error()));
                 }
+                created = true;
             }
         }
         // SAFETY: as above; O_NOFOLLOW refuses a symlink in its place.
@@ -794,7 +807,7 @@ impl Extractor {
             ));
         }
         // SAFETY: fd was just returned by openat and is owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        Ok((unsafe { OwnedFd::from_raw_fd(fd) }, created))
     }
 
     /// Extracts one non-directory entry (or, at the top, a directory) into
@@ -807,7 +820,7 @@ impl Extractor {
         }
         if a.kind == FileType::Directory {
             let fd = match self.make_dir(parent, name) {
-                Ok(fd) => fd,
+                Ok((fd, _)) => fd,
                 Err(e) => {
                     self.warn(&shown, format!("{e:#}"));
                     return Ok(());
