@@ -354,3 +354,38 @@ fn extract_a_subtree_or_one_file_and_cat_at_any_block_size() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
 }
+
+#[test]
+fn extract_leaves_an_existing_directory_alone_without_force() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("d/f"), b"data\n").unwrap();
+    std::fs::set_permissions(src.join("d"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let img = t.path().join("img");
+    mkfs(&src, &img, &[]);
+    let dest = t.path().join("out");
+    std::fs::create_dir_all(dest.join("d")).unwrap();
+    std::fs::set_permissions(dest.join("d"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
+    extract(&img, &dest);
+    assert_eq!(std::fs::read(dest.join("d/f")).unwrap(), b"data\n");
+    assert_eq!(
+        mode(&dest.join("d")),
+        0o700,
+        "the user's directory was changed"
+    );
+    common::foliofs_ok([
+        OsStr::new("extract"),
+        OsStr::new("--force"),
+        img.as_os_str(),
+        dest.as_os_str(),
+    ]);
+    // romfs stores only the exec bit: a directory with it reads as 0755.
+    assert_eq!(
+        mode(&dest.join("d")),
+        0o755,
+        "--force applies the image's mode"
+    );
+}
