@@ -511,18 +511,11 @@ fn conformance(args: &[&str], blob: bool) {
         .unwrap();
     let img = tmp.path().join("image.erofs");
     let blob_path = tmp.path().join("blob");
-    let mut cmd = Command::new("mkfs.erofs");
-    cmd.arg("--quiet").args(args);
+    let mut mkfs_args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     if blob {
-        cmd.arg(format!("--blobdev={}", blob_path.display()));
+        mkfs_args.push(format!("--blobdev={}", blob_path.display()));
     }
-    cmd.arg(&img).arg(src);
-    let out = common::run_timeout(&mut cmd, Duration::from_secs(600));
-    assert!(
-        out.status.success(),
-        "mkfs.erofs {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::mkfs_erofs(&mkfs_args, &img, src);
 
     let data = if blob {
         format!("device={}", blob_path.display())
@@ -641,18 +634,7 @@ fn long_xattr_prefixes() {
     set_xattr(&src.join("b"), "user.keep", b"1");
     set_xattr(&src.join("d"), "trusted.t", b"2");
     let img = tmp.path().join("image.erofs");
-    let out = common::run_timeout(
-        Command::new("mkfs.erofs")
-            .args(["--quiet", "-T0"])
-            .arg(&img)
-            .arg(&src),
-        Duration::from_secs(60),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::mkfs_erofs(&["-T0"], &img, &src);
 
     let mut bytes = fs::read(&img).unwrap();
     let entry_index_at = {
@@ -716,18 +698,7 @@ fn chunk_holes_read_as_zeros() {
     let mut rng = common::Rng::new(4);
     fs::write(src.join("f"), rng.bytes(20 * 4096 + 123)).unwrap();
     let img = tmp.path().join("image.erofs");
-    let out = common::run_timeout(
-        Command::new("mkfs.erofs")
-            .args(["--quiet", "-T0", "--chunksize=4096"])
-            .arg(&img)
-            .arg(&src),
-        Duration::from_secs(60),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::mkfs_erofs(&["-T0", "--chunksize=4096"], &img, &src);
     let mut bytes = fs::read(&img).unwrap();
     let (table, len) = {
         let e = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();

@@ -181,19 +181,7 @@ fn corpus(args: &[&str]) {
     let src = tmp.path().join("src");
     source(&src);
     let img = tmp.path().join("good.erofs");
-    let out = common::run_timeout(
-        Command::new("mkfs.erofs")
-            .arg("--quiet")
-            .args(args)
-            .arg(&img)
-            .arg(&src),
-        Duration::from_secs(300),
-    );
-    assert!(
-        out.status.success(),
-        "mkfs.erofs: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::mkfs_erofs(args, &img, &src);
     assert!(
         !fsck_bounded(&img, "the undamaged image"),
         "good image reported damaged"
@@ -304,19 +292,7 @@ fn unsupported_features_are_named() {
     .unwrap();
     let build = |name: &str, args: &[&str]| {
         let img = tmp.path().join(name);
-        let out = common::run_timeout(
-            Command::new("mkfs.erofs")
-                .arg("--quiet")
-                .args(args)
-                .arg(&img)
-                .arg(&src),
-            Duration::from_secs(60),
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::mkfs_erofs(args, &img, &src);
         fs::read(&img).unwrap()
     };
     let plain = build("plain.erofs", &[]);

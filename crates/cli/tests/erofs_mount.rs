@@ -7,9 +7,7 @@ mod common;
 use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// About 6 MiB that LZ4 compresses to roughly half: words, then noise.
 fn content() -> Vec<u8> {
@@ -67,19 +65,7 @@ fn concurrent_random_reads_return_the_source_bytes() {
         ("chunked", vec!["--chunksize=65536"]),
     ] {
         let img = tmp.path().join(format!("{name}.erofs"));
-        let out = common::run_timeout(
-            Command::new("mkfs.erofs")
-                .arg("--quiet")
-                .args(&args)
-                .arg(&img)
-                .arg(&src),
-            Duration::from_secs(120),
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::mkfs_erofs(&args, &img, &src);
         for opts in ["", "directio"] {
             let m = common::Mount::new(&img, None, opts)
                 .unwrap_or_else(|e| panic!("{name} -o {opts:?}: {e}"));

@@ -4,7 +4,7 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -40,26 +40,8 @@ copy_file_range = 2
 
 const OPS: u32 = 100_000;
 
-fn cargo_tool(name: &str) -> PathBuf {
-    let on_path = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join(name))
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
-    let home = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo/bin").join(name));
-    on_path
-        .into_iter()
-        .chain(home)
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!("{name} is not installed: run `cargo install --locked pjdfstest@0.2.2 fsx@0.3.2` (.ci/run does)")
-        })
-}
-
 fn run_fsx(block_size: &str, seed: u32) {
-    let tool = cargo_tool("fsx");
+    let tool = common::cargo_tool("fsx");
     let m = Mount::new(
         Path::new("none"),
         Some("ramfs"),

@@ -8,7 +8,7 @@ mod common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -29,27 +29,8 @@ allow_remount = false
 entries = [["nobody", "nogroup"], ["tests", "tests"]]
 "#;
 
-/// A tool installed with `cargo install`, on PATH or in ~/.cargo/bin.
-fn cargo_tool(name: &str) -> PathBuf {
-    let on_path = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join(name))
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
-    let home = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo/bin").join(name));
-    on_path
-        .into_iter()
-        .chain(home)
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!("{name} is not installed: run `cargo install --locked pjdfstest@0.2.2 fsx@0.3.2` (.ci/run does)")
-        })
-}
-
 fn run_suite(opts: &str) {
-    let tool = cargo_tool("pjdfstest");
+    let tool = common::cargo_tool("pjdfstest");
     let has_user = Command::new("id")
         .arg("tests")
         .output()

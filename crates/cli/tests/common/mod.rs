@@ -610,3 +610,42 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// Builds `img` from `src` with `mkfs.erofs --quiet ARGS` (bounded),
+/// panicking with its stderr if it fails.
+pub fn mkfs_erofs<S: AsRef<OsStr>>(args: &[S], img: &Path, src: &Path) {
+    let out = run_timeout(
+        Command::new("mkfs.erofs")
+            .arg("--quiet")
+            .args(args)
+            .arg(img)
+            .arg(src),
+        Duration::from_secs(600),
+    );
+    assert!(
+        out.status.success(),
+        "mkfs.erofs {:?}: {}",
+        args.iter().map(|a| a.as_ref()).collect::<Vec<_>>(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A tool installed with `cargo install` (pjdfstest, fsx), on PATH or in
+/// ~/.cargo/bin.
+pub fn cargo_tool(name: &str) -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let home = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo/bin").join(name));
+    on_path
+        .into_iter()
+        .chain(home)
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("{name} is not installed: run `bash scripts/setup` (it installs pjdfstest 0.2.2 and fsx 0.3.2)")
+        })
+}
