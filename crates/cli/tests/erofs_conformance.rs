@@ -13,7 +13,7 @@ use std::ffi::{CString, OsStr};
 use std::fs;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -302,21 +302,8 @@ fn walk_mounted(root: &Path) -> Tree {
         let p = root.join(&rel);
         let md = fs::symlink_metadata(&p).unwrap_or_else(|e| panic!("lstat {}: {e}", p.display()));
         let ft = md.file_type();
-        let kind = if ft.is_dir() {
-            "dir"
-        } else if ft.is_file() {
-            "reg"
-        } else if ft.is_symlink() {
-            "lnk"
-        } else if ft.is_char_device() {
-            "chr"
-        } else if ft.is_block_device() {
-            "blk"
-        } else if ft.is_fifo() {
-            "fifo"
-        } else {
-            "sock"
-        };
+        let kind = foliofs_vfs::FileType::from_std(ft)
+            .map_or("unknown", foliofs_vfs::FileType::short_name);
         let mut sha256 = None;
         if ft.is_file() {
             let mut h = Sha256::new();

@@ -431,21 +431,8 @@ fn walk_into(root: &Path, rel: &Path, out: &mut BTreeMap<PathBuf, Entry>) {
     let md =
         fs::symlink_metadata(&path).unwrap_or_else(|e| panic!("lstat {}: {e}", path.display()));
     let ft = md.file_type();
-    let kind = if ft.is_dir() {
-        "dir"
-    } else if ft.is_file() {
-        "reg"
-    } else if ft.is_symlink() {
-        "lnk"
-    } else if ft.is_char_device() {
-        "chr"
-    } else if ft.is_block_device() {
-        "blk"
-    } else if ft.is_fifo() {
-        "fifo"
-    } else {
-        "sock"
-    };
+    let kind =
+        foliofs_vfs::FileType::from_std(ft).map_or("unknown", foliofs_vfs::FileType::short_name);
     let mut e = Entry {
         kind,
         mode: md.mode(),
