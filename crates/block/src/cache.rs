@@ -79,6 +79,12 @@ impl BlockCache {
         s.get(&index).cloned()
     }
 
+    /// Whether block `index` is cached (without counting as a use).
+    pub fn contains(&self, index: u64) -> bool {
+        let s = self.shard(index).lock().unwrap_or_else(|e| e.into_inner());
+        s.contains(&index)
+    }
+
     /// An empty block of `cap` bytes aligned to `align`, reusing an evicted
     /// buffer when one fits (no allocation per block on a sequential read).
     pub(crate) fn take_spare(&self, cap: usize, align: usize) -> Block {

@@ -24,6 +24,9 @@ pub const MIN_BLOCK_SIZE: u32 = 1024;
 pub const MAX_BLOCK_SIZE: u32 = 2 * 1024 * 1024;
 /// Reads at least this long go straight to the store (see [`BlockDev::read`]).
 pub const STREAM_READ: usize = 64 * 1024;
+
+/// Prefetched blocks at most this many bytes apart are read as one range.
+const PREFETCH_GAP: u64 = 32 * 1024;
 /// Default bytes of block cache per mount.
 pub const DEFAULT_CACHE_BYTES: usize = 32 * 1024 * 1024;
 
@@ -189,6 +192,37 @@ impl BlockDev {
         let n = self.store.read_at(block.io_buf(), start)?;
         block.set_len(n.min(len));
         Ok(self.cache.insert(index, block))
+    }
+
+    /// Starts reading, in the background, the uncached blocks holding the
+    /// bytes at `offsets` (a hint for buffered stores; nothing in direct
+    /// mode). Blocks close together go out as one request: reading a few
+    /// unneeded blocks costs less than another seek.
+    pub fn prefetch(&self, offsets: impl IntoIterator<Item = u64>) {
+        if self.store.mode() != IoMode::Buffered {
+            return;
+        }
+        let mut blocks: Vec<u64> = offsets
+            .into_iter()
+            .filter(|&o| o < self.size())
+            .map(|o| o >> self.shift)
+            .collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        blocks.retain(|&b| !self.cache.contains(b));
+        let gap = (PREFETCH_GAP >> self.shift).max(1);
+        let mut i = 0;
+        while i < blocks.len() {
+            let first = blocks[i];
+            let mut last = first;
+            while i + 1 < blocks.len() && blocks[i + 1] - last <= gap {
+                i += 1;
+                last = blocks[i];
+            }
+            self.store
+                .will_need(first << self.shift, (last + 1 - first) << self.shift);
+            i += 1;
+        }
     }
 
     /// Copies `buf.len()` bytes at `offset` into `buf`, through the cache.

@@ -163,6 +163,27 @@ impl Store {
         Ok(done)
     }
 
+    /// Asks the kernel to start reading `[offset, offset + len)` into the
+    /// page cache and returns without waiting: later reads of the range
+    /// then find it there, or in flight. Many such hints at once keep the
+    /// device busy with several requests where one reader would wait for
+    /// each in turn. Buffered stores only: direct reads bypass the page
+    /// cache, so there is nothing to fill.
+    pub fn will_need(&self, offset: u64, len: u64) {
+        if self.mode != IoMode::Buffered || len == 0 || offset >= self.size {
+            return;
+        }
+        let len = len.min(self.size - offset);
+        let (Ok(off), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return;
+        };
+        // SAFETY: posix_fadvise reads only its integer arguments. It is a
+        // hint: a failure changes nothing, so its result is not needed.
+        unsafe {
+            libc::posix_fadvise(self.file.as_raw_fd(), off, len, libc::POSIX_FADV_WILLNEED);
+        }
+    }
+
     /// The raw descriptor (for `posix_fadvise` and the like).
     pub fn raw_fd(&self) -> i32 {
         self.file.as_raw_fd()

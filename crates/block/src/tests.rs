@@ -128,3 +128,75 @@ fn ranges_beyond_the_end_are_corrupt() {
     assert!(dev.read_exact(4090, &mut b).unwrap_err().is_corrupt());
     assert!(dev.check_range(u64::MAX - 3, 16).is_err());
 }
+
+/// Pages of `f` resident in the page cache, one flag per page.
+fn resident(f: &std::fs::File, len: usize) -> Vec<bool> {
+    use std::os::unix::io::AsRawFd;
+    let page = page_size() as usize;
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: a fresh read-only shared mapping of `len` bytes of an open
+    // file, unmapped below; mincore writes one byte per page into `vec`,
+    // which has exactly that many.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        assert_eq!(libc::mincore(p, len, vec.as_mut_ptr()), 0);
+        libc::munmap(p, len);
+    }
+    vec.iter().map(|b| b & 1 == 1).collect()
+}
+
+#[test]
+fn prefetch_fills_the_page_cache_with_the_blocks_asked_for() {
+    use std::os::unix::io::AsRawFd;
+    let len = 4 << 20;
+    let (f, data) = image(len);
+    f.as_file().sync_all().unwrap();
+    // SAFETY: posix_fadvise reads only its integer arguments.
+    unsafe { libc::posix_fadvise(f.as_file().as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if resident(f.as_file(), len).iter().any(|&r| r) {
+        eprintln!("skipped: this file system keeps pages after POSIX_FADV_DONTNEED");
+        return;
+    }
+    let dev = BlockDev::open(f.path(), &OpenOptions::default(), 4096).unwrap();
+    // Two blocks close together, one far away; nothing else.
+    dev.prefetch([4096 + 10, 3 * 4096, (3 << 20) + 5]);
+    let page = page_size() as usize;
+    // Blocks 1 and 3 merge into one range with block 2 between them.
+    let want = |i: usize| matches!(i * page, 4096 | 8192 | 12288 | 0x300000);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let r = resident(f.as_file(), len);
+        if (0..r.len()).filter(|&i| want(i)).all(|i| r[i]) {
+            // Far-off pages were not read (the kernel may read a little
+            // around a request, never megabytes).
+            assert!(!r[(2 << 20) / page], "a page between the ranges was read");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "prefetched pages never arrived"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    check_reads(&dev, &data);
+}
+
+#[test]
+fn prefetch_does_nothing_in_direct_mode_or_past_the_end() {
+    let (f, data) = image(1 << 20);
+    let opts = OpenOptions {
+        io_mode: IoMode::Direct,
+        ..OpenOptions::default()
+    };
+    let dev = BlockDev::open(f.path(), &opts, 4096).unwrap();
+    dev.prefetch([0, 1 << 30, u64::MAX]);
+    check_reads(&dev, &data);
+}

@@ -683,6 +683,7 @@ impl fuser::Filesystem for Server {
             }
             off = 2;
         }
+        self.fs.prefetch_dir(dir, off - 2);
         let mut failed = None;
         let mut added = 0usize;
         let r = self.fs.readdir(dir, off - 2, &mut |e| {

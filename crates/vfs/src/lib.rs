@@ -59,6 +59,13 @@ pub trait FileSystem: Send + Sync {
         sink: &mut dyn FnMut(DirEntry<'_>) -> bool,
     ) -> Result<()>;
 
+    /// A hint that every entry of directory `ino` from `offset` on is about
+    /// to be looked up (a READDIRPLUS). A format that can tell where those
+    /// entries' inodes lie starts reading them all now, so the lookups that
+    /// follow do not wait for the device one by one. Errors are left for the
+    /// lookups to report.
+    fn prefetch_dir(&self, _ino: Ino, _offset: u64) {}
+
     /// Reads up to `size` bytes of `ino` at `offset`. The data is returned as a
     /// slice that may point anywhere into `scratch` (a per-thread buffer the
     /// caller keeps between calls, so the hot path allocates nothing). Fewer
