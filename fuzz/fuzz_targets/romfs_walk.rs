@@ -33,6 +33,8 @@ fn walk(fs: &RomFs) {
     seen.insert(fs.root());
     let _ = fs.statfs();
     while let Some(dir) = stack.pop() {
+        // What a READDIRPLUS does first: reading ahead must survive damage too.
+        fs.prefetch_dir(dir, 0);
         let mut entries = Vec::new();
         if fs
             .readdir(dir, 0, &mut |e| {

@@ -24,6 +24,11 @@ pub const ROMFS_BLOCK_SIZE: u32 = 1024;
 pub const MAX_SYMLINK: u32 = 4095;
 /// Directories whose entry lists are kept.
 const DIR_CACHE: usize = 1024;
+/// Subdirectories whose chains one READDIRPLUS reads ahead, side by side.
+const PREFETCH_DIRS: usize = 256;
+/// Bytes a header can span: 16 fixed, then a name of up to 128 with its NUL
+/// padded to 16.
+const HEADER_SPAN: u64 = 16 + 128;
 
 /// An open romfs image.
 ///
@@ -156,47 +161,63 @@ impl RomFs {
     }
 
     fn read_dir(&self, dir: &Inode) -> Result<Dir> {
-        let mut entries = Vec::new();
-        let mut dotdot = None;
-        let mut guard = LoopGuard::default();
-        let mut off = dir.first_entry();
-        while off != 0 {
-            if !guard.visit(off) {
-                return Err(Error::corrupt(
-                    off,
-                    format!(
-                        "the entry chain of the directory at {:#x} loops back to {off:#x}",
-                        dir.ino
-                    ),
-                ));
-            }
-            let h = self.header(off)?;
-            let name = h.name();
-            match name {
-                b"." => {}
-                b".." => {
-                    if h.kind == EntryType::HardLink {
-                        dotdot = Some(h.spec_offset());
+        let mut walk = DirWalk::new(dir);
+        while walk.next != 0 {
+            walk.step(self)?;
+        }
+        Ok(walk.finish())
+    }
+
+    /// Reads the entry chains of `dir`'s subdirectories side by side: each
+    /// round asks the kernel for the next header of every chain at once,
+    /// then parses them. A chain is a list whose next link is only known
+    /// once its header is read, so one chain is read one device round trip
+    /// at a time; many chains in step share each round trip.
+    fn read_subdirs(&self, dir: &Dir) {
+        let mut walks: Vec<DirWalk> = Vec::new();
+        // Subdirectories of finished chains join too, breadth first, up to a
+        // budget that bounds how long the READDIRPLUS waiting on this takes.
+        let mut budget = PREFETCH_DIRS;
+        let mut start = |walks: &mut Vec<DirWalk>, dir: &Dir| {
+            let cached = lock(&self.dirs);
+            for e in dir.entries() {
+                if budget == 0 {
+                    break;
+                }
+                if e.kind == FileType::Directory && !cached.contains(&e.ino) {
+                    if let Ok(inode) = self.inode(e.ino) {
+                        walks.push(DirWalk::new(&inode));
+                        budget -= 1;
                     }
                 }
-                _ => {
-                    check_entry_name(&h)?;
-                    let target = if h.kind == EntryType::HardLink {
-                        self.resolve(h.offset)?
-                    } else {
-                        Inode::from_header(&h)
-                    };
-                    entries.push(DirEnt {
-                        name: name.into(),
-                        header: h.offset,
-                        ino: target.ino,
-                        kind: target.kind,
-                    });
+            }
+        };
+        start(&mut walks, dir);
+        while !walks.is_empty() {
+            self.dev.prefetch(
+                walks
+                    .iter()
+                    .flat_map(|w| [w.next, w.next + HEADER_SPAN - 1]),
+            );
+            let mut i = 0;
+            while i < walks.len() {
+                // A damaged chain is dropped here; the directory's own
+                // readdir reads it again and reports the damage.
+                match walks[i].step(self) {
+                    Ok(()) if walks[i].next != 0 => i += 1,
+                    Ok(()) => {
+                        let w = walks.swap_remove(i);
+                        let ino = w.ino;
+                        let d = Arc::new(w.finish());
+                        lock(&self.dirs).put(ino, d.clone());
+                        start(&mut walks, &d);
+                    }
+                    Err(_) => {
+                        walks.swap_remove(i);
+                    }
                 }
             }
-            off = h.next;
         }
-        Ok(Dir::new(entries, dotdot))
     }
 
     /// Looks up a `/`-separated path from the root, without following
@@ -226,6 +247,72 @@ impl RomFs {
             }
             None => Ok(self.root.ino),
         }
+    }
+}
+
+/// A directory's entry chain part way read.
+struct DirWalk {
+    ino: u64,
+    /// The next header to read (0 at the end of the chain).
+    next: u64,
+    entries: Vec<DirEnt>,
+    dotdot: Option<u64>,
+    guard: LoopGuard,
+}
+
+impl DirWalk {
+    fn new(dir: &Inode) -> DirWalk {
+        DirWalk {
+            ino: dir.ino,
+            next: dir.first_entry(),
+            entries: Vec::new(),
+            dotdot: None,
+            guard: LoopGuard::default(),
+        }
+    }
+
+    /// Reads the header at `next` and moves on to the one after it.
+    fn step(&mut self, fs: &RomFs) -> Result<()> {
+        let off = self.next;
+        if !self.guard.visit(off) {
+            return Err(Error::corrupt(
+                off,
+                format!(
+                    "the entry chain of the directory at {:#x} loops back to {off:#x}",
+                    self.ino
+                ),
+            ));
+        }
+        let h = fs.header(off)?;
+        let name = h.name();
+        match name {
+            b"." => {}
+            b".." => {
+                if h.kind == EntryType::HardLink {
+                    self.dotdot = Some(h.spec_offset());
+                }
+            }
+            _ => {
+                check_entry_name(&h)?;
+                let target = if h.kind == EntryType::HardLink {
+                    fs.resolve(h.offset)?
+                } else {
+                    Inode::from_header(&h)
+                };
+                self.entries.push(DirEnt {
+                    name: name.into(),
+                    header: h.offset,
+                    ino: target.ino,
+                    kind: target.kind,
+                });
+            }
+        }
+        self.next = h.next;
+        Ok(())
+    }
+
+    fn finish(self) -> Dir {
+        Dir::new(self.entries, self.dotdot)
     }
 }
 
@@ -358,6 +445,19 @@ impl FileSystem for RomFs {
             }
         }
         Ok(())
+    }
+
+    /// At a directory's first READDIRPLUS, reads its subdirectories' entry
+    /// chains ahead, side by side (see [`RomFs::read_subdirs`]): a walker
+    /// such as `find` lists them next. Only with buffered I/O, where the
+    /// kernel can have many reads in flight for one thread.
+    fn prefetch_dir(&self, ino: Ino, offset: u64) {
+        if offset != 0 || self.dev.store().mode() != foliofs_block::IoMode::Buffered {
+            return;
+        }
+        if let Ok(dir) = self.dir(ino) {
+            self.read_subdirs(&dir);
+        }
     }
 
     fn read<'a>(

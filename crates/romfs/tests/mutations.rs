@@ -35,6 +35,8 @@ fn walk(fs: &RomFs) -> usize {
     let mut stack = vec![fs.root()];
     let mut n = 0;
     while let Some(dir) = stack.pop() {
+        // What a READDIRPLUS does first: reading ahead must survive damage too.
+        fs.prefetch_dir(dir, 0);
         let mut entries = Vec::new();
         if fs
             .readdir(dir, 0, &mut |e| {

@@ -100,3 +100,50 @@ fn statfs_follows_the_chosen_block_size() {
         assert_eq!((f.blksize, f.blocks), (bs, 10_000u64.div_ceil(512)));
     }
 }
+
+/// Every directory's entries as (name, ino, kind), depth first.
+fn listing(fs: &RomFs, prefetch: bool) -> Vec<(u64, Vec<(String, u64, FileType)>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![fs.root()];
+    while let Some(dir) = stack.pop() {
+        if prefetch {
+            fs.prefetch_dir(dir, 0);
+        }
+        let mut v = Vec::new();
+        fs.readdir(dir, 0, &mut |e| {
+            v.push((e.name.to_string_lossy().into_owned(), e.ino, e.kind));
+            false
+        })
+        .unwrap();
+        stack.extend(v.iter().filter(|e| e.2 == FileType::Directory).map(|e| e.1));
+        out.push((dir, v));
+    }
+    out
+}
+
+#[test]
+fn reading_subdirectories_ahead_lists_what_reading_them_in_turn_does() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    for d in 0..40 {
+        let dir = src.join(format!("d{d}")).join(format!("e{}", d % 3));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..(d % 7) {
+            std::fs::write(dir.join(format!("f{f}")), vec![d as u8; f * 700]).unwrap();
+        }
+        std::os::unix::fs::symlink("..", dir.join("up")).unwrap();
+    }
+    std::fs::hard_link(src.join("d6/e0/f1"), src.join("d1/link")).unwrap();
+    let img = t.path().join("img");
+    foliofs_romfs::mkfs::build(
+        &src,
+        &img,
+        &foliofs_romfs::mkfs::MkfsOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    let plain = listing(&RomFs::open(&img, &OpenOptions::default()).unwrap(), false);
+    let ahead = listing(&RomFs::open(&img, &OpenOptions::default()).unwrap(), true);
+    assert_eq!(plain.len(), 1 + 40 * 2);
+    assert_eq!(plain, ahead);
+}
