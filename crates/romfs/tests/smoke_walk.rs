@@ -101,8 +101,11 @@ fn statfs_follows_the_chosen_block_size() {
     }
 }
 
-/// Every directory's entries as (name, ino, kind), depth first.
-fn listing(fs: &RomFs, prefetch: bool) -> Vec<(u64, Vec<(String, u64, FileType)>)> {
+/// A directory's entries as (name, ino, kind).
+type Entries = Vec<(String, u64, FileType)>;
+
+/// Every directory's entries, depth first.
+fn listing(fs: &RomFs, prefetch: bool) -> Vec<(u64, Entries)> {
     let mut out = Vec::new();
     let mut stack = vec![fs.root()];
     while let Some(dir) = stack.pop() {
