@@ -179,18 +179,21 @@ impl RomFs {
         // budget that bounds how long the READDIRPLUS waiting on this takes.
         let mut budget = PREFETCH_DIRS;
         let mut start = |walks: &mut Vec<DirWalk>, dir: &Dir| {
-            let cached = lock(&self.dirs);
-            for e in dir.entries() {
-                if budget == 0 {
-                    break;
-                }
-                if e.kind == FileType::Directory && !cached.contains(&e.ino) {
-                    if let Ok(inode) = self.inode(e.ino) {
-                        walks.push(DirWalk::new(&inode));
-                        budget -= 1;
-                    }
-                }
-            }
+            let todo: Vec<u64> = {
+                let cached = lock(&self.dirs);
+                dir.entries()
+                    .iter()
+                    .filter(|e| e.kind == FileType::Directory && !cached.contains(&e.ino))
+                    .map(|e| e.ino)
+                    .take(budget)
+                    .collect()
+            };
+            budget -= todo.len();
+            // Outside the lock: an inode may need a read.
+            walks.extend(todo.into_iter().filter_map(|ino| {
+                let inode = self.inode(ino).ok()?;
+                (inode.kind == FileType::Directory).then(|| DirWalk::new(&inode))
+            }));
         };
         start(&mut walks, dir);
         while !walks.is_empty() {
