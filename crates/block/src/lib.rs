@@ -25,8 +25,11 @@ pub const MAX_BLOCK_SIZE: u32 = 2 * 1024 * 1024;
 /// Reads at least this long go straight to the store (see [`BlockDev::read`]).
 pub const STREAM_READ: usize = 64 * 1024;
 
-/// Prefetched blocks at most this many bytes apart are read as one range.
+/// Prefetched blocks at most this many bytes apart are read as one range,
+/// of at most `PREFETCH_MAX` bytes (so a chain of near neighbours cannot
+/// pull in everything between them).
 const PREFETCH_GAP: u64 = 32 * 1024;
+const PREFETCH_MAX: u64 = 128 * 1024;
 /// Default bytes of block cache per mount.
 pub const DEFAULT_CACHE_BYTES: usize = 32 * 1024 * 1024;
 
@@ -196,8 +199,8 @@ impl BlockDev {
 
     /// Starts reading, in the background, the uncached blocks holding the
     /// bytes at `offsets` (a hint for buffered stores; nothing in direct
-    /// mode). Blocks close together go out as one request: reading a few
-    /// unneeded blocks costs less than another seek.
+    /// mode). Blocks close together go out as one request of a bounded
+    /// size: reading a few unneeded blocks costs less than another seek.
     pub fn prefetch(&self, offsets: impl IntoIterator<Item = u64>) {
         if self.store.mode() != IoMode::Buffered {
             return;
@@ -211,11 +214,13 @@ impl BlockDev {
         blocks.dedup();
         blocks.retain(|&b| !self.cache.contains(b));
         let gap = (PREFETCH_GAP >> self.shift).max(1);
+        let max = (PREFETCH_MAX >> self.shift).max(1);
         let mut i = 0;
         while i < blocks.len() {
             let first = blocks[i];
             let mut last = first;
-            while i + 1 < blocks.len() && blocks[i + 1] - last <= gap {
+            while i + 1 < blocks.len() && blocks[i + 1] - last <= gap && blocks[i + 1] - first < max
+            {
                 i += 1;
                 last = blocks[i];
             }

@@ -164,8 +164,9 @@ impl Store {
     }
 
     /// Asks the kernel to start reading `[offset, offset + len)` into the
-    /// page cache and returns without waiting: later reads of the range
-    /// then find it there, or in flight. Many such hints at once keep the
+    /// page cache. The kernel submits the reads without waiting for them
+    /// (it may still wait for a free slot in a full device queue): later
+    /// reads of the range then find it there, or in flight. Many such hints at once keep the
     /// device busy with several requests where one reader would wait for
     /// each in turn. Buffered stores only: direct reads bypass the page
     /// cache, so there is nothing to fill.

@@ -868,21 +868,30 @@ impl FileSystem for Erofs {
         Ok(())
     }
 
-    /// Starts reading the inodes of a whole directory at its first
-    /// READDIRPLUS. Their nids are in the directory blocks, so every inode
-    /// block is known before any is needed; the kernel's EROFS reads them
-    /// one at a time as lookups come, waiting for the device each time.
+    /// Hints the inodes of the next [`PREFETCH_DIR_BLOCKS`] directory blocks
+    /// when a READDIRPLUS reaches the start of such a window: the server
+    /// looks up every entry it lists, and the entries' nids in the
+    /// directory blocks say where all those inodes are before any is read.
+    /// The kernel's EROFS reads them one at a time as lookups come, waiting
+    /// for the device each time.
     fn prefetch_dir(&self, ino: Ino, offset: u64) {
-        if offset != 0 || self.dev.store().mode() != foliofs_block::IoMode::Buffered {
+        let bs = u64::from(self.sb.block_size());
+        let window = PREFETCH_DIR_BLOCKS * bs;
+        if !offset.is_multiple_of(window)
+            || self.dev.store().mode() != foliofs_block::IoMode::Buffered
+        {
             return;
         }
         let Ok(dir) = self.dir_inode(ino) else { return };
-        let bs = u64::from(self.sb.block_size());
-        let nblocks = dir.size.div_ceil(bs).min(PREFETCH_DIR_BLOCKS);
+        let first = offset / bs;
+        let last = dir.size.div_ceil(bs).min(first + PREFETCH_DIR_BLOCKS);
         let mut at = Vec::new();
-        for block in 0..nblocks {
+        for block in first..last {
             let more = self.with_dir_block(&dir, block, |b| {
-                at.extend((0..b.len()).filter_map(|i| Inode::position(&self.sb, b.get(i).nid)));
+                for pos in (0..b.len()).filter_map(|i| Inode::position(&self.sb, b.get(i).nid)) {
+                    // An extended inode may run into the next block.
+                    at.extend([pos, pos.saturating_add(inode::MAX_INODE_SIZE as u64 - 1)]);
+                }
                 Ok(())
             });
             if more.is_err() {

@@ -1,6 +1,6 @@
 //! [`RomFs`]: a romfs image behind the [`FileSystem`] trait.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::num::NonZeroUsize;
 use std::os::unix::ffi::OsStrExt;
@@ -26,9 +26,11 @@ pub const MAX_SYMLINK: u32 = 4095;
 const DIR_CACHE: usize = 1024;
 /// Subdirectories whose chains one READDIRPLUS reads ahead, side by side.
 const PREFETCH_DIRS: usize = 256;
-/// Bytes a header can span: 16 fixed, then a name of up to 128 with its NUL
-/// padded to 16.
-const HEADER_SPAN: u64 = 16 + 128;
+/// Headers one READDIRPLUS reads ahead at most.
+const PREFETCH_HEADERS: usize = 16 * 1024;
+/// Bytes of a header [`Header::read`] may need: the fixed part and the
+/// longest name with its NUL.
+const HEADER_SPAN: u64 = crate::header::HEADER_SIZE + MAX_NAME as u64 + 1;
 
 /// An open romfs image.
 ///
@@ -172,53 +174,81 @@ impl RomFs {
     /// round asks the kernel for the next header of every chain at once,
     /// then parses them. A chain is a list whose next link is only known
     /// once its header is read, so one chain is read one device round trip
-    /// at a time; many chains in step share each round trip.
+    /// at a time; many chains in step share each round trip. Subdirectories
+    /// of finished chains join in the next round (breadth first), up to
+    /// [`PREFETCH_DIRS`] directories and [`PREFETCH_HEADERS`] headers in
+    /// all, which bounds the wait of the listing that asked.
     fn read_subdirs(&self, dir: &Dir) {
+        let mut started = HashSet::new();
         let mut walks: Vec<DirWalk> = Vec::new();
-        // Subdirectories of finished chains join too, breadth first, up to a
-        // budget that bounds how long the READDIRPLUS waiting on this takes.
-        let mut budget = PREFETCH_DIRS;
-        let mut start = |walks: &mut Vec<DirWalk>, dir: &Dir| {
-            let todo: Vec<u64> = {
-                let cached = lock(&self.dirs);
-                dir.entries()
-                    .iter()
-                    .filter(|e| e.kind == FileType::Directory && !cached.contains(&e.ino))
-                    .map(|e| e.ino)
-                    .take(budget)
-                    .collect()
-            };
-            budget -= todo.len();
-            // Outside the lock: an inode may need a read.
-            walks.extend(todo.into_iter().filter_map(|ino| {
-                let inode = self.inode(ino).ok()?;
-                (inode.kind == FileType::Directory).then(|| DirWalk::new(&inode))
-            }));
-        };
-        start(&mut walks, dir);
+        let mut steps = 0usize;
+        self.start_walks(dir, &mut started, &mut walks);
         while !walks.is_empty() {
             self.dev.prefetch(
                 walks
                     .iter()
                     .flat_map(|w| [w.next, w.next + HEADER_SPAN - 1]),
             );
+            let mut joining = Vec::new();
             let mut i = 0;
             while i < walks.len() {
+                if steps == PREFETCH_HEADERS {
+                    // Out of budget: unfinished chains are read when listed.
+                    return;
+                }
+                steps += 1;
                 // A damaged chain is dropped here; the directory's own
                 // readdir reads it again and reports the damage.
                 match walks[i].step(self) {
                     Ok(()) if walks[i].next != 0 => i += 1,
                     Ok(()) => {
-                        let w = walks.swap_remove(i);
-                        let ino = w.ino;
-                        let d = Arc::new(w.finish());
-                        lock(&self.dirs).put(ino, d.clone());
-                        start(&mut walks, &d);
+                        let d = walks.swap_remove(i).finish_into(self);
+                        self.start_walks(&d, &mut started, &mut joining);
                     }
                     Err(_) => {
                         walks.swap_remove(i);
                     }
                 }
+            }
+            walks.append(&mut joining);
+        }
+    }
+
+    /// Starts walks of `dir`'s subdirectories that are neither cached nor
+    /// started already (a damaged image can link one directory from many
+    /// places), within the [`PREFETCH_DIRS`] budget. An empty directory is
+    /// cached at once.
+    fn start_walks(&self, dir: &Dir, started: &mut HashSet<u64>, walks: &mut Vec<DirWalk>) {
+        let subdirs: Vec<u64> = dir
+            .entries()
+            .iter()
+            .filter(|e| e.kind == FileType::Directory)
+            .map(|e| e.ino)
+            .collect();
+        let todo: Vec<u64> = {
+            let cached = lock(&self.dirs);
+            subdirs
+                .into_iter()
+                .filter(|ino| !cached.contains(ino))
+                .collect()
+        };
+        for ino in todo {
+            if started.len() == PREFETCH_DIRS {
+                return;
+            }
+            if !started.insert(ino) {
+                continue;
+            }
+            // Outside the lock: an inode may need a read.
+            let Ok(inode) = self.inode(ino) else { continue };
+            if inode.kind != FileType::Directory {
+                continue;
+            }
+            let walk = DirWalk::new(&inode);
+            if walk.next == 0 {
+                walk.finish_into(self);
+            } else {
+                walks.push(walk);
             }
         }
     }
@@ -316,6 +346,14 @@ impl DirWalk {
 
     fn finish(self) -> Dir {
         Dir::new(self.entries, self.dotdot)
+    }
+
+    /// Finishes the walk and caches the directory it read.
+    fn finish_into(self, fs: &RomFs) -> Arc<Dir> {
+        let ino = self.ino;
+        let d = Arc::new(self.finish());
+        lock(&fs.dirs).put(ino, d.clone());
+        d
     }
 }
 
@@ -450,9 +488,11 @@ impl FileSystem for RomFs {
         Ok(())
     }
 
-    /// At a directory's first READDIRPLUS, reads its subdirectories' entry
-    /// chains ahead, side by side (see [`RomFs::read_subdirs`]): a walker
-    /// such as `find` lists them next. Only with buffered I/O, where the
+    /// At a READDIRPLUS from the start of a directory, reads and caches its
+    /// subdirectories' entry chains, side by side (see
+    /// [`RomFs::read_subdirs`]): a walker such as `find` lists them next.
+    /// This directory's own entries need nothing more, since a header holds
+    /// all of an entry's attributes. Only with buffered I/O, where the
     /// kernel can have many reads in flight for one thread.
     fn prefetch_dir(&self, ino: Ino, offset: u64) {
         if offset != 0 || self.dev.store().mode() != foliofs_block::IoMode::Buffered {

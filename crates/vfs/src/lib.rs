@@ -59,11 +59,13 @@ pub trait FileSystem: Send + Sync {
         sink: &mut dyn FnMut(DirEntry<'_>) -> bool,
     ) -> Result<()>;
 
-    /// A hint that every entry of directory `ino` from `offset` on is about
-    /// to be looked up (a READDIRPLUS). A format that can tell where those
-    /// entries' inodes lie starts reading them all now, so the lookups that
-    /// follow do not wait for the device one by one. Errors are left for the
-    /// lookups to report.
+    /// A hint that directory `ino` is being listed from `offset` with every
+    /// entry looked up (a READDIRPLUS), as walkers like `find` do before
+    /// descending. A format may read ahead what those lookups, or the
+    /// listings that follow, will need (EROFS hints the entries' inode
+    /// blocks; romfs reads its subdirectories' chains side by side), so the
+    /// device serves many reads at once instead of one after another.
+    /// Errors are left for the real calls to report.
     fn prefetch_dir(&self, _ino: Ino, _offset: u64) {}
 
     /// Reads up to `size` bytes of `ino` at `offset`. The data is returned as a

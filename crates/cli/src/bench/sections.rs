@@ -501,6 +501,9 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         std::fs::remove_file(&f)?;
         Ok(total as f64 / 1e9 / t)
     };
+    // Both columns run the same workload; they differ because
+    // `measure_rows` runs a row's workloads in turn on one warm mount, so
+    // the second finds the memory the first freed.
     let rows = measure_rows(
         env,
         cfg,
