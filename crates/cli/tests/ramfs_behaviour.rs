@@ -444,3 +444,109 @@ fn readdir_stays_correct_while_the_directory_changes() {
         }
     }
 }
+
+/// A shared read-write mapping of a whole file.
+struct Map {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Map {
+    fn new(f: &File, len: usize) -> Map {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: a fresh shared mapping of an open file; the result is
+        // checked, and the mapping lives until `drop` unmaps it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(
+            p,
+            libc::MAP_FAILED,
+            "mmap: {}",
+            std::io::Error::last_os_error()
+        );
+        Map { ptr: p.cast(), len }
+    }
+
+    fn get(&self, at: usize, n: usize) -> Vec<u8> {
+        assert!(at + n <= self.len);
+        // SAFETY: `at..at+n` lies inside the live mapping.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(at), n).to_vec() }
+    }
+
+    fn set(&self, at: usize, data: &[u8]) {
+        assert!(at + data.len() <= self.len);
+        // SAFETY: as in `get`; the mapping is writable and shared.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(at), data.len()) }
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `new` made, once.
+        unsafe {
+            libc::msync(self.ptr.cast(), self.len, libc::MS_SYNC);
+            libc::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
+
+/// Write-only descriptors skip the page cache (direct I/O); readers,
+/// mappings and appends through other descriptors must not notice.
+#[test]
+fn write_only_descriptors_stay_coherent_with_readers_and_mappings() {
+    require_fuse!();
+    for opts in ["", "blocksize=2M"] {
+        let m = ramfs(opts);
+        let p = m.path().join("c");
+        let mut want = vec![b'A'; 20_000];
+        fs::write(&p, &want).unwrap();
+        let reader = File::open(&p).unwrap();
+        let mut buf = [0u8; 5];
+        reader.read_exact_at(&mut buf, 8190).unwrap();
+        assert_eq!(&buf, b"AAAAA");
+        let rw = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+        let map = Map::new(&rw, want.len());
+        assert_eq!(map.get(8190, 5), b"AAAAA");
+        // A dirty page in the mapping, then a later write over it through a
+        // write-only descriptor: the later write must win.
+        map.set(12_000, b"MMMMM");
+        let w = OpenOptions::new().write(true).open(&p).unwrap();
+        w.write_all_at(b"BBBBB", 8190).unwrap();
+        w.write_all_at(b"WWWWW", 12_000).unwrap();
+        want[8190..8195].copy_from_slice(b"BBBBB");
+        want[12_000..12_005].copy_from_slice(b"WWWWW");
+        reader.read_exact_at(&mut buf, 8190).unwrap();
+        assert_eq!(&buf, b"BBBBB", "{opts:?}: a reader kept stale cached bytes");
+        assert_eq!(
+            map.get(8190, 5),
+            b"BBBBB",
+            "{opts:?}: the mapping kept stale bytes"
+        );
+        assert_eq!(
+            map.get(12_000, 5),
+            b"WWWWW",
+            "{opts:?}: the mapping's older bytes won"
+        );
+        drop(map);
+        let mut a = OpenOptions::new().append(true).open(&p).unwrap();
+        a.write_all(b"tail").unwrap();
+        want.extend_from_slice(b"tail");
+        assert_eq!(reader.metadata().unwrap().len(), want.len() as u64);
+        let mut end = [0u8; 6];
+        reader.read_exact_at(&mut end, 19_998).unwrap();
+        assert_eq!(&end, b"AAtail");
+        drop((reader, rw, w, a));
+        assert!(
+            read_fresh(&p) == want,
+            "{opts:?}: the server holds other bytes"
+        );
+    }
+}
