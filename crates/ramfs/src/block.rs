@@ -11,10 +11,18 @@
 //! initialised prefix only grows by copying data in, or by zeroing a gap a
 //! write leaves behind.
 //!
+//! Freed mapped blocks are not unmapped but kept in a pool of the mount's
+//! (see [`set_pool_limit`]), lazily freed with `MADV_FREE`: a rewrite after
+//! `rm` then finds its memory still mapped, with no fault or zeroing per
+//! page (what malloc gives smaller blocks by reusing freed heap memory),
+//! while the kernel may still take those pages back at any time under
+//! memory pressure (a reclaimed page faults back in as zeros).
+//!
 //! Transparent huge pages were measured and left out: with `defrag=madvise`
 //! each 2 MiB fault may compact memory, which cost more than it saved.
 
 use std::ptr::NonNull;
+use std::sync::Mutex;
 
 /// Block sizes from which a block is a mapping of its own. Below this the
 /// mappings would be many (one VMA each once holes split them) and the
@@ -51,25 +59,106 @@ impl std::fmt::Debug for Block {
     }
 }
 
-fn map(cap: usize) -> Option<NonNull<u8>> {
-    // SAFETY: an anonymous private mapping with no address hint touches no
-    // existing memory; the result is checked before use.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            cap,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return None;
+/// Mappings of freed blocks, by address and size, waiting for reuse. Only
+/// bookkeeping: the callers map, advise and unmap.
+#[derive(Default)]
+struct Pool {
+    limit: usize,
+    held: usize,
+    maps: Vec<(usize, usize)>,
+}
+
+impl Pool {
+    /// A pooled mapping of exactly `cap` bytes, if there is one.
+    fn take(&mut self, cap: usize) -> Option<usize> {
+        let i = self.maps.iter().position(|&(_, c)| c == cap)?;
+        self.held -= cap;
+        Some(self.maps.swap_remove(i).0)
     }
-    // SAFETY: `p..p+cap` is the mapping just made. Populating is only an
-    // optimisation: if the kernel refuses (older kernel, memory short) the
-    // pages are faulted in on first write as usual.
+
+    /// Keeps the mapping at `addr` if it fits under the limit.
+    fn keep(&mut self, addr: usize, cap: usize) -> bool {
+        if self.held + cap > self.limit {
+            return false;
+        }
+        self.held += cap;
+        self.maps.push((addr, cap));
+        true
+    }
+
+    /// Sets the limit; returns the mappings that no longer fit.
+    fn set_limit(&mut self, limit: usize) -> Vec<(usize, usize)> {
+        self.limit = limit;
+        let mut out = Vec::new();
+        while self.held > self.limit {
+            let Some((addr, cap)) = self.maps.pop() else {
+                break;
+            };
+            self.held -= cap;
+            out.push((addr, cap));
+        }
+        out
+    }
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    limit: 0,
+    held: 0,
+    maps: Vec::new(),
+});
+
+fn pool() -> std::sync::MutexGuard<'static, Pool> {
+    POOL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Lets freed mapped blocks of up to `bytes` in all wait for reuse instead
+/// of being unmapped. A ramfs sets its `size=` limit here: memory the mount
+/// was allowed to hold anyway. (A server process serves one mount.)
+pub fn set_pool_limit(bytes: u64) {
+    let over = pool().set_limit(usize::try_from(bytes).unwrap_or(usize::MAX));
+    for (addr, cap) in over {
+        // SAFETY: pooled mappings belong to no block.
+        unsafe { unmap(addr as *mut u8, cap) };
+    }
+}
+
+/// # Safety
+/// `p` must be a mapping of `cap` bytes made by `map` that nothing refers
+/// to any more.
+unsafe fn unmap(p: *mut u8, cap: usize) {
+    // SAFETY: as the caller promises.
+    unsafe {
+        libc::munmap(p.cast(), cap);
+    }
+}
+
+fn map(cap: usize) -> Option<NonNull<u8>> {
+    let reused = pool().take(cap);
+    let p = match reused {
+        Some(addr) => addr as *mut libc::c_void,
+        None => {
+            // SAFETY: an anonymous private mapping with no address hint
+            // touches no existing memory; the result is checked before use.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    cap,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return None;
+            }
+            p
+        }
+    };
+    // SAFETY: `p..p+cap` is a mapping this block now owns alone. Populating
+    // is only an optimisation: if the kernel refuses (older kernel, memory
+    // short) the pages are faulted in on first write as usual. On a reused
+    // mapping it only faults in what the kernel reclaimed.
     unsafe {
         libc::madvise(p, cap, MADV_POPULATE_WRITE);
     }
@@ -164,12 +253,18 @@ impl Block {
 
 impl Drop for Block {
     fn drop(&mut self) {
-        if let Mem::Map(p) = self.mem {
+        let Mem::Map(p) = self.mem else { return };
+        // Advised before it is pooled: once in the pool another thread may
+        // take it. Nothing reads it again before `map` hands it out as a
+        // new, empty block, so lost contents do not matter.
+        // SAFETY: `p..p+cap` is this block's own mapping.
+        unsafe {
+            libc::madvise(p.as_ptr().cast(), self.cap, libc::MADV_FREE);
+        }
+        if !pool().keep(p.as_ptr() as usize, self.cap) {
             // SAFETY: `p` is the start of a mapping of `cap` bytes made in
             // `map` and owned by this block alone; nothing refers to it after.
-            unsafe {
-                libc::munmap(p.as_ptr().cast(), self.cap);
-            }
+            unsafe { unmap(p.as_ptr(), self.cap) };
         }
     }
 }
@@ -197,6 +292,34 @@ mod tests {
             b.truncate(5);
             assert_eq!(b.filled(), b"xy\0\0\0");
         }
+    }
+
+    #[test]
+    fn the_pool_keeps_mappings_up_to_its_limit_and_hands_back_exact_sizes() {
+        const M: usize = 1 << 20;
+        let mut p = Pool::default();
+        assert!(!p.keep(0x1000, M), "a pool with no limit keeps nothing");
+        assert!(p.set_limit(3 * M).is_empty());
+        assert!(p.keep(0x1000, 2 * M));
+        assert!(p.keep(0x2000, M));
+        assert!(!p.keep(0x3000, M), "over the limit");
+        assert_eq!(p.take(4 * M), None);
+        assert_eq!(p.take(M), Some(0x2000));
+        assert_eq!(p.held, 2 * M);
+        assert_eq!(p.set_limit(M), vec![(0x1000, 2 * M)]);
+        assert_eq!((p.held, p.take(2 * M)), (0, None));
+    }
+
+    #[test]
+    fn a_block_on_a_reused_mapping_starts_empty() {
+        let cap = 2 << 20;
+        let mut a = Block::new(cap);
+        a.store(0, &[7; 4096]);
+        drop(a);
+        let mut b = Block::new(cap);
+        assert_eq!(b.filled(), b"");
+        b.store(4000, b"x");
+        assert!(b.filled()[..4000].iter().all(|&x| x == 0));
     }
 
     #[test]

@@ -204,6 +204,7 @@ impl RamFs {
         // stored: cap it there so no single call can promise more blocks
         // than the machine has.
         let max_bytes = opts.size_limit(ram).unwrap_or(ram);
+        block::set_pool_limit(max_bytes);
         let space = Space::new(bs, Some(max_bytes), opts.inode_limit(ram));
         let fs = RamFs {
             opts: opts.clone(),
