@@ -56,6 +56,17 @@ fn reads_a_small_genromfs_image() {
     assert_eq!(dotdot.ino, root);
 }
 
+/// Builds `img` from `src` with the default mkfs options.
+fn mkfs(src: &std::path::Path, img: &std::path::Path) {
+    foliofs_romfs::mkfs::build(
+        src,
+        img,
+        &foliofs_romfs::mkfs::MkfsOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+}
+
 #[test]
 fn statfs_follows_the_chosen_block_size() {
     use foliofs_block::BlockSizeChoice;
@@ -64,13 +75,7 @@ fn statfs_follows_the_chosen_block_size() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("f"), vec![1u8; 10_000]).unwrap();
     let img = t.path().join("img");
-    foliofs_romfs::mkfs::build(
-        &src,
-        &img,
-        &foliofs_romfs::mkfs::MkfsOptions::default(),
-        &mut |_| {},
-    )
-    .unwrap();
+    mkfs(&src, &img);
     let size = std::fs::metadata(&img).unwrap().len();
     assert_eq!(size % 1024, 0);
     let page = foliofs_block::page_size();
@@ -148,13 +153,7 @@ fn reading_subdirectories_ahead_lists_what_reading_them_in_turn_does() {
     }
     std::fs::hard_link(src.join("d6/e0/f1"), src.join("d1/link")).unwrap();
     let img = t.path().join("img");
-    foliofs_romfs::mkfs::build(
-        &src,
-        &img,
-        &foliofs_romfs::mkfs::MkfsOptions::default(),
-        &mut |_| {},
-    )
-    .unwrap();
+    mkfs(&src, &img);
     let plain = listing(&RomFs::open(&img, &OpenOptions::default()).unwrap(), false);
     let ahead = listing(&RomFs::open(&img, &OpenOptions::default()).unwrap(), true);
     assert_eq!(plain.len(), 1 + 300 * 2);
