@@ -197,6 +197,9 @@ fn open_ramfs(opts: &MountOptions) -> anyhow::Result<Opened> {
             Err(e) => bail!("bad value for mount option `{k}`: {e}"),
         }
     }
+    if let Err(e) = ro.check() {
+        bail!("bad mount options: {e}");
+    }
     for (asked, name) in [
         (opts.io_mode == IoMode::Direct, "directio"),
         (

@@ -550,3 +550,57 @@ fn write_only_descriptors_stay_coherent_with_readers_and_mappings() {
         );
     }
 }
+
+/// The server's `AnonHugePages` in kB, from the pid `foliofs mounts` shows.
+fn server_huge_kb(mnt: &Path) -> u64 {
+    let line = mounts_line(mnt);
+    let pid = line
+        .split([',', ' '])
+        .find_map(|w| w.strip_prefix("pid="))
+        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    let smaps = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+    smaps
+        .lines()
+        .find_map(|l| l.strip_prefix("AnonHugePages:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no AnonHugePages in {smaps}"))
+}
+
+#[test]
+fn huge_always_makes_2m_blocks_huge_pages() {
+    require_fuse!();
+    for bad in ["blocksize=64K,huge=always", "blocksize=2M,huge=within_size"] {
+        let err = Mount::new(Path::new("none"), Some("ramfs"), bad)
+            .err()
+            .unwrap_or_else(|| panic!("{bad} mounted"));
+        assert!(err.contains("huge="), "unclear error for {bad}: {err}");
+    }
+    let thp = fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+    let pmd = fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+    let usable =
+        matches!((&thp, &pmd), (Ok(t), Ok(p)) if !t.contains("[never]") && p.trim() == "2097152");
+    let opts = "blocksize=2M,huge=always";
+    if !usable {
+        let err = Mount::new(Path::new("none"), Some("ramfs"), opts)
+            .err()
+            .expect("huge=always mounted where huge pages cannot be had");
+        assert!(err.contains("huge"), "unclear error: {err}");
+        return;
+    }
+    let m = ramfs(opts);
+    assert!(mounts_line(m.path()).contains("huge=always"));
+    let before = server_huge_kb(m.path());
+    let data = Rng::new(0x4u64).bytes(8 << 20);
+    let p = m.path().join("f");
+    fs::write(&p, &data).unwrap();
+    let after = server_huge_kb(m.path());
+    assert!(
+        after >= before + 4096,
+        "8 MiB in 2 MiB huge blocks, but AnonHugePages went from {before} to {after} kB"
+    );
+    assert!(read_fresh(&p) == data, "huge blocks hold other bytes");
+    // A rewrite reuses the freed huge blocks from the pool.
+    fs::remove_file(&p).unwrap();
+    fs::write(&p, &data[..4 << 20]).unwrap();
+    assert!(read_fresh(&p) == data[..4 << 20]);
+}

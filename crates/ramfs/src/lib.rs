@@ -205,6 +205,7 @@ impl RamFs {
         // than the machine has.
         let max_bytes = opts.size_limit(ram).unwrap_or(ram);
         block::set_pool_limit(max_bytes);
+        block::set_huge(opts.huge);
         let space = Space::new(bs, Some(max_bytes), opts.inode_limit(ram));
         let fs = RamFs {
             opts: opts.clone(),

@@ -1,5 +1,5 @@
-//! Mount options of a ramfs: `blocksize=`, `mode=`, `size=`, `nr_inodes=`,
-//! `uid=`, `gid=`.
+//! Mount options of a ramfs: `blocksize=`, `huge=`, `mode=`, `size=`,
+//! `nr_inodes=`, `uid=`, `gid=`.
 
 use std::fmt::Write as _;
 
@@ -43,6 +43,8 @@ pub struct Options {
     pub size: Option<SizeLimit>,
     /// `nr_inodes=`, if given; 0 means no limit.
     pub nr_inodes: Option<u64>,
+    /// `huge=always`: each 2 MiB block is one transparent huge page.
+    pub huge: bool,
 }
 
 impl Default for Options {
@@ -54,6 +56,7 @@ impl Default for Options {
             gid: 0,
             size: None,
             nr_inodes: None,
+            huge: false,
         }
     }
 }
@@ -150,9 +153,43 @@ impl Options {
                 }
             }
             "nr_inodes" => self.nr_inodes = Some(parse_size(key, need()?)?),
+            "huge" => {
+                self.huge = match need()?.trim() {
+                    "always" => true,
+                    "never" => false,
+                    v => return Err(format!("huge={v}: expected always or never")),
+                }
+            }
             _ => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// Checks what no single option can: `huge=always` needs blocks the size
+    /// of a huge page on this machine, and huge pages that are not disabled.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.huge {
+            return Ok(());
+        }
+        let thp = std::path::Path::new("/sys/kernel/mm/transparent_hugepage");
+        let pmd = std::fs::read_to_string(thp.join("hpage_pmd_size"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        let huge_size = pmd.unwrap_or(u64::from(MAX_BLOCK_SIZE));
+        if u64::from(self.block_size) != huge_size {
+            return Err(format!(
+                "huge=always needs blocksize={}K, the size of a huge page here; this mount's blocks are {}K",
+                huge_size >> 10,
+                self.block_size >> 10
+            ));
+        }
+        match std::fs::read_to_string(thp.join("enabled")) {
+            Ok(s) if s.contains("[never]") => Err(
+                "huge=always: transparent huge pages are disabled here (/sys/kernel/mm/transparent_hugepage/enabled)".into(),
+            ),
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!("huge=always: this kernel has no transparent huge pages ({e})")),
+        }
     }
 
     /// The options that differ from the defaults, comma separated, in the
@@ -185,6 +222,9 @@ impl Options {
         }
         if self.block_size != DEFAULT_BLOCK_SIZE {
             push(format_args!("blocksize={}", self.block_size));
+        }
+        if self.huge {
+            push(format_args!("huge=always"));
         }
         s
     }
@@ -237,6 +277,31 @@ mod tests {
         assert!(bs("4Q").is_err());
         let mut o = Options::default();
         assert!(o.set("blocksize", None).is_err());
+    }
+
+    #[test]
+    fn huge_takes_always_or_never_and_needs_2m_blocks() {
+        let mut o = Options::default();
+        assert_eq!(o.set("huge", Some("always")), Ok(true));
+        assert!(o.huge);
+        assert!(o.check().unwrap_err().contains("needs blocksize="));
+        assert!(o.set("huge", Some("within_size")).is_err());
+        assert!(o.set("huge", None).is_err());
+        assert_eq!(o.set("huge", Some("never")), Ok(true));
+        assert_eq!(o.check(), Ok(()));
+        assert_eq!(o.show(), "");
+        o.set("huge", Some("always")).unwrap();
+        o.set("blocksize", Some("2M")).unwrap();
+        assert_eq!(o.show(), "blocksize=2097152,huge=always");
+        // Whether 2M blocks may be huge depends on this machine's kernel.
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+        let pmd = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+        if matches!((&thp, &pmd), (Ok(t), Ok(p)) if !t.contains("[never]") && p.trim() == "2097152")
+        {
+            assert_eq!(o.check(), Ok(()));
+        } else {
+            assert!(o.check().is_err());
+        }
     }
 
     #[test]

@@ -467,6 +467,17 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     }
     // The kernel's writeback cache trades ENOSPC at write(2) for batching;
     // show what it buys at the largest block size.
+    // 2 MiB blocks as huge pages, beside the kernel's tmpfs huge=always.
+    plans.push(Plan {
+        label: "foliofs ramfs blocksize=2M,huge=always".into(),
+        kind: "foliofs",
+        how: How::Foliofs {
+            fstype: "ramfs",
+            opts: "blocksize=2M,huge=always".into(),
+        },
+        image: Ok(PathBuf::from("none")),
+        x: None,
+    });
     plans.push(Plan {
         label: "foliofs ramfs blocksize=2M,writeback".into(),
         kind: "foliofs",
