@@ -40,14 +40,9 @@ copy_file_range = 2
 
 const OPS: u32 = 100_000;
 
-fn run_fsx(block_size: &str, seed: u32) {
+fn run_fsx(opts: &str, seed: u32) {
     let tool = common::cargo_tool("fsx");
-    let m = Mount::new(
-        Path::new("none"),
-        Some("ramfs"),
-        &format!("blocksize={block_size}"),
-    )
-    .unwrap();
+    let m = Mount::new(Path::new("none"), Some("ramfs"), opts).unwrap();
     let artifacts = tempfile::tempdir().unwrap();
     let cfg = artifacts.path().join("fsx.toml");
     fs::write(&cfg, CONFIG).unwrap();
@@ -78,7 +73,7 @@ fn run_fsx(block_size: &str, seed: u32) {
     };
     assert!(
         out.status.success(),
-        "fsx at blocksize={block_size} (seed {seed}) failed ({}):\n{}\n{}",
+        "fsx with -o {opts} (seed {seed}) failed ({}):\n{}\n{}",
         out.status,
         tail(&stdout),
         tail(&stderr)
@@ -87,7 +82,7 @@ fn run_fsx(block_size: &str, seed: u32) {
     let all = format!("{stdout}{stderr}");
     assert!(
         !all.contains("Test file system does not support"),
-        "fsx skipped an operation at blocksize={block_size}:\n{}",
+        "fsx skipped an operation with -o {opts}:\n{}",
         tail(&all)
     );
 }
@@ -95,17 +90,30 @@ fn run_fsx(block_size: &str, seed: u32) {
 #[test]
 fn fsx_100k_ops_at_4k_blocks() {
     require_fuse!();
-    run_fsx("4K", 4096);
+    run_fsx("blocksize=4K", 4096);
 }
 
 #[test]
 fn fsx_100k_ops_at_64k_blocks() {
     require_fuse!();
-    run_fsx("64K", 65536);
+    run_fsx("blocksize=64K", 65536);
 }
 
 #[test]
 fn fsx_100k_ops_at_2m_blocks() {
     require_fuse!();
-    run_fsx("2M", 2_097_152);
+    run_fsx("blocksize=2M", 2_097_152);
+}
+
+/// Huge-page blocks, where this machine has transparent huge pages (where it
+/// has none, the mount is refused, which `ramfs_behaviour` checks).
+#[test]
+fn fsx_100k_ops_at_2m_huge_blocks() {
+    require_fuse!();
+    let thp = fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+    if thp.map_or(true, |t| t.contains("[never]")) {
+        eprintln!("skipped: transparent huge pages are disabled on this machine");
+        return;
+    }
+    run_fsx("blocksize=2M,huge=always", 2_097_153);
 }
