@@ -81,6 +81,26 @@ pub(crate) struct Server {
     fs: Arc<dyn FileSystem>,
     ids: IdMap,
     cfg: ServerConfig,
+    /// Whether write-only descriptors bypass the page cache (see
+    /// [`Server::open_flags`]).
+    direct_writes: bool,
+}
+
+/// Whether the running kernel's release is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    release_at_least(&release, major, minor)
+}
+
+/// Whether a release string ("6.18.44-fc", "5.15.0-91-generic") names
+/// `major.minor` or later; an unreadable one does not.
+fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let have = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    have >= (major, minor)
 }
 
 fn errno(e: &Error) -> Errno {
@@ -122,7 +142,16 @@ fn time_set(t: TimeOrNow) -> TimeSet {
 impl Server {
     pub(crate) fn new(fs: Arc<dyn FileSystem>, cfg: ServerConfig) -> Server {
         let ids = IdMap::new(fs.root());
-        Server { fs, ids, cfg }
+        // Before Linux 6.6 a direct write left other descriptors' cached
+        // pages of the range in place (stale reads, and dirty mmap pages
+        // written back over the newer data later).
+        let direct_writes = !cfg.read_only && !cfg.writeback && kernel_at_least(6, 6);
+        Server {
+            fs,
+            ids,
+            cfg,
+            direct_writes,
+        }
     }
 
     fn ino(&self, node: INodeNo) -> Ino {
@@ -185,16 +214,17 @@ impl Server {
     fn open_flags(&self, flags: i32) -> FopenFlags {
         if self.cfg.read_only {
             FopenFlags::FOPEN_KEEP_CACHE
-        } else if flags & libc::O_ACCMODE == libc::O_WRONLY && !self.cfg.writeback {
+        } else if flags & libc::O_ACCMODE == libc::O_WRONLY && self.direct_writes {
             // A descriptor that cannot read gains nothing from the page
             // cache, and without the writeback cache every write(2) comes
             // here at once anyway. Direct I/O hands the server the writer's
             // own pages instead of a page-cache copy of them: one copy and
             // all page-cache bookkeeping fewer, twice the bandwidth of `dd`.
-            // The kernel writes back other openers' dirty pages of the range
-            // first and drops their cached pages after, so they stay
-            // coherent. (Readable descriptors keep the page cache: mmap
-            // needs it.)
+            // The kernel (6.6 on) writes back other descriptors' dirty
+            // pages of the range and drops their cached pages around the
+            // write, so they stay coherent, and it leaves dropping
+            // set-user-ID to the server (`FUSE_WRITE_KILL_SUIDGID`).
+            // Readable descriptors keep the page cache: mmap needs it.
             FopenFlags::FOPEN_DIRECT_IO
         } else {
             FopenFlags::empty()
@@ -516,6 +546,11 @@ impl fuser::Filesystem for Server {
             return reply.error(Errno::EROFS);
         }
         let ino = self.ino(ino);
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            if let Err(e) = self.fs.kill_suid(ino) {
+                return reply.error(errno(&e));
+            }
+        }
         if !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
             // A short count reaches the writer as the result of write(2).
             return match self.fs.write(ino, fh.0, offset, data, flags.0) {
@@ -927,6 +962,16 @@ impl fuser::Filesystem for Server {
 mod tests {
     use super::*;
     use foliofs_vfs::{FileType, Rdev, Timespec};
+
+    #[test]
+    fn kernel_releases_compare_by_major_and_minor() {
+        assert!(release_at_least("6.18.44-fc-v595\n", 6, 6));
+        assert!(release_at_least("6.6.0", 6, 6));
+        assert!(release_at_least("7.0-rc1", 6, 6));
+        assert!(!release_at_least("6.5.13-1-pve", 6, 6));
+        assert!(!release_at_least("5.15.0-91-generic", 6, 6));
+        assert!(!release_at_least("", 6, 6));
+    }
 
     fn attr(kind: FileType, perm: u16) -> Attr {
         Attr {

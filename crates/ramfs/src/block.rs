@@ -64,38 +64,53 @@ impl std::fmt::Debug for Block {
     }
 }
 
-/// Mappings of freed blocks, by address and size, waiting for reuse. Only
+/// Mapped blocks: the bytes in use, and freed mappings (by address and
+/// size) waiting for reuse, the two together held to a limit. Only
 /// bookkeeping: the callers map, advise and unmap.
 #[derive(Default)]
 struct Pool {
     limit: usize,
+    live: usize,
     held: usize,
     maps: Vec<(usize, usize)>,
 }
 
 impl Pool {
-    /// A pooled mapping of exactly `cap` bytes, if there is one.
-    fn take(&mut self, cap: usize) -> Option<usize> {
+    /// Counts a new block of `cap` bytes; returns a pooled mapping of
+    /// exactly that size for it, if there is one.
+    fn start(&mut self, cap: usize) -> Option<usize> {
+        self.live += cap;
         let i = self.maps.iter().position(|&(_, c)| c == cap)?;
         self.held -= cap;
         Some(self.maps.swap_remove(i).0)
     }
 
-    /// Keeps the mapping at `addr` if it fits under the limit.
-    fn keep(&mut self, addr: usize, cap: usize) -> bool {
-        if self.held + cap > self.limit {
+    /// Uncounts a block of `cap` bytes that got no mapping after all.
+    fn abandon(&mut self, cap: usize) {
+        self.live -= cap;
+    }
+
+    /// Counts a block of `cap` bytes as freed. Returns whether its mapping
+    /// may wait for reuse (room is then reserved: call [`Pool::put`]).
+    fn finish(&mut self, cap: usize) -> bool {
+        self.live -= cap;
+        if self.held + self.live + cap > self.limit {
             return false;
         }
         self.held += cap;
-        self.maps.push((addr, cap));
         true
     }
 
-    /// Sets the limit; returns the mappings that no longer fit.
+    /// Adds a mapping [`Pool::finish`] reserved room for.
+    fn put(&mut self, addr: usize, cap: usize) {
+        self.maps.push((addr, cap));
+    }
+
+    /// Sets the limit; returns the pooled mappings that no longer fit.
     fn set_limit(&mut self, limit: usize) -> Vec<(usize, usize)> {
         self.limit = limit;
         let mut out = Vec::new();
-        while self.held > self.limit {
+        while self.held + self.live > self.limit {
             let Some((addr, cap)) = self.maps.pop() else {
                 break;
             };
@@ -108,6 +123,7 @@ impl Pool {
 
 static POOL: Mutex<Pool> = Mutex::new(Pool {
     limit: 0,
+    live: 0,
     held: 0,
     maps: Vec::new(),
 });
@@ -116,9 +132,10 @@ fn pool() -> std::sync::MutexGuard<'static, Pool> {
     POOL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Lets freed mapped blocks of up to `bytes` in all wait for reuse instead
-/// of being unmapped. A ramfs sets its `size=` limit here: memory the mount
-/// was allowed to hold anyway. (A server process serves one mount.)
+/// Lets freed mapped blocks wait for reuse instead of being unmapped, as
+/// long as they and the mapped blocks in use come to at most `bytes`. A
+/// ramfs sets its `size=` limit here, so the pool only ever holds memory
+/// the mount was allowed to fill. (A server process serves one mount.)
 pub fn set_pool_limit(bytes: u64) {
     let over = pool().set_limit(usize::try_from(bytes).unwrap_or(usize::MAX));
     for (addr, cap) in over {
@@ -185,10 +202,16 @@ unsafe fn unmap(p: *mut u8, cap: usize) {
 }
 
 fn map(cap: usize) -> Option<NonNull<u8>> {
-    let reused = pool().take(cap);
+    let reused = pool().start(cap);
     let p = match reused {
         Some(addr) => addr as *mut libc::c_void,
-        None if cap == HUGE_PAGE && HUGE.load(Ordering::Relaxed) => map_huge(cap)?,
+        None if cap == HUGE_PAGE && HUGE.load(Ordering::Relaxed) => match map_huge(cap) {
+            Some(p) => p,
+            None => {
+                pool().abandon(cap);
+                return None;
+            }
+        },
         None => {
             // SAFETY: an anonymous private mapping with no address hint
             // touches no existing memory; the result is checked before use.
@@ -203,6 +226,7 @@ fn map(cap: usize) -> Option<NonNull<u8>> {
                 )
             };
             if p == libc::MAP_FAILED {
+                pool().abandon(cap);
                 return None;
             }
             p
@@ -307,6 +331,12 @@ impl Block {
 impl Drop for Block {
     fn drop(&mut self) {
         let Mem::Map(p) = self.mem else { return };
+        if !pool().finish(self.cap) {
+            // SAFETY: `p` is the start of a mapping of `cap` bytes made in
+            // `map` and owned by this block alone; nothing refers to it after.
+            unsafe { unmap(p.as_ptr(), self.cap) };
+            return;
+        }
         // Advised before it is pooled: once in the pool another thread may
         // take it. Nothing reads it again before `map` hands it out as a
         // new, empty block, so lost contents do not matter.
@@ -314,11 +344,7 @@ impl Drop for Block {
         unsafe {
             libc::madvise(p.as_ptr().cast(), self.cap, libc::MADV_FREE);
         }
-        if !pool().keep(p.as_ptr() as usize, self.cap) {
-            // SAFETY: `p` is the start of a mapping of `cap` bytes made in
-            // `map` and owned by this block alone; nothing refers to it after.
-            unsafe { unmap(p.as_ptr(), self.cap) };
-        }
+        pool().put(p.as_ptr() as usize, self.cap);
     }
 }
 
@@ -348,24 +374,43 @@ mod tests {
     }
 
     #[test]
-    fn the_pool_keeps_mappings_up_to_its_limit_and_hands_back_exact_sizes() {
+    fn the_pool_holds_freed_mappings_while_they_and_live_ones_fit_the_limit() {
         const M: usize = 1 << 20;
         let mut p = Pool::default();
-        assert!(!p.keep(0x1000, M), "a pool with no limit keeps nothing");
-        assert!(p.set_limit(3 * M).is_empty());
-        assert!(p.keep(0x1000, 2 * M));
-        assert!(p.keep(0x2000, M));
-        assert!(!p.keep(0x3000, M), "over the limit");
-        assert_eq!(p.take(4 * M), None);
-        assert_eq!(p.take(M), Some(0x2000));
-        assert_eq!(p.held, 2 * M);
-        assert_eq!(p.set_limit(M), vec![(0x1000, 2 * M)]);
-        assert_eq!((p.held, p.take(2 * M)), (0, None));
+        assert_eq!(p.start(M), None);
+        assert!(!p.finish(M), "a pool with no limit keeps nothing");
+        assert!(p.set_limit(4 * M).is_empty());
+        // Three live blocks; freeing two keeps them (3 MiB in all).
+        assert_eq!((p.start(2 * M), p.start(M), p.start(M)), (None, None, None));
+        assert!(p.finish(M));
+        p.put(0x1000, M);
+        assert!(p.finish(2 * M));
+        p.put(0x2000, 2 * M);
+        assert_eq!((p.live, p.held), (M, 3 * M));
+        // A new 2 MiB block reuses the pooled one of that size, not the 1 MiB.
+        assert_eq!(p.start(2 * M), Some(0x2000));
+        assert_eq!((p.live, p.held), (3 * M, M));
+        assert_eq!(p.start(M), Some(0x1000));
+        assert!(p.finish(M), "3 MiB live and 1 MiB pooled fit 4 MiB");
+        p.put(0x3000, M);
+        // A block that gets no mapping is not counted.
+        assert_eq!(p.start(2 * M), None);
+        p.abandon(2 * M);
+        assert_eq!((p.live, p.held), (3 * M, M));
+        // Over the limit, a freed block is unmapped, not pooled.
+        assert_eq!(p.start(2 * M), None);
+        assert!(!p.finish(M));
+        assert_eq!((p.live, p.held), (4 * M, M));
+        // A lower limit gives back what no longer fits.
+        assert_eq!(p.set_limit(3 * M), vec![(0x3000, M)]);
+        assert_eq!((p.live, p.held), (4 * M, 0));
     }
 
     #[test]
     fn a_block_on_a_reused_mapping_starts_empty() {
         let cap = 2 << 20;
+        // The pool is the process's; other tests may set its limit too.
+        set_pool_limit(1 << 30);
         let mut a = Block::new(cap);
         a.store(0, &[7; 4096]);
         drop(a);

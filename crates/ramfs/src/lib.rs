@@ -963,6 +963,25 @@ impl FileSystem for RamFs {
         Ok(self.attr_of(&node, &st))
     }
 
+    fn kill_suid(&self, ino: Ino) -> Result<()> {
+        let node = self.table.get(ino)?;
+        let mut st = node.write();
+        let before = st.perm;
+        st.perm &= !S_ISUID;
+        if st.perm & S_IXGRP != 0 {
+            st.perm &= !S_ISGID;
+        }
+        let caps = st.xattrs.remove(b"security.capability".as_slice());
+        if let Some(v) = &caps {
+            self.space
+                .give_xattr((b"security.capability".len() + v.len()) as u64);
+        }
+        if st.perm != before || caps.is_some() {
+            st.ctime = Timespec::now();
+        }
+        Ok(())
+    }
+
     fn write(&self, ino: Ino, _fh: u64, offset: u64, data: &[u8], _flags: i32) -> Result<u32> {
         // The kernel resolves O_APPEND to an offset (its view of the size is
         // exact: every change goes through it), and with the writeback cache

@@ -179,6 +179,15 @@ pub trait FileSystem: Send + Sync {
 
     /// Writes `data` at `offset` (ignored for handles opened with `O_APPEND`,
     /// which the caller resolves); returns the bytes written.
+    /// Drops what an unprivileged write must drop before it lands: the
+    /// set-user-ID bit, the set-group-ID bit where it means "run as the
+    /// group" (with group execute), and file capabilities. The kernel does
+    /// this itself before writes through the page cache; before direct
+    /// writes it asks the server (`FUSE_WRITE_KILL_SUIDGID`).
+    fn kill_suid(&self, _ino: Ino) -> Result<()> {
+        Ok(())
+    }
+
     fn write(&self, _ino: Ino, _fh: u64, _offset: u64, _data: &[u8], _flags: i32) -> Result<u32> {
         Err(Error::ReadOnly)
     }

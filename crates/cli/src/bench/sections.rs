@@ -37,8 +37,28 @@ fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
         How::Foliofs { .. } | How::Squashfuse if !Path::new("/dev/fuse").exists() => {
             Some("/dev/fuse is missing".into())
         }
+        How::Foliofs {
+            fstype: "ramfs",
+            opts,
+        } => ramfs_options_refused(opts),
         _ => None,
     }
+}
+
+/// Why a ramfs row's options cannot be had here (`huge=always` without
+/// transparent huge pages), if so.
+fn ramfs_options_refused(opts: &str) -> Option<String> {
+    let mut o = foliofs_ramfs::Options::default();
+    for opt in opts.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = match opt.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (opt, None),
+        };
+        if let Err(e) = o.set(k, v) {
+            return Some(e);
+        }
+    }
+    o.check().err()
 }
 
 /// The images a read section compares, built from one source tree.
@@ -465,8 +485,6 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         });
         bs *= 2;
     }
-    // The kernel's writeback cache trades ENOSPC at write(2) for batching;
-    // show what it buys at the largest block size.
     // 2 MiB blocks as huge pages, beside the kernel's tmpfs huge=always.
     plans.push(Plan {
         label: "foliofs ramfs blocksize=2M,huge=always".into(),
@@ -478,6 +496,8 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         image: Ok(PathBuf::from("none")),
         x: None,
     });
+    // The kernel's writeback cache trades ENOSPC at write(2) for batching;
+    // show what it buys at the largest block size.
     plans.push(Plan {
         label: "foliofs ramfs blocksize=2M,writeback".into(),
         kind: "foliofs",
