@@ -657,3 +657,52 @@ fn unprivileged_writes_drop_set_id_bits() {
         }
     }
 }
+
+/// Readers caching pages while a write-only descriptor overwrites the file
+/// directly must not keep the old bytes afterwards.
+#[test]
+fn readers_during_direct_writes_see_the_new_bytes_after() {
+    require_fuse!();
+    const N: usize = 32 << 20;
+    let m = ramfs("blocksize=64K");
+    let p = m.path().join("race");
+    fs::write(&p, vec![b'A'; N]).unwrap();
+    let reader = std::sync::Arc::new(File::open(&p).unwrap());
+    for trial in 0..4u8 {
+        let fill = vec![b'B' + trial; 4 << 20];
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads: Vec<_> = (0..2u64)
+            .map(|t| {
+                let (r, stop) = (reader.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut rng = Rng::new(u64::from(trial) * 2 + t);
+                    let mut page = [0u8; 4096];
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let at = rng.below((N / 4096) as u64) * 4096;
+                        r.read_exact_at(&mut page, at).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let w = OpenOptions::new().write(true).open(&p).unwrap();
+        for at in (0..N).step_by(fill.len()) {
+            w.write_all_at(&fill, at as u64).unwrap();
+        }
+        drop(w);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in threads {
+            t.join().unwrap();
+        }
+        let mut page = [0u8; 4096];
+        let stale = (0..N / 4096)
+            .filter(|i| {
+                reader.read_exact_at(&mut page, (i * 4096) as u64).unwrap();
+                page.iter().any(|&b| b != fill[0])
+            })
+            .count();
+        assert_eq!(
+            stale, 0,
+            "trial {trial}: {stale} pages kept their old bytes"
+        );
+    }
+}
