@@ -551,15 +551,6 @@ fn write_only_descriptors_stay_coherent_with_readers_and_mappings() {
     }
 }
 
-/// Why `huge=always` cannot be had on this machine, if it cannot (the
-/// mount's own check).
-fn huge_unusable() -> Option<String> {
-    let mut o = foliofs_ramfs::Options::default();
-    o.set("blocksize", Some("2M")).unwrap();
-    o.set("huge", Some("always")).unwrap();
-    o.check().err()
-}
-
 /// The server's `AnonHugePages` in kB, from the pid `foliofs mounts` shows.
 fn server_huge_kb(mnt: &Path) -> u64 {
     let line = mounts_line(mnt);
@@ -585,7 +576,7 @@ fn huge_always_makes_2m_blocks_huge_pages() {
         assert!(err.contains("huge="), "unclear error for {bad}: {err}");
     }
     let opts = "blocksize=2M,huge=always";
-    if huge_unusable().is_some() {
+    if common::huge_unusable().is_some() {
         let err = Mount::new(Path::new("none"), Some("ramfs"), opts)
             .err()
             .expect("huge=always mounted where huge pages cannot be had");

@@ -110,10 +110,7 @@ fn fsx_100k_ops_at_2m_blocks() {
 #[test]
 fn fsx_100k_ops_at_2m_huge_blocks() {
     require_fuse!();
-    let mut o = foliofs_ramfs::Options::default();
-    o.set("blocksize", Some("2M")).unwrap();
-    o.set("huge", Some("always")).unwrap();
-    if let Err(why) = o.check() {
+    if let Some(why) = common::huge_unusable() {
         eprintln!("skipped: {why}");
         return;
     }

@@ -636,3 +636,12 @@ pub fn cargo_tool(name: &str) -> PathBuf {
             panic!("{name} is not installed: run `bash scripts/setup` (it installs pjdfstest 0.2.2 and fsx 0.3.2)")
         })
 }
+
+/// Why a ramfs `blocksize=2M,huge=always` mount cannot be had on this
+/// machine, if it cannot (the mount's own check).
+pub fn huge_unusable() -> Option<String> {
+    let mut o = foliofs_ramfs::Options::default();
+    o.set("blocksize", Some("2M")).unwrap();
+    o.set("huge", Some("always")).unwrap();
+    o.check().err()
+}
