@@ -6,13 +6,15 @@
 //! until the mount goes away. The file system's root is node 1 to the kernel,
 //! while `st_ino` stays the format's own inode number.
 
+mod convert;
 mod ids;
 pub mod options;
 mod server;
 mod session;
 
+pub use convert::Overrides;
 pub use options::{format_size, parse_size, MountFlags, MountOptions, OptionError};
-pub use server::{Overrides, ServerConfig};
+pub use server::ServerConfig;
 pub use session::{
     find_mount, mount, mount_table, unmount, MountConfig, MountError, MountInfo, Mounted, FS_TYPE,
 };

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use foliofs_vfs::{self as vfs, Attr, Ctx, Error, FileSystem, Ino, Scratch, SetAttr, TimeSet};
+use foliofs_vfs::{self as vfs, Attr, Error, FileSystem, Ino, Scratch, SetAttr};
 use fuser::{
     AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -16,49 +16,13 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
+use crate::convert::{ctx, errno, file_attr, fuser_kind, time_set, Overrides};
 use crate::ids::IdMap;
 
 thread_local! {
     /// One read buffer per server thread: reads reply with a slice of it, so
     /// the hot path allocates nothing after the first request.
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::new());
-}
-
-/// Owner and permission overrides (`uid=`, `gid=`, `umask=`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Overrides {
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    pub umask: Option<u32>,
-}
-
-impl Overrides {
-    /// Applies the overrides to `a`. With `umask=`, directories and files
-    /// the image marks executable start from 0777, other files from 0666,
-    /// and the umask clears bits from that (as vfat and udf do); symlinks
-    /// keep 0777 since their mode is never checked.
-    pub fn apply(&self, a: &mut Attr) {
-        if let Some(uid) = self.uid {
-            a.uid = uid;
-        }
-        if let Some(gid) = self.gid {
-            a.gid = gid;
-        }
-        if let Some(umask) = self.umask {
-            if a.kind != vfs::FileType::Symlink {
-                let base = if a.kind == vfs::FileType::Directory || a.perm & 0o111 != 0 {
-                    0o777
-                } else {
-                    0o666
-                };
-                a.perm = (base & !umask) as u16;
-            }
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        *self == Overrides::default()
-    }
 }
 
 /// How the server treats the kernel's caches and requests.
@@ -103,42 +67,6 @@ fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
     have >= (major, minor)
 }
 
-fn errno(e: &Error) -> Errno {
-    Errno::from_i32(e.errno())
-}
-
-fn system_time(t: vfs::Timespec) -> SystemTime {
-    t.to_system()
-}
-
-fn fuser_kind(k: vfs::FileType) -> fuser::FileType {
-    match k {
-        vfs::FileType::RegularFile => fuser::FileType::RegularFile,
-        vfs::FileType::Directory => fuser::FileType::Directory,
-        vfs::FileType::Symlink => fuser::FileType::Symlink,
-        vfs::FileType::BlockDevice => fuser::FileType::BlockDevice,
-        vfs::FileType::CharDevice => fuser::FileType::CharDevice,
-        vfs::FileType::Fifo => fuser::FileType::NamedPipe,
-        vfs::FileType::Socket => fuser::FileType::Socket,
-    }
-}
-
-fn ctx(req: &Request, umask: u32) -> Ctx {
-    Ctx {
-        uid: req.uid(),
-        gid: req.gid(),
-        pid: req.pid(),
-        umask,
-    }
-}
-
-fn time_set(t: TimeOrNow) -> TimeSet {
-    match t {
-        TimeOrNow::Now => TimeSet::Now,
-        TimeOrNow::SpecificTime(t) => TimeSet::At(vfs::Timespec::from_system(t)),
-    }
-}
-
 impl Server {
     pub(crate) fn new(fs: Arc<dyn FileSystem>, cfg: ServerConfig) -> Server {
         let ids = IdMap::new(fs.root());
@@ -158,37 +86,28 @@ impl Server {
         self.ids.to_fs(node.0)
     }
 
-    /// `a` as fuser wants it; `st_ino` is `node` (the node id the kernel
-    /// will use) for entry replies, and the file system's own number
-    /// for attribute replies.
-    fn file_attr(&self, mut a: Attr, st_ino: u64) -> fuser::FileAttr {
-        if !self.cfg.overrides.is_empty() {
-            self.cfg.overrides.apply(&mut a);
+    /// `a` as fuser wants it (see [`file_attr`]).
+    fn attr_out(&self, a: Attr, st_ino: u64) -> fuser::FileAttr {
+        file_attr(a, st_ino, &self.cfg.overrides)
+    }
+
+    /// The attributes of `dir`'s parent, for a ".." entry; a directory
+    /// whose parent cannot be found stands for itself. The kernel takes no
+    /// reference for "..": the lookup's is given back at once, or a writable
+    /// file system could never free that directory.
+    fn dotdot(&self, dir: Ino) -> vfs::Result<Attr> {
+        let parent = self.fs.lookup(dir, OsStr::new(".."));
+        if let Ok(p) = &parent {
+            self.fs.forget(p.ino, 1);
         }
-        fuser::FileAttr {
-            ino: INodeNo(st_ino),
-            size: a.size,
-            blocks: a.blocks,
-            atime: system_time(a.atime),
-            mtime: system_time(a.mtime),
-            ctime: system_time(a.ctime),
-            crtime: system_time(a.ctime),
-            kind: fuser_kind(a.kind),
-            perm: a.perm,
-            nlink: a.nlink,
-            uid: a.uid,
-            gid: a.gid,
-            rdev: a.rdev.to_new_encoding(),
-            blksize: a.blksize,
-            flags: 0,
-        }
+        parent.or_else(|_| self.fs.getattr(dir))
     }
 
     fn reply_entry(&self, r: vfs::Result<Attr>, reply: ReplyEntry) {
         match r {
             Ok(a) => {
                 let node = self.ids.to_fuse(a.ino);
-                reply.entry(&self.cfg.ttl, &self.file_attr(a, node), Generation(0));
+                reply.entry(&self.cfg.ttl, &self.attr_out(a, node), Generation(0));
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -293,7 +212,7 @@ impl fuser::Filesystem for Server {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.log(format_args!("getattr({})", ino.0));
         match self.fs.getattr(self.ino(ino)) {
-            Ok(a) => reply.attr(&self.cfg.ttl, &self.file_attr(a, a.ino)),
+            Ok(a) => reply.attr(&self.cfg.ttl, &self.attr_out(a, a.ino)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -334,7 +253,7 @@ impl fuser::Filesystem for Server {
             fh: fh.map(|f| f.0),
         };
         match self.fs.setattr(self.ino(ino), &set, &ctx(req, 0)) {
-            Ok(a) => reply.attr(&self.cfg.ttl, &self.file_attr(a, a.ino)),
+            Ok(a) => reply.attr(&self.cfg.ttl, &self.attr_out(a, a.ino)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -656,13 +575,7 @@ impl fuser::Filesystem for Server {
             off = 1;
         }
         if off == 1 {
-            let parent = self.fs.lookup(dir, OsStr::new("..")).map(|a| a.ino);
-            // The kernel takes no reference for "..": give the lookup's back,
-            // or a writable file system could never free that directory.
-            if let Ok(p) = parent {
-                self.fs.forget(p, 1);
-            }
-            let parent = parent.unwrap_or(dir);
+            let parent = self.dotdot(dir).map_or(dir, |a| a.ino);
             if reply.add(INodeNo(parent), 2, fuser::FileType::Directory, "..") {
                 return reply.ok();
             }
@@ -701,7 +614,7 @@ impl fuser::Filesystem for Server {
                 1,
                 ".",
                 &ttl,
-                &self.file_attr(a, a.ino),
+                &self.attr_out(a, a.ino),
                 Generation(0),
             ) {
                 return reply.ok();
@@ -709,12 +622,7 @@ impl fuser::Filesystem for Server {
             off = 1;
         }
         if off == 1 {
-            let parent = self.fs.lookup(dir, OsStr::new(".."));
-            // As in readdir: no reference is taken for "..".
-            if let Ok(p) = &parent {
-                self.fs.forget(p.ino, 1);
-            }
-            let a = match parent.or_else(|_| self.fs.getattr(dir)) {
+            let a = match self.dotdot(dir) {
                 Ok(a) => a,
                 Err(e) => return reply.error(errno(&e)),
             };
@@ -723,7 +631,7 @@ impl fuser::Filesystem for Server {
                 2,
                 "..",
                 &ttl,
-                &self.file_attr(a, a.ino),
+                &self.attr_out(a, a.ino),
                 Generation(0),
             ) {
                 return reply.ok();
@@ -752,7 +660,7 @@ impl fuser::Filesystem for Server {
                 e.next + 2,
                 e.name,
                 &ttl,
-                &self.file_attr(a, node),
+                &self.attr_out(a, node),
                 Generation(0),
             );
             if full {
@@ -857,7 +765,7 @@ impl fuser::Filesystem for Server {
             Ok(a) => a,
             Err(e) => return reply.error(errno(&e)),
         };
-        let a = self.file_attr(a, a.ino);
+        let a = self.attr_out(a, a.ino);
         if mask.contains(AccessFlags::W_OK) && self.cfg.read_only {
             return reply.error(Errno::EROFS);
         }
@@ -912,7 +820,7 @@ impl fuser::Filesystem for Server {
                 let node = self.ids.to_fuse(a.ino);
                 reply.created(
                     &self.cfg.ttl,
-                    &self.file_attr(a, node),
+                    &self.attr_out(a, node),
                     Generation(0),
                     FileHandle(fh),
                     self.open_flags(flags),
@@ -961,7 +869,6 @@ impl fuser::Filesystem for Server {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use foliofs_vfs::{FileType, Rdev, Timespec};
 
     #[test]
     fn kernel_releases_compare_by_major_and_minor() {
@@ -971,46 +878,5 @@ mod tests {
         assert!(!release_at_least("6.5.13-1-pve", 6, 6));
         assert!(!release_at_least("5.15.0-91-generic", 6, 6));
         assert!(!release_at_least("", 6, 6));
-    }
-
-    fn attr(kind: FileType, perm: u16) -> Attr {
-        Attr {
-            ino: 7,
-            size: 0,
-            blocks: 0,
-            kind,
-            perm,
-            nlink: 1,
-            uid: 0,
-            gid: 0,
-            rdev: Rdev::default(),
-            atime: Timespec::ZERO,
-            mtime: Timespec::ZERO,
-            ctime: Timespec::ZERO,
-            blksize: 1024,
-        }
-    }
-
-    #[test]
-    fn overrides_set_owner_and_mask_permissions() {
-        let o = Overrides {
-            uid: Some(1000),
-            gid: Some(100),
-            umask: Some(0o027),
-        };
-        for (kind, perm, want) in [
-            (FileType::Directory, 0o644, 0o750),
-            (FileType::RegularFile, 0o644, 0o640),
-            (FileType::RegularFile, 0o755, 0o750),
-            (FileType::Symlink, 0o777, 0o777),
-            (FileType::CharDevice, 0o600, 0o640),
-        ] {
-            let mut a = attr(kind, perm);
-            o.apply(&mut a);
-            assert_eq!((a.uid, a.gid, a.perm), (1000, 100, want), "{kind:?}");
-        }
-        let mut a = attr(FileType::RegularFile, 0o4755);
-        Overrides::default().apply(&mut a);
-        assert_eq!((a.uid, a.gid, a.perm), (0, 0, 0o4755));
     }
 }
