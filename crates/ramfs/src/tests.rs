@@ -1,6 +1,13 @@
 //! Behaviour of the file system through the `FileSystem` trait.
 
-use super::*;
+use std::ffi::OsStr;
+use std::sync::Arc;
+
+use foliofs_vfs::{
+    Ctx, FileSystem, FileType, Ino, Rdev, Result, Scratch, SetAttr, TimeSet, Timespec,
+};
+
+use crate::{Options, RamFs, ROOT_INO};
 
 fn ctx() -> Ctx {
     Ctx {

@@ -1,0 +1,282 @@
+//! [`RamFs`] itself: what it is made of, its limits as a whole, and the
+//! [`FileSystem`] entry points, each handed to the file that does that job
+//! (`table.rs`, `names.rs`, `rename.rs`, `file.rs`, `xattr.rs`).
+
+use std::ffi::OsStr;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use foliofs_vfs::{
+    Attr, Ctx, DirEntry, FileSystem, FileType, FsInfo, Ino, Rdev, Result, Scratch, SetAttr, StatFs,
+};
+
+use crate::block;
+use crate::dir::Dir;
+use crate::node::{Body, Node, State};
+use crate::options::{total_ram, Options};
+use crate::space::Space;
+use crate::table::Table;
+
+/// The root directory's inode number.
+pub const ROOT_INO: Ino = 1;
+/// Longest name a directory entry may have.
+pub const NAME_MAX: u32 = 255;
+
+/// A writable in-memory file system.
+pub struct RamFs {
+    opts: Options,
+    pub(crate) block_size: u32,
+    pub(crate) table: Table,
+    pub(crate) next_ino: AtomicU64,
+    pub(crate) next_fh: AtomicU64,
+    pub(crate) space: Space,
+    /// Serialises changes to the name space (never taken by reads or writes).
+    names: Mutex<()>,
+}
+
+impl std::fmt::Debug for RamFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RamFs")
+            .field("opts", &self.opts)
+            .field("used_blocks", &self.space.used_blocks())
+            .field("used_inodes", &self.space.used_inodes())
+            .finish()
+    }
+}
+
+impl RamFs {
+    /// An empty file system with these options, its limits resolved against
+    /// this machine's memory.
+    pub fn new(opts: &Options) -> Self {
+        let ram = total_ram();
+        let bs = u64::from(opts.block_size);
+        // `size=0` lifts the limit, but memory still bounds what can be
+        // stored: cap it there so no single call can promise more blocks
+        // than the machine has.
+        let max_bytes = opts.size_limit(ram).unwrap_or(ram);
+        block::set_pool_limit(max_bytes);
+        block::set_huge(opts.huge);
+        let space = Space::new(bs, Some(max_bytes), opts.inode_limit(ram));
+        let fs = RamFs {
+            opts: opts.clone(),
+            block_size: opts.block_size,
+            table: Table::new(),
+            next_ino: AtomicU64::new(ROOT_INO + 1),
+            next_fh: AtomicU64::new(1),
+            space,
+            names: Mutex::new(()),
+        };
+        // The root takes an inode slot like any other; a limit of 0 inodes is
+        // "unlimited", so this always succeeds.
+        let _ = fs.space.take_inode();
+        let mut st = State::new(
+            (opts.mode & 0o7777) as u16,
+            opts.uid,
+            opts.gid,
+            Rdev::default(),
+            Body::Dir(Dir::new(ROOT_INO)),
+        );
+        st.lookups = 1;
+        fs.table
+            .insert(Arc::new(Node::new(ROOT_INO, FileType::Directory, st)));
+        fs
+    }
+
+    /// The options this file system was made with.
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    pub(crate) fn names(&self) -> MutexGuard<'_, ()> {
+        self.names.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn bs(&self) -> u64 {
+        u64::from(self.block_size)
+    }
+
+    pub(crate) fn attr_of(&self, node: &Node, st: &State) -> Attr {
+        st.attr(node.ino, node.kind, self.block_size)
+    }
+
+    /// Blocks and inodes in use (for tests and `statfs`).
+    pub fn usage(&self) -> (u64, u64) {
+        (self.space.used_blocks(), self.space.used_inodes())
+    }
+
+    /// Bytes of extended attribute names and values held.
+    pub fn xattr_bytes(&self) -> u64 {
+        self.space.used_xattr()
+    }
+}
+
+impl FileSystem for RamFs {
+    fn root(&self) -> Ino {
+        ROOT_INO
+    }
+
+    fn info(&self) -> FsInfo {
+        FsInfo {
+            fs_type: "ramfs",
+            block_size: self.block_size,
+            name_max: NAME_MAX,
+            read_only: false,
+        }
+    }
+
+    fn statfs(&self) -> Result<StatFs> {
+        let blocks = self.space.max_blocks();
+        // "Unlimited" inodes still need a figure: one per page of memory.
+        let files = match self.space.max_inodes() {
+            u64::MAX => total_ram() / 4096,
+            n => n,
+        };
+        let used_b = self.space.used_blocks();
+        let used_i = self.space.used_inodes();
+        let bfree = blocks.saturating_sub(used_b);
+        Ok(StatFs {
+            blocks,
+            bfree,
+            bavail: bfree,
+            files,
+            ffree: files.saturating_sub(used_i),
+            bsize: self.block_size,
+            frsize: self.block_size,
+            namelen: NAME_MAX,
+        })
+    }
+
+    fn getattr(&self, ino: Ino) -> Result<Attr> {
+        self.do_getattr(ino)
+    }
+
+    fn lookup(&self, parent: Ino, name: &OsStr) -> Result<Attr> {
+        self.do_lookup(parent, name)
+    }
+
+    fn forget(&self, ino: Ino, nlookup: u64) {
+        self.do_forget(ino, nlookup)
+    }
+
+    fn readdir(
+        &self,
+        ino: Ino,
+        offset: u64,
+        sink: &mut dyn FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<()> {
+        self.do_readdir(ino, offset, sink)
+    }
+
+    fn read<'a>(
+        &self,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+        scratch: &'a mut Scratch,
+    ) -> Result<&'a [u8]> {
+        self.do_read(ino, offset, size, scratch)
+    }
+
+    fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        self.do_readlink(ino)
+    }
+
+    fn getxattr(&self, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {
+        self.do_getxattr(ino, name)
+    }
+
+    fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        self.do_listxattr(ino)
+    }
+
+    fn open(&self, ino: Ino, flags: i32) -> Result<u64> {
+        self.do_open(ino, flags)
+    }
+
+    fn release(&self, ino: Ino, fh: u64) -> Result<()> {
+        self.do_release(ino, fh)
+    }
+
+    fn setattr(&self, ino: Ino, set: &SetAttr, ctx: &Ctx) -> Result<Attr> {
+        self.do_setattr(ino, set, ctx)
+    }
+
+    fn mknod(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        kind: FileType,
+        perm: u16,
+        rdev: u32,
+        ctx: &Ctx,
+    ) -> Result<Attr> {
+        self.do_mknod(parent, name, kind, perm, rdev, ctx)
+    }
+
+    fn create(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        perm: u16,
+        flags: i32,
+        ctx: &Ctx,
+    ) -> Result<(Attr, u64)> {
+        self.do_create(parent, name, perm, flags, ctx)
+    }
+
+    fn mkdir(&self, parent: Ino, name: &OsStr, perm: u16, ctx: &Ctx) -> Result<Attr> {
+        self.do_mkdir(parent, name, perm, ctx)
+    }
+
+    fn symlink(&self, parent: Ino, name: &OsStr, target: &[u8], ctx: &Ctx) -> Result<Attr> {
+        self.do_symlink(parent, name, target, ctx)
+    }
+
+    fn unlink(&self, parent: Ino, name: &OsStr, ctx: &Ctx) -> Result<()> {
+        self.do_unlink(parent, name, ctx)
+    }
+
+    fn rmdir(&self, parent: Ino, name: &OsStr, ctx: &Ctx) -> Result<()> {
+        self.do_rmdir(parent, name, ctx)
+    }
+
+    fn rename(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        newparent: Ino,
+        newname: &OsStr,
+        flags: u32,
+        ctx: &Ctx,
+    ) -> Result<()> {
+        self.do_rename(parent, name, newparent, newname, flags, ctx)
+    }
+
+    fn link(&self, ino: Ino, newparent: Ino, newname: &OsStr, ctx: &Ctx) -> Result<Attr> {
+        self.do_link(ino, newparent, newname, ctx)
+    }
+
+    fn kill_suid(&self, ino: Ino) -> Result<()> {
+        self.do_kill_suid(ino)
+    }
+
+    fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8], flags: i32) -> Result<u32> {
+        self.do_write(ino, fh, offset, data, flags)
+    }
+
+    fn fallocate(&self, ino: Ino, offset: u64, length: u64, mode: i32) -> Result<()> {
+        self.do_fallocate(ino, offset, length, mode)
+    }
+
+    fn lseek(&self, ino: Ino, offset: u64, whence: i32) -> Result<u64> {
+        self.do_lseek(ino, offset, whence)
+    }
+
+    fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32, ctx: &Ctx) -> Result<()> {
+        self.do_setxattr(ino, name, value, flags, ctx)
+    }
+
+    fn removexattr(&self, ino: Ino, name: &OsStr, ctx: &Ctx) -> Result<()> {
+        self.do_removexattr(ino, name, ctx)
+    }
+}
