@@ -5,8 +5,9 @@
 use foliofs_vfs::Result;
 
 use crate::chunk::ChunkFormat;
+use crate::data::Phys;
 use crate::inode::{Inode, Layout};
-use crate::{Erofs, Phys};
+use crate::Erofs;
 
 /// One extent of a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

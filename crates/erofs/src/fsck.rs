@@ -5,8 +5,9 @@ use std::collections::HashMap;
 
 use foliofs_vfs::{Error, FileType, Scratch};
 
+use crate::data::Phys;
 use crate::inode::Inode;
-use crate::{Erofs, Phys};
+use crate::Erofs;
 
 /// What a check found.
 #[derive(Debug, Default)]

@@ -1,8 +1,10 @@
-//! On-disk inodes: the 32-byte compact and 64-byte extended forms.
+//! On-disk inodes: the 32-byte compact and 64-byte extended forms, read
+//! from the image and turned into attributes.
 
-use foliofs_vfs::{Error, FileType, Rdev, Result, Timespec};
+use foliofs_vfs::{Attr, Error, FileType, Rdev, Result, Timespec};
 
 use crate::superblock::{le16, le32, le64, Superblock};
+use crate::Erofs;
 
 /// How an inode's data is laid out (`i_format` bits 1..3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,6 +206,53 @@ impl Inode {
         match self.kind {
             FileType::BlockDevice | FileType::CharDevice => Rdev::from_new_encoding(self.i_u),
             _ => Rdev::default(),
+        }
+    }
+}
+
+impl Erofs {
+    /// Parses inode `nid`.
+    pub fn inode(&self, nid: u64) -> Result<Inode> {
+        let pos = Inode::position(&self.sb, nid)
+            .ok_or_else(|| Error::corrupt(0, format!("nid {nid} overflows the address space")))?;
+        let mut raw = [0u8; MAX_INODE_SIZE];
+        self.dev.check_range(pos, 32).map_err(|_| {
+            Error::corrupt(
+                pos,
+                format!(
+                    "inode {nid} lies beyond the end of the {}-byte image",
+                    self.dev.size()
+                ),
+            )
+        })?;
+        self.meta(pos, &mut raw[..32])?;
+        if Inode::is_extended(&raw) {
+            self.meta(pos + 32, &mut raw[32..])?;
+        }
+        Inode::parse(&self.sb, nid, pos, &raw)
+    }
+
+    pub(crate) fn attr(&self, inode: &Inode) -> Attr {
+        let bs = u64::from(self.sb.block_size());
+        let blocks = if inode.layout.is_compressed() {
+            u64::from(inode.i_u) << (self.sb.blkszbits - 9)
+        } else {
+            (inode.size.div_ceil(bs) * bs) >> 9
+        };
+        Attr {
+            ino: inode.nid,
+            size: inode.size,
+            blocks,
+            kind: inode.kind,
+            perm: inode.perm(),
+            nlink: inode.nlink,
+            uid: inode.uid,
+            gid: inode.gid,
+            rdev: inode.rdev(),
+            atime: inode.mtime,
+            mtime: inode.mtime,
+            ctime: inode.mtime,
+            blksize: self.sb.block_size(),
         }
     }
 }

@@ -1,0 +1,344 @@
+//! Uncompressed file data: mapping a file offset to where its bytes live
+//! (flat, inline tail or chunk table, on the primary image or an extra
+//! device) and reading them.
+
+use std::cell::RefCell;
+
+use foliofs_block::BlockDev;
+use foliofs_vfs::{Error, Result, Scratch};
+
+use crate::chunk::{ChunkEntry, ChunkFormat};
+use crate::inode::{Inode, Layout};
+use crate::Erofs;
+
+/// Where a run of file bytes lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phys {
+    Hole,
+    /// Device index (0 = primary) and byte position.
+    At(usize, u64),
+}
+
+/// A run of uncompressed file data starting at logical offset `la`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Run {
+    pub(crate) la: u64,
+    pub(crate) len: u64,
+    pub(crate) phys: Phys,
+}
+
+thread_local! {
+    /// Buffer for pieces of a read that spans several runs or extents.
+    pub(crate) static PIECE: RefCell<Scratch> = RefCell::new(Scratch::new());
+}
+
+/// Runs `f` with a thread-local scratch, or a fresh one if that one is busy
+/// (a nested call).
+pub(crate) fn with_scratch<R>(
+    key: &'static std::thread::LocalKey<RefCell<Scratch>>,
+    f: impl FnOnce(&mut Scratch) -> R,
+) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => f(&mut s),
+        Err(_) => f(&mut Scratch::new()),
+    })
+}
+
+impl Erofs {
+    /// Resolves (device id, byte position) to an opened device and position.
+    pub(crate) fn resolve(&self, device_id: u16, pos: u64, at: u64) -> Result<(usize, u64)> {
+        let bs_bits = self.sb.blkszbits;
+        if device_id == 0 {
+            // A block address may fall into an extra device's mapped range.
+            let blk = pos >> bs_bits;
+            for (i, d) in self.devices.iter().enumerate() {
+                let start = u64::from(d.slot.mapped_blkaddr);
+                if d.dev.is_some()
+                    && start != 0
+                    && blk >= start
+                    && blk < start + u64::from(d.slot.blocks)
+                {
+                    return Ok((i + 1, pos - (start << bs_bits)));
+                }
+            }
+            return Ok((0, pos));
+        }
+        let d = self
+            .devices
+            .get(usize::from(device_id) - 1)
+            .ok_or_else(|| {
+                Error::corrupt(
+                    at,
+                    format!("chunk names device {device_id} of {}", self.devices.len()),
+                )
+            })?;
+        match d.dev {
+            Some(_) => Ok((usize::from(device_id), pos)),
+            None => Ok((0, pos + (u64::from(d.slot.mapped_blkaddr) << bs_bits))),
+        }
+    }
+
+    pub(crate) fn device(&self, i: usize) -> &BlockDev {
+        if i == 0 {
+            &self.dev
+        } else {
+            self.devices[i - 1]
+                .dev
+                .as_ref()
+                .expect("resolved to an opened device")
+        }
+    }
+
+    /// Maps offset `ofs` (< size) of an uncompressed inode to the run holding
+    /// it, extended over physically adjacent chunks up to `want_end`.
+    pub(crate) fn map_flat(&self, inode: &Inode, ofs: u64, want_end: u64) -> Result<Run> {
+        let bs = u64::from(self.sb.block_size());
+        let blk_pos = |inode: &Inode| {
+            u64::from(inode.i_u)
+                .checked_mul(bs)
+                .ok_or_else(|| Error::corrupt(inode.pos, "block address overflows"))
+        };
+        match inode.layout {
+            Layout::FlatPlain => Ok(Run {
+                la: 0,
+                len: inode.size,
+                phys: Phys::At(0, blk_pos(inode)?),
+            }),
+            Layout::FlatInline => {
+                let tail = (inode.size.div_ceil(bs).saturating_sub(1)) * bs;
+                if ofs < tail {
+                    return Ok(Run {
+                        la: 0,
+                        len: tail,
+                        phys: Phys::At(0, blk_pos(inode)?),
+                    });
+                }
+                let pos = inode.trailer_pos();
+                let len = inode.size - tail;
+                if pos % bs + len > bs {
+                    return Err(Error::corrupt(
+                        pos,
+                        format!(
+                            "inode {}: {len}-byte inline tail crosses a block boundary",
+                            inode.nid
+                        ),
+                    ));
+                }
+                Ok(Run {
+                    la: tail,
+                    len,
+                    phys: Phys::At(0, pos),
+                })
+            }
+            Layout::ChunkBased => {
+                let fmt = ChunkFormat::of(inode, self.sb.blkszbits)?;
+                let table_end = fmt.entry_pos(inode, fmt.count(inode.size));
+                if table_end.is_none_or(|end| end > self.dev.size()) {
+                    return Err(Error::corrupt(
+                        inode.pos,
+                        format!(
+                            "inode {}: the chunk table for {} bytes runs past the image end",
+                            inode.nid, inode.size
+                        ),
+                    ));
+                }
+                let csize = 1u64 << fmt.chunkbits;
+                let first = ofs >> fmt.chunkbits;
+                let (mut run, mut phys_end) = self.chunk_run(inode, &fmt, first)?;
+                let mut n = first + 1;
+                while run.la + run.len < want_end.min(inode.size) {
+                    let (next, next_end) = self.chunk_run(inode, &fmt, n)?;
+                    let adjacent = match (run.phys, next.phys) {
+                        (Phys::Hole, Phys::Hole) => true,
+                        (Phys::At(d, _), Phys::At(e, p)) => d == e && phys_end == p,
+                        _ => false,
+                    };
+                    if !adjacent || run.len % csize != 0 {
+                        break;
+                    }
+                    run.len += next.len;
+                    phys_end = next_end;
+                    n += 1;
+                }
+                Ok(run)
+            }
+            Layout::CompressedFull | Layout::CompressedCompact => {
+                unreachable!("compressed inodes are read through zmap")
+            }
+        }
+    }
+
+    /// Chunk `n` as a run, and the physical position just past it.
+    pub(crate) fn chunk_run(&self, inode: &Inode, fmt: &ChunkFormat, n: u64) -> Result<(Run, u64)> {
+        let la = n << fmt.chunkbits;
+        let len = (1u64 << fmt.chunkbits).min(inode.size - la);
+        let pos = fmt
+            .entry_pos(inode, n)
+            .ok_or_else(|| Error::corrupt(inode.pos, "chunk table position overflows"))?;
+        let mut raw = [0u8; 8];
+        let raw = &mut raw[..fmt.entry_size() as usize];
+        self.meta(pos, raw)?;
+        let e = ChunkEntry::parse(raw, self.device_id_mask);
+        if e.is_hole() {
+            return Ok((
+                Run {
+                    la,
+                    len,
+                    phys: Phys::Hole,
+                },
+                0,
+            ));
+        }
+        let bytes = u64::from(e.blkaddr) << self.sb.blkszbits;
+        let (dev, p) = self.resolve(e.device_id, bytes, pos)?;
+        Ok((
+            Run {
+                la,
+                len,
+                phys: Phys::At(dev, p),
+            },
+            p + len,
+        ))
+    }
+
+    /// Reads `len` bytes at `pos` of device `dev`, all or an error.
+    pub(crate) fn read_phys<'a>(
+        &self,
+        dev: usize,
+        pos: u64,
+        len: usize,
+        scratch: &'a mut Scratch,
+    ) -> Result<&'a [u8]> {
+        let d = self.device(dev);
+        let got = d.read(pos, len, scratch)?;
+        if got.len() != len {
+            return Err(Error::corrupt(
+                pos,
+                format!(
+                    "{len} data bytes at {pos:#x} run past the end of {} ({} bytes)",
+                    d.store().path().display(),
+                    d.size()
+                ),
+            ));
+        }
+        Ok(got)
+    }
+
+    /// Reads file data of `inode` at `offset`, up to `size` bytes.
+    pub fn read_inode<'a>(
+        &self,
+        inode: &Inode,
+        offset: u64,
+        size: u32,
+        scratch: &'a mut Scratch,
+    ) -> Result<&'a [u8]> {
+        if offset >= inode.size || size == 0 {
+            return Ok(&[]);
+        }
+        let end = inode.size.min(offset + u64::from(size));
+        let total = (end - offset) as usize;
+        if inode.layout.is_compressed() {
+            let z = self.zinfo(inode)?;
+            let (ext, data) = self.extent_data(inode, &z, offset)?;
+            if ext.la + ext.llen >= end {
+                let within = (offset - ext.la) as usize;
+                return Ok(&scratch.hold(data)[within..within + total]);
+            }
+            let out = scratch.get(total);
+            let mut pos = offset;
+            let (mut ext, mut data) = (ext, data);
+            loop {
+                let from = (pos - ext.la) as usize;
+                let n = ((ext.la + ext.llen).min(end) - pos) as usize;
+                let at = (pos - offset) as usize;
+                out[at..at + n].copy_from_slice(&data[from..from + n]);
+                pos += n as u64;
+                // Extents wholly inside the request decode straight into the
+                // reply; only the one running past its end is kept for the
+                // next request.
+                while pos < end && self.cached_extent(inode.nid, pos).is_none() {
+                    let next = self.map_extent(inode, &z, pos)?;
+                    if next.la != pos || next.la + next.llen > end {
+                        break;
+                    }
+                    let at = (pos - offset) as usize;
+                    let span = &mut out[at..at + next.llen as usize];
+                    if self.decode_extent(inode, &next, span).is_err() {
+                        // A stream longer than its extent needs room beyond
+                        // it: the cached path below has that room.
+                        break;
+                    }
+                    pos += next.llen;
+                }
+                if pos >= end {
+                    break;
+                }
+                (ext, data) = self.extent_data(inode, &z, pos)?;
+                if ext.la > pos || ext.la + ext.llen <= pos {
+                    return Err(Error::corrupt(
+                        inode.pos,
+                        format!("inode {}: extents do not cover offset {pos}", inode.nid),
+                    ));
+                }
+            }
+            return Ok(out);
+        }
+        let run = self.map_flat(inode, offset, end)?;
+        if run.la + run.len >= end {
+            let within = offset - run.la;
+            return match run.phys {
+                Phys::At(dev, p) => self.read_phys(dev, p + within, total, scratch),
+                Phys::Hole => {
+                    let out = scratch.get(total);
+                    out.fill(0);
+                    Ok(out)
+                }
+            };
+        }
+        let out = scratch.get(total);
+        let mut pos = offset;
+        let mut run = run;
+        loop {
+            let n = ((run.la + run.len).min(end) - pos) as usize;
+            let at = (pos - offset) as usize;
+            match run.phys {
+                Phys::Hole => out[at..at + n].fill(0),
+                Phys::At(dev, p) => with_scratch(&PIECE, |piece| -> Result<()> {
+                    let got = self.read_phys(dev, p + (pos - run.la), n, piece)?;
+                    out[at..at + n].copy_from_slice(got);
+                    Ok(())
+                })?,
+            }
+            pos += n as u64;
+            if pos >= end {
+                break;
+            }
+            run = self.map_flat(inode, pos, end)?;
+            if run.la > pos || run.la + run.len <= pos {
+                return Err(Error::corrupt(
+                    inode.pos,
+                    format!("inode {}: data runs do not cover offset {pos}", inode.nid),
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads up to `len` bytes at `offset` of `inode` into a new vector.
+    pub fn read_to_vec(&self, inode: &Inode, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut scratch = Scratch::new();
+        let end = inode.size.min(offset.saturating_add(len as u64));
+        let mut pos = offset;
+        while pos < end {
+            let want = (end - pos).min(1 << 20) as u32;
+            let got = self.read_inode(inode, pos, want, &mut scratch)?;
+            if got.is_empty() {
+                break;
+            }
+            out.extend_from_slice(got);
+            pos += got.len() as u64;
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,162 @@
+//! Directories: reading their blocks, listing them, and hinting the inodes
+//! of their entries ahead of a READDIRPLUS.
+
+use std::cell::RefCell;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+use foliofs_vfs::{DirEntry, Error, FileType, Ino, Result, Scratch};
+
+use crate::data::{with_scratch, Phys};
+use crate::dirent::{self, DirBlock, DIRENT_SIZE};
+use crate::inode::{self, Inode, Layout};
+use crate::Erofs;
+
+/// Directory blocks whose entries' inodes one READDIRPLUS prefetches (at
+/// 4 KiB blocks, some ten thousand entries).
+const PREFETCH_DIR_BLOCKS: u64 = 64;
+
+thread_local! {
+    /// Buffer for directory blocks.
+    static DIRBUF: RefCell<Scratch> = RefCell::new(Scratch::new());
+}
+
+impl Erofs {
+    /// Runs `f` on directory block `index` of `dir`.
+    pub(crate) fn with_dir_block<R>(
+        &self,
+        dir: &Inode,
+        index: u64,
+        f: impl FnOnce(&DirBlock<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let bs = u64::from(self.sb.block_size());
+        let start = index * bs;
+        let len = (dir.size - start).min(bs) as u32;
+        with_scratch(&DIRBUF, |scratch| {
+            let data = self.read_inode(dir, start, len, scratch)?;
+            if data.len() != len as usize {
+                return Err(Error::corrupt(
+                    dir.pos,
+                    format!("directory {} is short", dir.nid),
+                ));
+            }
+            let block = DirBlock::new(data, self.dir_block_pos(dir, start))?;
+            f(&block)
+        })
+    }
+
+    /// Best-effort image position of a directory block, for messages (flat
+    /// layouts map by arithmetic alone, so this costs no I/O).
+    pub(crate) fn dir_block_pos(&self, dir: &Inode, start: u64) -> u64 {
+        match dir.layout {
+            Layout::FlatPlain | Layout::FlatInline => self
+                .map_flat(dir, start, start + 1)
+                .ok()
+                .and_then(|r| match r.phys {
+                    Phys::At(_, p) => Some(p + (start - r.la)),
+                    Phys::Hole => None,
+                })
+                .unwrap_or(dir.pos),
+            _ => dir.pos,
+        }
+    }
+
+    pub(crate) fn dir_inode(&self, ino: Ino) -> Result<Inode> {
+        let dir = self.inode(ino)?;
+        if dir.kind != FileType::Directory {
+            return Err(Error::NotDir);
+        }
+        Ok(dir)
+    }
+
+    /// Lists directory `ino` from byte position `offset` on, for
+    /// [`FileSystem::readdir`](foliofs_vfs::FileSystem::readdir): each
+    /// entry's `next` is where the entry after it starts.
+    pub(crate) fn readdir_inner(
+        &self,
+        ino: Ino,
+        offset: u64,
+        sink: &mut dyn FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<()> {
+        let dir = self.dir_inode(ino)?;
+        let bs = u64::from(self.sb.block_size());
+        let nblocks = dir.size.div_ceil(bs);
+        let mut block = offset / bs;
+        let mut first = ((offset % bs) as usize).div_ceil(DIRENT_SIZE);
+        while block < nblocks {
+            // Entries are handed over after the block is released, so a sink
+            // that calls back into this file system cannot collide with it.
+            let entries: Vec<(u64, u8, Vec<u8>, u64)> = self.with_dir_block(&dir, block, |b| {
+                let mut v = Vec::with_capacity(b.len().saturating_sub(first));
+                for i in first..b.len() {
+                    let e = b.get(i);
+                    let next = if i + 1 < b.len() {
+                        block * bs + ((i + 1) * DIRENT_SIZE) as u64
+                    } else {
+                        (block + 1) * bs
+                    };
+                    v.push((e.nid, e.file_type, e.name.to_vec(), next));
+                }
+                Ok(v)
+            })?;
+            for (nid, ftype, name, next) in entries {
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                let d = dirent::Dirent {
+                    nid,
+                    file_type: ftype,
+                    name: &name,
+                };
+                let kind = match d.kind() {
+                    Some(k) => k,
+                    None => self.inode(nid)?.kind,
+                };
+                if sink(DirEntry {
+                    ino: nid,
+                    next,
+                    kind,
+                    name: OsStr::from_bytes(&name),
+                }) {
+                    return Ok(());
+                }
+            }
+            block += 1;
+            first = 0;
+        }
+        Ok(())
+    }
+
+    /// Hints the inodes of the next [`PREFETCH_DIR_BLOCKS`] directory blocks
+    /// when a READDIRPLUS reaches the start of such a window: the server
+    /// looks up every entry it lists, and the entries' nids in the
+    /// directory blocks say where all those inodes are before any is read.
+    /// The kernel's EROFS reads them one at a time as lookups come, waiting
+    /// for the device each time.
+    pub(crate) fn prefetch_dir_inner(&self, ino: Ino, offset: u64) {
+        let bs = u64::from(self.sb.block_size());
+        let window = PREFETCH_DIR_BLOCKS * bs;
+        if !offset.is_multiple_of(window)
+            || self.dev.store().mode() != foliofs_block::IoMode::Buffered
+        {
+            return;
+        }
+        let Ok(dir) = self.dir_inode(ino) else { return };
+        let first = offset / bs;
+        let last = dir.size.div_ceil(bs).min(first + PREFETCH_DIR_BLOCKS);
+        let mut at = Vec::new();
+        for block in first..last {
+            let more = self.with_dir_block(&dir, block, |b| {
+                for pos in (0..b.len()).filter_map(|i| Inode::position(&self.sb, b.get(i).nid)) {
+                    // An extended inode may run into the next block.
+                    at.extend([pos, pos.saturating_add(inode::MAX_INODE_SIZE as u64 - 1)]);
+                }
+                Ok(())
+            });
+            if more.is_err() {
+                break;
+            }
+        }
+        self.dev.prefetch(at);
+    }
+}

@@ -1,0 +1,226 @@
+//! Opening an image: the superblock's checks, the extra devices of the
+//! device table, and what `statfs` reports about them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use foliofs_block::{BlockDev, BlockSizeChoice, OpenOptions, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+use foliofs_vfs::{Error, FileType, Result, StatFs};
+
+use crate::superblock::{self, DeviceSlot, Superblock, DEVT_SLOT_SIZE, SUPER_OFFSET, SUPER_SIZE};
+use crate::xattr::LongPrefix;
+use crate::zdata::CachedExtent;
+
+/// Longest name EROFS stores.
+pub const NAME_MAX: u32 = 255;
+
+/// An extra device: its table slot and, unless it lives inside the primary
+/// image (a flat layout), the opened device.
+#[derive(Debug)]
+pub(crate) struct ExtraDevice {
+    pub(crate) slot: DeviceSlot,
+    pub(crate) dev: Option<BlockDev>,
+}
+
+/// An open EROFS image.
+#[derive(Debug)]
+pub struct Erofs {
+    pub(crate) dev: BlockDev,
+    pub(crate) sb: Superblock,
+    pub(crate) devices: Vec<ExtraDevice>,
+    pub(crate) device_id_mask: u16,
+    pub(crate) prefixes: Vec<LongPrefix>,
+    /// Recently decompressed extents: (nid, logical start, bytes).
+    pub(crate) zcache: Mutex<Vec<CachedExtent>>,
+    pub(crate) path: PathBuf,
+}
+
+impl Erofs {
+    /// Opens the EROFS image at `path`; `devices` are the extra devices
+    /// (blob files) the image's device table names, in order.
+    pub fn open(path: &Path, opts: &OpenOptions, devices: &[PathBuf]) -> Result<Erofs> {
+        let probe_opts = OpenOptions {
+            block_size: BlockSizeChoice::Fixed(4096),
+            io_mode: opts.io_mode,
+            cache_bytes: 1 << 20,
+        };
+        let probe = BlockDev::open(path, &probe_opts, 4096)?;
+        let mut raw = [0u8; SUPER_SIZE];
+        probe
+            .read_exact(SUPER_OFFSET, &mut raw)
+            .map_err(|e| match e {
+                Error::Corrupt { .. } => Error::corrupt(
+                    SUPER_OFFSET,
+                    format!(
+                        "{}: {} bytes is too small for an EROFS image",
+                        path.display(),
+                        probe.size()
+                    ),
+                ),
+                other => other,
+            })?;
+        let sb = Superblock::parse(&raw)?;
+        // The cache's blocks follow the image's, but never below what the
+        // block layer or direct I/O can do.
+        let default_bs = sb
+            .block_size()
+            .max(probe.store().dio_align())
+            .clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
+        drop(probe);
+        let dev = BlockDev::open(path, opts, default_bs)?;
+        let mut fs = Erofs {
+            dev,
+            sb,
+            devices: Vec::new(),
+            device_id_mask: 0,
+            prefixes: Vec::new(),
+            zcache: Mutex::new(Vec::new()),
+            path: path.to_owned(),
+        };
+        fs.check_superblock()?;
+        fs.open_devices(opts, devices)?;
+        fs.prefixes = fs.load_prefixes()?;
+        let root = fs.inode(fs.sb.root_nid)?;
+        if root.kind != FileType::Directory {
+            return Err(Error::corrupt(
+                root.pos,
+                format!("root nid {} is not a directory", root.nid),
+            ));
+        }
+        Ok(fs)
+    }
+
+    /// The parsed superblock.
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// The image path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The primary device.
+    pub fn block_dev(&self) -> &BlockDev {
+        &self.dev
+    }
+
+    /// The device table slots (empty without extra devices).
+    pub fn device_slots(&self) -> Vec<DeviceSlot> {
+        self.devices.iter().map(|d| d.slot.clone()).collect()
+    }
+
+    pub(crate) fn check_superblock(&self) -> Result<()> {
+        if self.sb.has_compat(superblock::COMPAT_SB_CHKSUM) {
+            let mut block = vec![0u8; superblock::checksum_len(&self.sb)];
+            self.meta(SUPER_OFFSET, &mut block)?;
+            superblock::verify_checksum(&self.sb, &block)?;
+        }
+        if self.sb.has_incompat(superblock::INCOMPAT_COMPR_CFGS) {
+            let algs = self.sb.available_algorithms();
+            let mut pos = SUPER_OFFSET + self.sb.size();
+            for alg in 0..16u8 {
+                if algs & (1 << alg) == 0 {
+                    continue;
+                }
+                if alg != superblock::ALG_LZ4 {
+                    return Err(Error::Unsupported(format!(
+                        "EROFS image uses {} compression",
+                        superblock::algorithm_name(alg)
+                    )));
+                }
+                pos = pos.div_ceil(4) * 4;
+                let mut len = [0u8; 2];
+                self.meta(pos, &mut len)?;
+                let len = u64::from(u16::from_le_bytes(len));
+                if len < 14 {
+                    return Err(Error::corrupt(
+                        pos,
+                        format!("LZ4 configuration record of {len} bytes (expected 14)"),
+                    ));
+                }
+                self.dev.check_range(pos + 2, len)?;
+                pos += 2 + len;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn open_devices(&mut self, opts: &OpenOptions, paths: &[PathBuf]) -> Result<()> {
+        // As the kernel does, the device count means nothing without the
+        // device table feature.
+        let n = if self.sb.has_incompat(superblock::INCOMPAT_DEVICE_TABLE) {
+            usize::from(self.sb.extra_devices)
+        } else {
+            0
+        };
+        if n == 0 {
+            if !paths.is_empty() {
+                return Err(Error::Unsupported(format!(
+                    "{}: {} extra device(s) given but the image has no device table",
+                    self.path.display(),
+                    paths.len()
+                )));
+            }
+            return Ok(());
+        }
+        let base = u64::from(self.sb.devt_slotoff) * DEVT_SLOT_SIZE;
+        let mut slots = Vec::with_capacity(n);
+        for i in 0..n as u64 {
+            let mut raw = [0u8; DEVT_SLOT_SIZE as usize];
+            self.meta(base + i * DEVT_SLOT_SIZE, &mut raw)?;
+            slots.push(DeviceSlot::parse(&raw));
+        }
+        self.device_id_mask = ((n + 1).next_power_of_two() - 1) as u16;
+        let flat = paths.is_empty();
+        if flat {
+            if let Some(s) = slots.iter().find(|s| s.mapped_blkaddr == 0) {
+                return Err(Error::Unsupported(format!(
+                    "{}: the image keeps data on {n} extra device(s) (first: \"{}\"); \
+                     pass each with -o device=PATH",
+                    self.path.display(),
+                    String::from_utf8_lossy(&s.tag)
+                )));
+            }
+        } else if paths.len() != n {
+            return Err(Error::Unsupported(format!(
+                "{}: the image has {n} extra device(s) but {} were given",
+                self.path.display(),
+                paths.len()
+            )));
+        }
+        let dev_opts = OpenOptions {
+            block_size: BlockSizeChoice::Fixed(self.dev.block_size()),
+            ..opts.clone()
+        };
+        for (i, slot) in slots.into_iter().enumerate() {
+            let dev = if flat {
+                None
+            } else {
+                Some(BlockDev::open(&paths[i], &dev_opts, self.dev.block_size())?)
+            };
+            self.devices.push(ExtraDevice { slot, dev });
+        }
+        Ok(())
+    }
+
+    /// Reads metadata bytes from the primary image.
+    pub(crate) fn meta(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        self.dev.read_exact(pos, buf)
+    }
+
+    /// The kernel's statfs view.
+    pub(crate) fn statfs_inner(&self) -> StatFs {
+        let extra: u64 = self.devices.iter().map(|d| u64::from(d.slot.blocks)).sum();
+        StatFs {
+            blocks: u64::from(self.sb.blocks) + extra,
+            bfree: 0,
+            bavail: 0,
+            files: u64::MAX,
+            ffree: u64::MAX - self.sb.inos,
+            bsize: self.sb.block_size(),
+            frsize: self.sb.block_size(),
+            namelen: NAME_MAX,
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! Compressed file data: decoding extents and keeping the recently decoded
+//! ones for sequential readers.
+
+use std::sync::Arc;
+
+use foliofs_vfs::{Error, Result};
+
+use crate::data::{with_scratch, PIECE};
+use crate::decompress;
+use crate::inode::Inode;
+use crate::superblock;
+use crate::zmap::{self, ZExtent, ZInfo};
+use crate::Erofs;
+
+/// Decompressed extents kept for sequential readers.
+const ZCACHE_ENTRIES: usize = 32;
+
+/// A decompressed extent: owning nid, logical start, bytes.
+pub(crate) type CachedExtent = (u64, u64, Arc<Vec<u8>>);
+
+impl Erofs {
+    /// The decompressed extent holding `ofs`, from the cache or decoded now.
+    pub(crate) fn extent_data(
+        &self,
+        inode: &Inode,
+        z: &ZInfo,
+        ofs: u64,
+    ) -> Result<(ZExtent, Arc<Vec<u8>>)> {
+        if let Some(hit) = self.cached_extent(inode.nid, ofs) {
+            return Ok(hit);
+        }
+        let ext = self.map_extent(inode, z, ofs)?;
+        let mut data = vec![0u8; ext.llen as usize + (1usize << z.lclusterbits)];
+        self.decode_extent(inode, &ext, &mut data)?;
+        data.truncate(ext.llen as usize);
+        let data = Arc::new(data);
+        let mut cache = self.zcache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= ZCACHE_ENTRIES {
+            cache.remove(0);
+        }
+        cache.push((inode.nid, ext.la, data.clone()));
+        Ok((ext, data))
+    }
+
+    /// The cached decompressed extent of `nid` holding `ofs`, if any.
+    pub(crate) fn cached_extent(&self, nid: u64, ofs: u64) -> Option<(ZExtent, Arc<Vec<u8>>)> {
+        let cache = self.zcache.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .iter()
+            .find(|(n, la, data)| *n == nid && *la <= ofs && ofs < *la + data.len() as u64)
+            .map(|(_, la, data)| {
+                // Only the fields the readers use matter for a cache hit.
+                let ext = ZExtent {
+                    la: *la,
+                    llen: data.len() as u64,
+                    pa: 0,
+                    plen: 0,
+                    inline: false,
+                    format: zmap::ZFormat::Shifted,
+                };
+                (ext, data.clone())
+            })
+    }
+
+    /// The extent holding `ofs`, checked to hold it.
+    pub(crate) fn map_extent(&self, inode: &Inode, z: &ZInfo, ofs: u64) -> Result<ZExtent> {
+        let ext = self.zmap(inode, z, ofs)?;
+        if ext.llen == 0 || ofs >= ext.la + ext.llen || ofs < ext.la {
+            return Err(Error::corrupt(
+                inode.pos,
+                format!("inode {}: no extent covers offset {ofs}", inode.nid),
+            ));
+        }
+        Ok(ext)
+    }
+
+    /// Reads `ext`'s physical cluster and decodes it into `out`.
+    pub(crate) fn decode_extent(&self, inode: &Inode, ext: &ZExtent, out: &mut [u8]) -> Result<()> {
+        let zero_padding = self.sb.has_incompat(superblock::INCOMPAT_LZ4_0PADDING);
+        let bs = u64::from(self.sb.block_size());
+        if ext.inline {
+            let mut src = vec![0u8; ext.plen as usize];
+            self.meta(ext.pa, &mut src)?;
+            return decompress::decompress_into(ext, &src, zero_padding, bs, out);
+        }
+        let (dev, p) = self.resolve(0, ext.pa, inode.pos)?;
+        with_scratch(&PIECE, |piece| -> Result<()> {
+            let src = self.read_phys(dev, p, ext.plen as usize, piece)?;
+            decompress::decompress_into(ext, src, zero_padding, bs, out)
+        })
+    }
+}
