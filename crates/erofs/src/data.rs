@@ -1,6 +1,6 @@
-//! Uncompressed file data: mapping a file offset to where its bytes live
+//! File data: mapping an uncompressed file's offset to where its bytes live
 //! (flat, inline tail or chunk table, on the primary image or an extra
-//! device) and reading them.
+//! device) and reading them; compressed files are handed to `zdata`.
 
 use std::cell::RefCell;
 
@@ -238,50 +238,7 @@ impl Erofs {
         let end = inode.size.min(offset + u64::from(size));
         let total = (end - offset) as usize;
         if inode.layout.is_compressed() {
-            let z = self.zinfo(inode)?;
-            let (ext, data) = self.extent_data(inode, &z, offset)?;
-            if ext.la + ext.llen >= end {
-                let within = (offset - ext.la) as usize;
-                return Ok(&scratch.hold(data)[within..within + total]);
-            }
-            let out = scratch.get(total);
-            let mut pos = offset;
-            let (mut ext, mut data) = (ext, data);
-            loop {
-                let from = (pos - ext.la) as usize;
-                let n = ((ext.la + ext.llen).min(end) - pos) as usize;
-                let at = (pos - offset) as usize;
-                out[at..at + n].copy_from_slice(&data[from..from + n]);
-                pos += n as u64;
-                // Extents wholly inside the request decode straight into the
-                // reply; only the one running past its end is kept for the
-                // next request.
-                while pos < end && self.cached_extent(inode.nid, pos).is_none() {
-                    let next = self.map_extent(inode, &z, pos)?;
-                    if next.la != pos || next.la + next.llen > end {
-                        break;
-                    }
-                    let at = (pos - offset) as usize;
-                    let span = &mut out[at..at + next.llen as usize];
-                    if self.decode_extent(inode, &next, span).is_err() {
-                        // A stream longer than its extent needs room beyond
-                        // it: the cached path below has that room.
-                        break;
-                    }
-                    pos += next.llen;
-                }
-                if pos >= end {
-                    break;
-                }
-                (ext, data) = self.extent_data(inode, &z, pos)?;
-                if ext.la > pos || ext.la + ext.llen <= pos {
-                    return Err(Error::corrupt(
-                        inode.pos,
-                        format!("inode {}: extents do not cover offset {pos}", inode.nid),
-                    ));
-                }
-            }
-            return Ok(out);
+            return self.read_compressed(inode, offset, end, scratch);
         }
         let run = self.map_flat(inode, offset, end)?;
         if run.la + run.len >= end {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use foliofs_vfs::{Error, Result};
+use foliofs_vfs::{Error, Result, Scratch};
 
 use crate::data::{with_scratch, PIECE};
 use crate::decompress;
@@ -19,6 +19,62 @@ const ZCACHE_ENTRIES: usize = 32;
 pub(crate) type CachedExtent = (u64, u64, Arc<Vec<u8>>);
 
 impl Erofs {
+    /// Reads `offset..end` of compressed `inode` (`end` within its size and
+    /// past `offset`), for [`Erofs::read_inode`].
+    pub(crate) fn read_compressed<'a>(
+        &self,
+        inode: &Inode,
+        offset: u64,
+        end: u64,
+        scratch: &'a mut Scratch,
+    ) -> Result<&'a [u8]> {
+        let total = (end - offset) as usize;
+        let z = self.zinfo(inode)?;
+        let (ext, data) = self.extent_data(inode, &z, offset)?;
+        if ext.la + ext.llen >= end {
+            let within = (offset - ext.la) as usize;
+            return Ok(&scratch.hold(data)[within..within + total]);
+        }
+        let out = scratch.get(total);
+        let mut pos = offset;
+        let (mut ext, mut data) = (ext, data);
+        loop {
+            let from = (pos - ext.la) as usize;
+            let n = ((ext.la + ext.llen).min(end) - pos) as usize;
+            let at = (pos - offset) as usize;
+            out[at..at + n].copy_from_slice(&data[from..from + n]);
+            pos += n as u64;
+            // Extents wholly inside the request decode straight into the
+            // reply; only the one running past its end is kept for the
+            // next request.
+            while pos < end && self.cached_extent(inode.nid, pos).is_none() {
+                let next = self.map_extent(inode, &z, pos)?;
+                if next.la != pos || next.la + next.llen > end {
+                    break;
+                }
+                let at = (pos - offset) as usize;
+                let span = &mut out[at..at + next.llen as usize];
+                if self.decode_extent(inode, &next, span).is_err() {
+                    // A stream longer than its extent needs room beyond
+                    // it: the cached path below has that room.
+                    break;
+                }
+                pos += next.llen;
+            }
+            if pos >= end {
+                break;
+            }
+            (ext, data) = self.extent_data(inode, &z, pos)?;
+            if ext.la > pos || ext.la + ext.llen <= pos {
+                return Err(Error::corrupt(
+                    inode.pos,
+                    format!("inode {}: extents do not cover offset {pos}", inode.nid),
+                ));
+            }
+        }
+        Ok(out)
+    }
+
     /// The decompressed extent holding `ofs`, from the cache or decoded now.
     pub(crate) fn extent_data(
         &self,
@@ -43,7 +99,7 @@ impl Erofs {
     }
 
     /// The cached decompressed extent of `nid` holding `ofs`, if any.
-    pub(crate) fn cached_extent(&self, nid: u64, ofs: u64) -> Option<(ZExtent, Arc<Vec<u8>>)> {
+    fn cached_extent(&self, nid: u64, ofs: u64) -> Option<(ZExtent, Arc<Vec<u8>>)> {
         let cache = self.zcache.lock().unwrap_or_else(|e| e.into_inner());
         cache
             .iter()
@@ -63,7 +119,7 @@ impl Erofs {
     }
 
     /// The extent holding `ofs`, checked to hold it.
-    pub(crate) fn map_extent(&self, inode: &Inode, z: &ZInfo, ofs: u64) -> Result<ZExtent> {
+    fn map_extent(&self, inode: &Inode, z: &ZInfo, ofs: u64) -> Result<ZExtent> {
         let ext = self.zmap(inode, z, ofs)?;
         if ext.llen == 0 || ofs >= ext.la + ext.llen || ofs < ext.la {
             return Err(Error::corrupt(
@@ -75,7 +131,7 @@ impl Erofs {
     }
 
     /// Reads `ext`'s physical cluster and decodes it into `out`.
-    pub(crate) fn decode_extent(&self, inode: &Inode, ext: &ZExtent, out: &mut [u8]) -> Result<()> {
+    fn decode_extent(&self, inode: &Inode, ext: &ZExtent, out: &mut [u8]) -> Result<()> {
         let zero_padding = self.sb.has_incompat(superblock::INCOMPAT_LZ4_0PADDING);
         let bs = u64::from(self.sb.block_size());
         if ext.inline {
