@@ -7,7 +7,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use foliofs_romfs::mkfs::{self, MkfsOptions, Progress};
 
-use crate::open::parse_size;
+/// A byte count by the rules every foliofs option shares (binary K to E
+/// suffixes); blanks around it are allowed, as they always were here.
+fn parse_size(s: &str) -> Result<u64, foliofs_vfs::options::SizeError> {
+    foliofs_vfs::options::parse_size(s.trim())
+}
 
 #[derive(clap::Args, Debug)]
 pub struct MkfsArgs {

@@ -212,8 +212,3 @@ pub fn parse_options(opts: &[String]) -> anyhow::Result<OpenOptions> {
         ..OpenOptions::default()
     })
 }
-
-/// A byte count with an optional K, M or G suffix (powers of 1024).
-pub fn parse_size(s: &str) -> anyhow::Result<u64> {
-    foliofs_fuse::parse_size(s.trim()).map_err(anyhow::Error::msg)
-}

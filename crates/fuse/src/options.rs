@@ -11,25 +11,9 @@ use std::path::PathBuf;
 
 use foliofs_block::{check_block_size, BlockSizeChoice, IoMode};
 
-/// A refused `-o` option.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OptionError {
-    /// The key is not an option of this file system.
-    #[error("unknown mount option `{0}`")]
-    Unknown(String),
-    /// The key is known but its value is missing or wrong.
-    #[error("bad value for mount option `{key}`: {why}")]
-    BadValue { key: String, why: String },
-}
-
-impl OptionError {
-    fn bad(key: &str, why: impl Into<String>) -> Self {
-        OptionError::BadValue {
-            key: key.to_owned(),
-            why: why.into(),
-        }
-    }
-}
+// Sizes and ids are read by the rules every foliofs command shares, which
+// live in `foliofs_vfs::options` so that users without FUSE reach them too.
+pub use foliofs_vfs::options::{format_size, parse_size, OptionError};
 
 /// Mount flags that map onto `MS_*` bits of `mount(2)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,7 +204,7 @@ impl MountOptions {
             }
             "blocksize" => {
                 let v = need(key, value)?;
-                let n = parse_size(v).map_err(|why| OptionError::bad(key, why))?;
+                let n = parse_size(v).map_err(|e| OptionError::bad(key, format!("`{v}`: {e}")))?;
                 let n = u32::try_from(n)
                     .ok()
                     .filter(|n| check_block_size(*n).is_ok())
@@ -308,38 +292,7 @@ impl fmt::Display for MountFlags {
 }
 
 fn parse_id(key: &str, v: &str) -> Result<u32, OptionError> {
-    v.parse::<u32>()
-        .ok()
-        .filter(|n| *n != u32::MAX)
-        .ok_or_else(|| OptionError::bad(key, format!("`{v}` is not a numeric id")))
-}
-
-/// Parses a size with an optional binary suffix `K`, `M` or `G` (either case).
-pub fn parse_size(v: &str) -> Result<u64, String> {
-    let (digits, shift) = match v.as_bytes().last() {
-        Some(b'k' | b'K') => (&v[..v.len() - 1], 10),
-        Some(b'm' | b'M') => (&v[..v.len() - 1], 20),
-        Some(b'g' | b'G') => (&v[..v.len() - 1], 30),
-        _ => (v, 0),
-    };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{v}` is not a size (digits with an optional K, M or G)"))?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("`{v}` is too large"))
-}
-
-/// Formats a byte count the way the options accept it (`64K`, `2M`, `1536`).
-pub fn format_size(n: u64) -> String {
-    if n != 0 && n.trailing_zeros() >= 30 {
-        format!("{}G", n >> 30)
-    } else if n != 0 && n.trailing_zeros() >= 20 {
-        format!("{}M", n >> 20)
-    } else if n != 0 && n.trailing_zeros() >= 10 {
-        format!("{}K", n >> 10)
-    } else {
-        n.to_string()
-    }
+    foliofs_vfs::options::parse_id(v).map_err(|e| OptionError::bad(key, format!("`{v}`: {e}")))
 }
 
 #[cfg(test)]
@@ -458,6 +411,33 @@ mod tests {
         assert!(parse_size("99999999999999999999G").is_err());
         for n in [1024, 65536, 3 << 20, 1536, 1 << 30] {
             assert_eq!(parse_size(&format_size(n)).unwrap(), n);
+        }
+    }
+
+    #[test]
+    fn ids_refuse_minus_one_by_name() {
+        let o = MountOptions::parse("uid=4294967294,gid=0").unwrap();
+        assert_eq!((o.uid, o.gid), (Some(u32::MAX - 1), Some(0)));
+        for s in ["uid=4294967295", "gid=4294967295", "uid=-1"] {
+            let e = MountOptions::parse(s).unwrap_err().to_string();
+            assert!(e.contains("no change"), "{s}: {e}");
+        }
+        for s in ["uid=4294967296", "gid=-5", "uid=+1", "gid=1k"] {
+            let e = MountOptions::parse(s).unwrap_err().to_string();
+            assert!(e.contains("not a numeric id"), "{s}: {e}");
+        }
+    }
+
+    #[test]
+    fn blocksize_errors_name_the_value_and_the_rule() {
+        for (s, why) in [
+            ("blocksize=16E", "too large"),
+            ("blocksize=4Q", "suffix `Q`"),
+            ("blocksize=0", "power of two"),
+            ("blocksize=1T", "power of two"),
+        ] {
+            let e = MountOptions::parse(s).unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains("blocksize"), "{s}: {e}");
         }
     }
 }

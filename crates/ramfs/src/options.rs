@@ -61,36 +61,16 @@ impl Default for Options {
     }
 }
 
-/// Parses a number with an optional binary suffix (k, m, g, t, p, e; any case).
+/// A size by the rules of [`foliofs_vfs::options::parse_size`] (binary
+/// K to E suffixes). ramfs has always let blanks surround its values.
 fn parse_size(key: &str, value: &str) -> Result<u64, String> {
-    let v = value.trim();
-    let (digits, shift) = match v.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let shift = match c.to_ascii_lowercase() {
-                'k' => 10,
-                'm' => 20,
-                'g' => 30,
-                't' => 40,
-                'p' => 50,
-                'e' => 60,
-                _ => return Err(format!("{key}={value}: unknown size suffix {c:?}")),
-            };
-            (&v[..i], shift)
-        }
-        _ => (v, 0),
-    };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{key}={value}: expected a number with an optional K/M/G suffix"))?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{key}={value}: too large"))
+    foliofs_vfs::options::parse_size(value.trim()).map_err(|e| format!("{key}={value}: {e}"))
 }
 
-fn parse_u32(key: &str, value: &str) -> Result<u32, String> {
-    value
-        .trim()
-        .parse()
-        .map_err(|_| format!("{key}={value}: expected a decimal number"))
+/// An id by the rules of [`foliofs_vfs::options::parse_id`]: `(uid_t)-1`
+/// would give the root an owner the kernel reads as "no change".
+fn parse_id(key: &str, value: &str) -> Result<u32, String> {
+    foliofs_vfs::options::parse_id(value.trim()).map_err(|e| format!("{key}={value}: {e}"))
 }
 
 /// Physical memory in bytes, as `sysinfo(2)` reports it.
@@ -136,8 +116,8 @@ impl Options {
                 }
                 self.mode = m;
             }
-            "uid" => self.uid = parse_u32(key, need()?)?,
-            "gid" => self.gid = parse_u32(key, need()?)?,
+            "uid" => self.uid = parse_id(key, need()?)?,
+            "gid" => self.gid = parse_id(key, need()?)?,
             "size" => {
                 let v = need()?.trim();
                 if let Some(p) = v.strip_suffix('%') {
@@ -348,5 +328,33 @@ mod tests {
         o.set("mode", Some("700")).unwrap();
         o.set("size", Some("50%")).unwrap();
         assert_eq!(o.show(), "mode=700,size=50%,blocksize=65536");
+    }
+
+    #[test]
+    fn ids_and_sizes_follow_the_shared_rules() {
+        let mut o = Options::default();
+        assert_eq!(o.set("uid", Some("4294967294")), Ok(true));
+        assert_eq!(o.uid, u32::MAX - 1);
+        for v in ["4294967295", "-1"] {
+            let e = o.set("uid", Some(v)).unwrap_err();
+            assert!(e.contains("uid=") && e.contains("no change"), "{e}");
+        }
+        assert!(o.set("gid", Some("4294967296")).is_err());
+        assert!(o.set("gid", Some("12k")).is_err());
+        // Blanks around a value were always allowed here.
+        assert_eq!(o.set("gid", Some(" 7 ")), Ok(true));
+        assert_eq!(o.gid, 7);
+        assert_eq!(o.set("size", Some("1T")), Ok(true));
+        assert_eq!(o.size, Some(SizeLimit::Bytes(1 << 40)));
+        assert_eq!(o.set("size", Some("15E")), Ok(true));
+        let e = o.set("size", Some("16E")).unwrap_err();
+        assert!(e.contains("size=16E") && e.contains("too large"), "{e}");
+        let e = o.set("size", Some("12Q")).unwrap_err();
+        assert!(e.contains("size=12Q") && e.contains("suffix"), "{e}");
+        assert!(o.set("size", Some("")).is_err());
+        assert!(o.set("size", Some("-1")).is_err());
+        assert!(o.set("nr_inodes", Some("1.5k")).is_err());
+        assert_eq!(o.set("nr_inodes", Some("0")), Ok(true));
+        assert_eq!(o.inode_limit(1 << 30), None);
     }
 }

@@ -10,6 +10,7 @@
 //! every mutating call, which fail with [`Error::ReadOnly`] (`EROFS`).
 
 mod error;
+pub mod options;
 mod types;
 
 pub use error::{Error, Result};

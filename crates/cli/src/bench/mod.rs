@@ -39,8 +39,8 @@ pub struct BenchArgs {
     /// Small sizes and fewer runs (about half a minute on two cores).
     #[arg(long)]
     pub quick: bool,
-    /// Size of the seq section's file (suffixes K, M, G); default 250M, 64M with --quick.
-    #[arg(long, value_parser = foliofs_fuse::parse_size)]
+    /// Size of the seq section's file (suffixes K, M, G, T, P, E); default 250M, 64M with --quick.
+    #[arg(long, value_parser = foliofs_vfs::options::parse_size)]
     pub size: Option<u64>,
     /// Use this directory as the tree for `tree` and `startup` instead of a generated one.
     #[arg(long)]

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Result};
+use foliofs_vfs::options::format_size;
 
 use super::data;
 use super::env::{have, run, time_cmd, time_md5, time_read, time_read_tree, time_write_zeros};
@@ -474,7 +475,7 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     let mut bs = 4096u64;
     while bs <= 2 << 20 {
         plans.push(Plan {
-            label: format!("foliofs ramfs blocksize={}", foliofs_fuse::format_size(bs)),
+            label: format!("foliofs ramfs blocksize={}", format_size(bs)),
             kind: "foliofs",
             how: How::Foliofs {
                 fstype: "ramfs",

@@ -1,0 +1,233 @@
+//! Values of kernel-style options, parsed by one set of rules for every
+//! foliofs command and format, and the error a refused `-o` option gives.
+//!
+//! Sizes (`blocksize=`, ramfs `size=` and `nr_inodes=`, `mkfs --align`,
+//! `bench --size`): decimal digits, then at most one suffix `K`, `M`, `G`,
+//! `T`, `P` or `E` in either case, each a power of 1024 as the kernel's
+//! `memparse` reads them. Nothing else: no sign, no blanks, no `0x`, no
+//! fractions, no `B` or `KiB`. A size of 2^64 bytes or more (`16E`) is
+//! refused rather than wrapped. Zero is a size; whether it means anything is
+//! the option's business (ramfs `size=0` is "no limit", `blocksize=0` is
+//! refused). A percentage (ramfs `size=N%`) is not a size: the option that
+//! takes one parses it.
+//!
+//! Ids (`uid=`, `gid=`): decimal digits, 0 to 4294967294. 4294967295 is
+//! `(uid_t)-1`, which `chown(2)` and the kernel's mount parsers read as "no
+//! change", never as an owner, so it is refused here as `-1` is.
+
+/// A refused `-o` option.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionError {
+    /// The key is not an option of this file system.
+    #[error("unknown mount option `{0}`")]
+    Unknown(String),
+    /// The key is known but its value is missing or wrong.
+    #[error("bad value for mount option `{key}`: {why}")]
+    BadValue { key: String, why: String },
+    /// Each option is fine on its own, but together, or on this machine,
+    /// they cannot be honoured.
+    #[error("bad mount options: {0}")]
+    Conflict(String),
+}
+
+impl OptionError {
+    /// A [`OptionError::BadValue`] for `key`.
+    pub fn bad(key: &str, why: impl Into<String>) -> Self {
+        OptionError::BadValue {
+            key: key.to_owned(),
+            why: why.into(),
+        }
+    }
+}
+
+/// Why a size was refused. The messages do not repeat the value: every
+/// caller names it (`blocksize=3X: ...`, `--align 3X: ...`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("no size given")]
+    Empty,
+    #[error("not a size: expected decimal digits with an optional K, M, G, T, P or E")]
+    NotASize,
+    #[error("unknown size suffix `{0}`: expected K, M, G, T, P or E (powers of 1024)")]
+    BadSuffix(char),
+    #[error("too large: a size must stay below 16E (2^64 bytes)")]
+    TooLarge,
+}
+
+/// Why an id was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("not a numeric id: expected a decimal number from 0 to 4294967294")]
+    NotAnId,
+    #[error("-1 (4294967295 as an unsigned id) means \"no change\" to the kernel, never an owner")]
+    NoChange,
+}
+
+/// The suffixes a size may carry, smallest first, with their shifts.
+const SUFFIXES: [(char, u32); 6] = [
+    ('K', 10),
+    ('M', 20),
+    ('G', 30),
+    ('T', 40),
+    ('P', 50),
+    ('E', 60),
+];
+
+/// Parses a size by the rules in the module documentation.
+pub fn parse_size(v: &str) -> Result<u64, SizeError> {
+    let (digits, shift) = match v.chars().last() {
+        None => return Err(SizeError::Empty),
+        Some(c) if c.is_ascii_alphabetic() => {
+            let up = c.to_ascii_uppercase();
+            let shift = SUFFIXES
+                .iter()
+                .find(|(s, _)| *s == up)
+                .map(|(_, shift)| *shift)
+                .ok_or(SizeError::BadSuffix(c))?;
+            (&v[..v.len() - 1], shift)
+        }
+        Some(_) => (v, 0),
+    };
+    let n = decimal(digits).ok_or(SizeError::NotASize)?;
+    let n = n.ok_or(SizeError::TooLarge)?;
+    n.checked_mul(1u64 << shift).ok_or(SizeError::TooLarge)
+}
+
+/// Formats a byte count the way [`parse_size`] reads it back, with the
+/// largest suffix that divides it exactly (`64K`, `2M`, `1536`).
+pub fn format_size(n: u64) -> String {
+    if n != 0 {
+        for (suffix, shift) in SUFFIXES.iter().rev() {
+            if n.trailing_zeros() >= *shift {
+                return format!("{}{suffix}", n >> shift);
+            }
+        }
+    }
+    n.to_string()
+}
+
+/// Parses a user or group id by the rules in the module documentation.
+pub fn parse_id(v: &str) -> Result<u32, IdError> {
+    if v == "-1" {
+        return Err(IdError::NoChange);
+    }
+    match decimal(v).flatten().map(u32::try_from) {
+        Some(Ok(u32::MAX)) => Err(IdError::NoChange),
+        Some(Ok(id)) => Ok(id),
+        _ => Err(IdError::NotAnId),
+    }
+}
+
+/// `None` when `s` is not all ASCII digits (or is empty); `Some(None)` when
+/// it is, but the number does not fit in 64 bits.
+fn decimal(s: &str) -> Option<Option<u64>> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(s.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes_in_either_case() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("1024"), Ok(1024));
+        assert_eq!(parse_size("0K"), Ok(0));
+        assert_eq!(parse_size("1k"), Ok(1 << 10));
+        assert_eq!(parse_size("2M"), Ok(2 << 20));
+        assert_eq!(parse_size("3g"), Ok(3 << 30));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+        assert_eq!(parse_size("5p"), Ok(5 << 50));
+        assert_eq!(parse_size("15E"), Ok(15 << 60));
+        assert_eq!(parse_size("007"), Ok(7));
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+    }
+
+    #[test]
+    fn sizes_outside_the_grammar_are_refused() {
+        assert_eq!(parse_size(""), Err(SizeError::Empty));
+        for v in [
+            "K", "-1", "+1", " 1", "1 ", "1 K", "1.5M", "0x10", "1,000", "½", "١",
+        ] {
+            assert_eq!(parse_size(v), Err(SizeError::NotASize), "{v:?}");
+        }
+        assert_eq!(parse_size("4Q"), Err(SizeError::BadSuffix('Q')));
+        assert_eq!(parse_size("1KB"), Err(SizeError::BadSuffix('B')));
+        assert_eq!(parse_size("1b"), Err(SizeError::BadSuffix('b')));
+    }
+
+    #[test]
+    fn sizes_of_2_to_the_64_or_more_are_refused() {
+        assert_eq!(parse_size("16E"), Err(SizeError::TooLarge));
+        assert_eq!(parse_size("16384P"), Err(SizeError::TooLarge));
+        assert_eq!(parse_size("18446744073709551616"), Err(SizeError::TooLarge));
+        assert_eq!(
+            parse_size("99999999999999999999G"),
+            Err(SizeError::TooLarge)
+        );
+        assert_eq!(parse_size("17179869184G"), Err(SizeError::TooLarge));
+        assert_eq!(parse_size("17179869183G"), Ok(17179869183 << 30));
+    }
+
+    #[test]
+    fn formatted_sizes_read_back() {
+        assert_eq!(format_size(0), "0");
+        assert_eq!(format_size(1536), "1536");
+        assert_eq!(format_size(65536), "64K");
+        assert_eq!(format_size(3 << 20), "3M");
+        assert_eq!(format_size(1 << 40), "1T");
+        assert_eq!(format_size(1 << 63), "8E");
+        for n in [
+            0,
+            1,
+            1023,
+            1024,
+            65536,
+            3 << 20,
+            1536,
+            1 << 30,
+            7 << 50,
+            u64::MAX,
+        ] {
+            assert_eq!(parse_size(&format_size(n)), Ok(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn ids_are_decimal_and_never_minus_one() {
+        assert_eq!(parse_id("0"), Ok(0));
+        assert_eq!(parse_id("1000"), Ok(1000));
+        assert_eq!(parse_id("4294967294"), Ok(u32::MAX - 1));
+        assert_eq!(parse_id("4294967295"), Err(IdError::NoChange));
+        assert_eq!(parse_id("-1"), Err(IdError::NoChange));
+        for v in [
+            "",
+            "4294967296",
+            "99999999999999999999999",
+            "-2",
+            "+5",
+            " 5",
+            "1k",
+            "0x10",
+            "abc",
+        ] {
+            assert_eq!(parse_id(v), Err(IdError::NotAnId), "{v:?}");
+        }
+        assert!(IdError::NoChange.to_string().contains("no change"));
+    }
+
+    #[test]
+    fn option_errors_name_the_option() {
+        assert_eq!(
+            OptionError::Unknown("size=1M".into()).to_string(),
+            "unknown mount option `size=1M`"
+        );
+        assert_eq!(
+            OptionError::bad("uid", "`x`: nope").to_string(),
+            "bad value for mount option `uid`: `x`: nope"
+        );
+    }
+}
