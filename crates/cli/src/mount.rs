@@ -74,16 +74,7 @@ struct Opened {
 }
 
 pub fn run(args: MountArgs) -> anyhow::Result<i32> {
-    let joined = args.options.join(",");
-    let opts = if args.fstype == "ramfs" {
-        // Keys ramfs knows (blocksize= rounds there, uid=/gid= own its root)
-        // are its own; the rest are the generic ones.
-        MountOptions::parse_claiming(&joined, &|k| {
-            !matches!(foliofs_ramfs::Options::default().set(k, None), Ok(false))
-        })?
-    } else {
-        MountOptions::parse(&joined)?
-    };
+    let opts = open::parse_mount_options(&args.fstype, &args.options)?;
     let source = if args.fstype == "ramfs" {
         args.source.clone()
     } else {
@@ -186,33 +177,7 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
 }
 
 fn open_ramfs(opts: &MountOptions) -> anyhow::Result<Opened> {
-    let mut ro = foliofs_ramfs::Options::default();
-    for (k, v) in &opts.extra {
-        match ro.set(k, v.as_deref()) {
-            Ok(true) => {}
-            Ok(false) => bail!(foliofs_fuse::OptionError::Unknown(match v {
-                Some(v) => format!("{k}={v}"),
-                None => k.clone(),
-            })),
-            Err(e) => bail!("bad value for mount option `{k}`: {e}"),
-        }
-    }
-    if let Err(e) = ro.check() {
-        bail!("bad mount options: {e}");
-    }
-    for (asked, name) in [
-        (opts.io_mode == IoMode::Direct, "directio"),
-        (
-            opts.block_size == foliofs_block::BlockSizeChoice::LargeBlocks,
-            "largeblocks",
-        ),
-        (!opts.devices.is_empty(), "device"),
-        (opts.umask.is_some(), "umask"),
-    ] {
-        if asked {
-            bail!("mount option `{name}` is for images; ramfs does not take it");
-        }
-    }
+    let ro = open::ramfs_options(opts)?;
     let read_only = opts.read_only == Some(true);
     let mut shown = ro.show();
     if opts.writeback {

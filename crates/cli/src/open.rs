@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use foliofs_block::OpenOptions;
+use foliofs_block::{BlockSizeChoice, IoMode, OpenOptions};
 use foliofs_erofs::Erofs;
-use foliofs_fuse::MountOptions;
+use foliofs_fuse::{MountOptions, OptionError};
 use foliofs_romfs::RomFs;
 use foliofs_vfs::FileSystem;
 
@@ -211,4 +211,35 @@ pub fn parse_options(opts: &[String]) -> anyhow::Result<OpenOptions> {
         io_mode: o.io_mode,
         ..OpenOptions::default()
     })
+}
+
+/// Parses `-o` option strings (in order, as repeated `-o` flags are) for a
+/// file system of type `fstype`: the generic options into their fields, and
+/// for ramfs the keys ramfs says are its own ([`foliofs_ramfs::Options::is_key`])
+/// left in [`MountOptions::extra`] for it. An image format owns no keys, so
+/// whatever is left there is refused by the caller.
+pub fn parse_mount_options(fstype: &str, items: &[String]) -> Result<MountOptions, OptionError> {
+    let joined = items.join(",");
+    if fstype == "ramfs" {
+        MountOptions::parse_claiming(&joined, &foliofs_ramfs::Options::is_key)
+    } else {
+        MountOptions::parse(&joined)
+    }
+}
+
+/// The ramfs a mount's options ask for: its own keys as ramfs reads them,
+/// and a refusal of the generic options only an image can honour.
+pub fn ramfs_options(o: &MountOptions) -> anyhow::Result<foliofs_ramfs::Options> {
+    let ro = foliofs_ramfs::Options::from_mount_options(&o.extra)?;
+    for (asked, name) in [
+        (o.io_mode == IoMode::Direct, "directio"),
+        (o.block_size == BlockSizeChoice::LargeBlocks, "largeblocks"),
+        (!o.devices.is_empty(), "device"),
+        (o.umask.is_some(), "umask"),
+    ] {
+        if asked {
+            bail!("mount option `{name}` is for images; ramfs does not take it");
+        }
+    }
+    Ok(ro)
 }

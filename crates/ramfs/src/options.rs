@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use foliofs_vfs::options::OptionError;
+
 /// The default allocation unit, the page size the kernel's ramfs uses.
 pub const DEFAULT_BLOCK_SIZE: u32 = 4096;
 /// Smallest block size `blocksize=` is clamped to.
@@ -90,10 +92,55 @@ pub fn total_ram() -> u64 {
 }
 
 impl Options {
+    /// The `-o` keys a ramfs mount owns. A mount hands these to ramfs before
+    /// the generic option layer reads them (ramfs rounds `blocksize=` where
+    /// an image refuses odd sizes, and `uid=`/`gid=` own its root rather
+    /// than override every inode's owner).
+    pub const KEYS: &'static [&'static str] = &[
+        "blocksize",
+        "mode",
+        "uid",
+        "gid",
+        "size",
+        "nr_inodes",
+        "huge",
+    ];
+
+    /// Whether `key` is a ramfs option: the one answer for every command
+    /// that mounts a ramfs.
+    pub fn is_key(key: &str) -> bool {
+        Options::KEYS.contains(&key)
+    }
+
+    /// The options of a ramfs mount from its `-o` items, `(key, value)` in
+    /// the order given (what the generic layer left for the format). A key
+    /// that is not ramfs's is refused by name, as is a bad value; then
+    /// [`Options::check`] decides whether the whole can be had here.
+    pub fn from_mount_options(items: &[(String, Option<String>)]) -> Result<Options, OptionError> {
+        let mut o = Options::default();
+        for (k, v) in items {
+            match o.set(k, v.as_deref()) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(OptionError::Unknown(match v {
+                        Some(v) => format!("{k}={v}"),
+                        None => k.clone(),
+                    }))
+                }
+                Err(why) => return Err(OptionError::bad(k, why)),
+            }
+        }
+        o.check().map_err(OptionError::Conflict)?;
+        Ok(o)
+    }
+
     /// Applies one `-o` option. Returns `Ok(true)` when the key is a ramfs
     /// option (and was valid), `Ok(false)` when it is not one of ours, and an
     /// error naming the option when its value is malformed or refused.
     pub fn set(&mut self, key: &str, value: Option<&str>) -> Result<bool, String> {
+        if !Options::is_key(key) {
+            return Ok(false);
+        }
         let need = || value.ok_or_else(|| format!("{key}: needs a value ({key}=...)"));
         match key {
             "blocksize" => {
@@ -331,6 +378,28 @@ mod tests {
     }
 
     #[test]
+    fn keys_are_exactly_what_set_takes() {
+        for k in Options::KEYS {
+            assert!(Options::is_key(k));
+            // Every key needs a value, so `set` answering an error proves it
+            // treats the key as its own.
+            assert!(Options::default().set(k, None).is_err(), "{k}");
+        }
+        for k in [
+            "ro",
+            "allow_other",
+            "writeback",
+            "directio",
+            "umask",
+            "bogus",
+            "",
+        ] {
+            assert!(!Options::is_key(k));
+            assert_eq!(Options::default().set(k, Some("1")), Ok(false), "{k}");
+        }
+    }
+
+    #[test]
     fn ids_and_sizes_follow_the_shared_rules() {
         let mut o = Options::default();
         assert_eq!(o.set("uid", Some("4294967294")), Ok(true));
@@ -356,5 +425,43 @@ mod tests {
         assert!(o.set("nr_inodes", Some("1.5k")).is_err());
         assert_eq!(o.set("nr_inodes", Some("0")), Ok(true));
         assert_eq!(o.inode_limit(1 << 30), None);
+    }
+
+    fn items(s: &str) -> Vec<(String, Option<String>)> {
+        s.split(',')
+            .map(|i| match i.split_once('=') {
+                Some((k, v)) => (k.to_owned(), Some(v.to_owned())),
+                None => (i.to_owned(), None),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn from_mount_options_refuses_by_name() {
+        let o =
+            Options::from_mount_options(&items("blocksize=64K,mode=700,uid=5,size=10%")).unwrap();
+        assert_eq!((o.block_size, o.mode, o.uid), (65536, 0o700, 5));
+        assert_eq!(o.size, Some(SizeLimit::Percent(10)));
+        assert_eq!(Options::from_mount_options(&[]), Ok(Options::default()));
+        assert_eq!(
+            Options::from_mount_options(&items("mode=1,bogus=2")),
+            Err(OptionError::Unknown("bogus=2".into()))
+        );
+        assert_eq!(
+            Options::from_mount_options(&items("directio")),
+            Err(OptionError::Unknown("directio".into()))
+        );
+        let e = Options::from_mount_options(&items("huge=sometimes")).unwrap_err();
+        assert!(
+            matches!(&e, OptionError::BadValue { key, .. } if key == "huge"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("huge=sometimes"), "{e}");
+        let e = Options::from_mount_options(&items("blocksize=64K,huge=always")).unwrap_err();
+        assert!(matches!(e, OptionError::Conflict(_)), "{e}");
+        assert!(
+            e.to_string().contains("huge=always needs blocksize="),
+            "{e}"
+        );
     }
 }

@@ -5,13 +5,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Result};
-use foliofs_vfs::options::format_size;
+use foliofs_vfs::options::{format_size, OptionError};
 
 use super::data;
 use super::env::{have, run, time_cmd, time_md5, time_read, time_read_tree, time_write_zeros};
 use super::env::{BenchEnv, How, Mounted};
 use super::report::{Column, Row, Section, Unit};
 use super::Config;
+use crate::open;
 
 /// Prints progress on one line of stderr.
 pub fn progress(cfg: &Config, msg: &str) {
@@ -47,19 +48,18 @@ fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
 }
 
 /// Why a ramfs row's options cannot be had here (`huge=always` without
-/// transparent huge pages), if so.
+/// transparent huge pages), if so: `foliofs mount -t ramfs`'s own answer.
 fn ramfs_options_refused(opts: &str) -> Option<String> {
-    let mut o = foliofs_ramfs::Options::default();
-    for opt in opts.split(',').filter(|s| !s.is_empty()) {
-        let (k, v) = match opt.split_once('=') {
-            Some((k, v)) => (k, Some(v)),
-            None => (opt, None),
-        };
-        if let Err(e) = o.set(k, v) {
-            return Some(e);
-        }
-    }
-    o.check().err()
+    let refused = open::parse_mount_options("ramfs", &[opts.to_owned()])
+        .map_err(anyhow::Error::from)
+        .and_then(|o| open::ramfs_options(&o))
+        .err()?;
+    // A row's options are written here and are fine on their own; what is
+    // left is why this machine cannot have them, which is the note.
+    Some(match refused.downcast_ref::<OptionError>() {
+        Some(OptionError::Conflict(why)) => why.clone(),
+        _ => format!("{refused:#}"),
+    })
 }
 
 /// The images a read section compares, built from one source tree.
