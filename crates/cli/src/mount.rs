@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use foliofs_block::{IoMode, OpenOptions};
+use foliofs_block::IoMode;
 use foliofs_fuse::{format_size, MountConfig, MountOptions, Overrides, ServerConfig};
 use foliofs_vfs::FileSystem;
 
@@ -133,15 +133,12 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
             format.name()
         );
     }
-    let oo = OpenOptions {
-        block_size: opts.block_size,
-        io_mode: opts.io_mode,
-        ..OpenOptions::default()
-    };
+    // writeback is a setting of the FUSE session, not of the image; only a
+    // writable format has writes to cache.
     if opts.writeback {
         bail!("mount option `writeback` is for ramfs; images are read-only");
     }
-    let image = open::open_with_devices(source, &oo, &opts.devices)?;
+    let image = open::open_with_devices(source, &opts.open_options(), &opts.devices)?;
     let io_mode = match &image {
         Image::Romfs(r) => r.block_dev().store().mode(),
         Image::Erofs(e) => e.block_dev().store().mode(),

@@ -173,44 +173,26 @@ pub struct ImageArgs {
 }
 
 impl ImageArgs {
+    /// The `-o` options, parsed as `foliofs mount` parses them for an image;
+    /// the mount-only ones (owners, `allow_other`, ...) are accepted and
+    /// change nothing here, so one option string serves both commands.
+    pub fn mount_options(&self) -> anyhow::Result<MountOptions> {
+        let o = parse_mount_options("auto", &self.options)?;
+        o.refuse_extra()?;
+        Ok(o)
+    }
+
     /// The open options these arguments ask for.
     pub fn open_options(&self) -> anyhow::Result<OpenOptions> {
-        parse_options(&self.options)
+        Ok(self.mount_options()?.open_options())
     }
 
-    /// Detects and opens the image.
+    /// Detects and opens the image, with the extra devices `device=PATH`
+    /// names.
     pub fn open(&self) -> anyhow::Result<Image> {
-        open_with_devices(&self.image, &self.open_options()?, &self.devices())
+        let o = self.mount_options()?;
+        open_with_devices(&self.image, &o.open_options(), &o.devices)
     }
-
-    /// The extra devices named with `device=PATH`, in order.
-    pub fn devices(&self) -> Vec<PathBuf> {
-        parse_devices(&self.options)
-    }
-}
-
-/// The `-o` strings' options, parsed as `foliofs mount` parses them; the
-/// mount-only ones (owners, `allow_other`, ...) are accepted and ignored here.
-fn mount_options(opts: &[String]) -> anyhow::Result<MountOptions> {
-    let o = MountOptions::parse_all(opts.iter().map(String::as_str))?;
-    o.refuse_extra()?;
-    Ok(o)
-}
-
-/// The `device=PATH` items of `-o` option strings, in order.
-pub fn parse_devices(opts: &[String]) -> Vec<PathBuf> {
-    mount_options(opts).map(|o| o.devices).unwrap_or_default()
-}
-
-/// Parses `-o` option strings into [`OpenOptions`] (`device=PATH` items are
-/// taken by [`parse_devices`]).
-pub fn parse_options(opts: &[String]) -> anyhow::Result<OpenOptions> {
-    let o = mount_options(opts)?;
-    Ok(OpenOptions {
-        block_size: o.block_size,
-        io_mode: o.io_mode,
-        ..OpenOptions::default()
-    })
 }
 
 /// Parses `-o` option strings (in order, as repeated `-o` flags are) for a

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use foliofs_block::{check_block_size, BlockSizeChoice, IoMode};
+use foliofs_block::{check_block_size, BlockSizeChoice, IoMode, OpenOptions};
 
 // Sizes and ids are read by the rules every foliofs command shares, which
 // live in `foliofs_vfs::options` so that users without FUSE reach them too.
@@ -270,6 +270,20 @@ impl MountOptions {
             None => Ok(()),
         }
     }
+
+    /// How to open an image's backing store under these options. This is
+    /// the one place where `-o` options become [`OpenOptions`]: the mount
+    /// command and the inspection commands both take them from here, so
+    /// `directio`, `largeblocks` and `blocksize=` mean the same to both.
+    /// (`device=` paths are [`MountOptions::devices`]; `uid=`, `gid=` and
+    /// `umask=` change what the server reports, not how an image is read.)
+    pub fn open_options(&self) -> OpenOptions {
+        OpenOptions {
+            block_size: self.block_size,
+            io_mode: self.io_mode,
+            ..OpenOptions::default()
+        }
+    }
 }
 
 impl fmt::Display for MountFlags {
@@ -439,5 +453,25 @@ mod tests {
             let e = MountOptions::parse(s).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains("blocksize"), "{s}: {e}");
         }
+    }
+
+    #[test]
+    fn open_options_carry_the_io_mode_and_block_size() {
+        let o = MountOptions::parse("directio,blocksize=64K,uid=5,device=/d").unwrap();
+        let oo = o.open_options();
+        assert_eq!(oo.io_mode, IoMode::Direct);
+        assert_eq!(oo.block_size, BlockSizeChoice::Fixed(65536));
+        assert_eq!(oo.cache_bytes, OpenOptions::default().cache_bytes);
+        assert_eq!(
+            MountOptions::parse("largeblocks").unwrap().open_options(),
+            OpenOptions {
+                block_size: BlockSizeChoice::LargeBlocks,
+                ..OpenOptions::default()
+            }
+        );
+        assert_eq!(
+            MountOptions::default().open_options(),
+            OpenOptions::default()
+        );
     }
 }
