@@ -1,0 +1,498 @@
+//! After `scripts/install`, mount(8) mounts foliofs images as a system does:
+//! `mount -T FSTAB MOUNTPOINT` and `mount -t fuse.foliofs` reach `foliofs`
+//! through /sbin/mount.fuse.foliofs and mount.fuse3.
+//!
+//! mount(8) looks helpers up only in /sbin and runs them with PATH removed,
+//! so the install has to land in the system's own directories. Each test
+//! runs it in a private mount namespace whose /usr/local and /sbin are
+//! overlays on a tmpfs: for every command run inside, the install is real,
+//! while the machine's own directories are never written, and everything
+//! installed goes away with the namespace.
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The longest any one command may take (an install copies the binary).
+const STEP: Duration = Duration::from_secs(60);
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_foliofs")
+}
+
+fn install_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install")
+}
+
+/// Runs `cmd`, killing it after `timeout`.
+fn run_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output, String> {
+    let desc = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {desc}: {e}"))?;
+    // Read both pipes on threads so a chatty child cannot block on one.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let to = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let te = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            break s;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{desc} did not finish within {timeout:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Ok(Output {
+        status,
+        stdout: to.join().unwrap(),
+        stderr: te.join().unwrap(),
+    })
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Why these tests cannot run here, if they cannot.
+fn unavailable() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root: installing into /sbin and mounting need root".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse does not exist".into());
+    }
+    for tool in ["unshare", "nsenter", "mount", "umount", "mount.fuse3"] {
+        if which(tool).is_none() {
+            return Some(format!("{tool} is not installed"));
+        }
+    }
+    None
+}
+
+/// One line of a mountinfo file: mount point, options, type, source and
+/// the file system's own options.
+#[derive(Debug)]
+struct MountLine {
+    target: PathBuf,
+    options: String,
+    fstype: String,
+    source: String,
+    super_options: String,
+}
+
+fn parse_mountinfo(text: &str) -> Vec<MountLine> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            Some(MountLine {
+                target: PathBuf::from(f.get(4)?.replace("\\040", " ")),
+                options: f.get(5)?.to_string(),
+                fstype: f.get(sep + 1)?.to_string(),
+                source: f.get(sep + 2)?.replace("\\040", " "),
+                super_options: f.get(sep + 3)?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// A private mount namespace, held open by a `cat` reading a pipe from this
+/// process: it ends when the test drops it (or dies), and its mounts with it.
+struct Namespace {
+    holder: Child,
+    pid: u32,
+}
+
+impl Namespace {
+    /// A new namespace in which /usr/local and /sbin are overlays whose
+    /// upper layers live on a tmpfs mounted at `scratch`, and in which no
+    /// foliofs is installed yet. `Err` says why it could not be set up.
+    fn new(scratch: &Path) -> Result<Namespace, String> {
+        let holder = Command::new(which("unshare").unwrap())
+            .args(["--mount", "--propagation", "private", "--", "cat"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start unshare: {e}"))?;
+        let mut ns = Namespace {
+            pid: holder.id(),
+            holder,
+        };
+        let ours = fs::read_link("/proc/self/ns/mnt").unwrap();
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(status)) = ns.holder.try_wait() {
+                return Err(format!("unshare --mount failed ({status})"));
+            }
+            let theirs = fs::read_link(format!("/proc/{}/ns/mnt", ns.pid));
+            if theirs.is_ok_and(|t| t != ours) {
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                return Err("unshare --mount did not enter a new namespace".into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        ns.setup(scratch)?;
+        Ok(ns)
+    }
+
+    fn setup(&self, scratch: &Path) -> Result<(), String> {
+        let scratch_s = scratch.to_str().unwrap();
+        self.check("mount", &["-t", "tmpfs", "foliofs-fstab-test", scratch_s])?;
+        // /sbin is /usr/sbin on merged-/usr systems; overlay the real directory.
+        let sbin = fs::canonicalize("/sbin").unwrap();
+        for (i, dir) in [Path::new("/usr/local"), &sbin].into_iter().enumerate() {
+            let upper = scratch.join(format!("{i}/upper"));
+            let work = scratch.join(format!("{i}/work"));
+            self.check(
+                "mkdir",
+                &[OsStr::new("-p"), upper.as_os_str(), work.as_os_str()],
+            )?;
+            let opts = format!(
+                "lowerdir={},upperdir={},workdir={}",
+                dir.display(),
+                upper.display(),
+                work.display()
+            );
+            self.check(
+                "mount",
+                &[
+                    "-t",
+                    "overlay",
+                    "overlay",
+                    "-o",
+                    &opts,
+                    dir.to_str().unwrap(),
+                ],
+            )?;
+        }
+        // Start from a machine without foliofs, whatever this one has: a
+        // removal inside an overlay only hides the file in this namespace.
+        // (Run inside it: through /proc/PID/root an absolute symlink would
+        // lead back to this namespace's files.)
+        self.check(
+            "rm",
+            &[
+                "-f",
+                "/usr/local/bin/foliofs",
+                "/usr/local/sbin/foliofs",
+                "/sbin/mount.fuse.foliofs",
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// `path` as this namespace sees it, reachable from outside it (for
+    /// paths without symlinks: an absolute one would lead back out).
+    fn path(&self, path: &Path) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root", self.pid)).join(path.strip_prefix("/").unwrap())
+    }
+
+    /// Runs `prog ARGS` inside the namespace.
+    fn run<S: AsRef<OsStr>>(&self, prog: &str, args: &[S]) -> Result<Output, String> {
+        let mut cmd = Command::new(which("nsenter").unwrap());
+        cmd.arg(format!("--target={}", self.pid))
+            .arg("--mount")
+            .arg("--")
+            .arg(prog)
+            .args(args);
+        run_timeout(&mut cmd, STEP)
+    }
+
+    /// Like [`Namespace::run`], but an error unless it exits 0; returns
+    /// stdout and stderr together.
+    fn check<S: AsRef<OsStr>>(&self, prog: &str, args: &[S]) -> Result<String, String> {
+        let out = self.run(prog, args)?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !out.status.success() {
+            let args: Vec<OsString> = args.iter().map(|a| a.as_ref().to_owned()).collect();
+            return Err(format!("{prog} {args:?} failed ({}):\n{text}", out.status));
+        }
+        Ok(text)
+    }
+
+    fn ok<S: AsRef<OsStr>>(&self, prog: &str, args: &[S]) -> String {
+        self.check(prog, args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn mounts(&self) -> Vec<MountLine> {
+        parse_mountinfo(&fs::read_to_string(format!("/proc/{}/mountinfo", self.pid)).unwrap())
+    }
+
+    /// The topmost mount at `dir` in this namespace, if any.
+    fn mount_at(&self, dir: &Path) -> Option<MountLine> {
+        self.mounts().into_iter().rev().find(|m| m.target == dir)
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        // A FUSE server still serving inside would keep the namespace alive.
+        for m in self.mounts() {
+            if m.fstype.starts_with("fuse.foliofs") {
+                let t = m.target.as_os_str();
+                if self.check("umount", &[t]).is_err() {
+                    let _ = self.check("umount", &[OsStr::new("-l"), t]);
+                }
+            }
+        }
+        drop(self.holder.stdin.take());
+        let start = Instant::now();
+        while matches!(self.holder.try_wait(), Ok(None)) {
+            if start.elapsed() > Duration::from_secs(5) {
+                let _ = self.holder.kill();
+                let _ = self.holder.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// A romfs image of a small tree, a mount point, and a namespace to
+/// install into. Fields drop in order: the namespace (and its mounts) first.
+struct Setup {
+    ns: Namespace,
+    src: PathBuf,
+    image: PathBuf,
+    mnt: PathBuf,
+    /// `dir`, canonical.
+    base: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+const FILES: &[(&str, usize)] = &[
+    ("hello.txt", 13),
+    ("data.bin", 300_000),
+    ("sub/deep.txt", 4097),
+];
+
+impl Setup {
+    fn new() -> Option<Setup> {
+        if let Some(why) = unavailable() {
+            eprintln!("SKIP: {why}");
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("foliofs-fstab.")
+            .tempdir()
+            .unwrap();
+        // Canonical, so it matches mountinfo and is safe under /proc/PID/root.
+        let base = dir.path().canonicalize().unwrap();
+        let src = base.join("src");
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for (name, len) in FILES {
+            let p = src.join(name);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            let bytes: Vec<u8> = (0..*len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed as u8
+                })
+                .collect();
+            fs::write(&p, bytes).unwrap();
+        }
+        let image = base.join("tree.romfs");
+        let out = run_timeout(
+            Command::new(bin())
+                .args(["mkfs", "romfs"])
+                .arg(&src)
+                .arg(&image),
+            STEP,
+        )
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "foliofs mkfs romfs: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mnt = base.join("mnt");
+        let scratch = base.join("ns");
+        fs::create_dir(&mnt).unwrap();
+        fs::create_dir(&scratch).unwrap();
+        let ns = match Namespace::new(&scratch) {
+            Ok(ns) => ns,
+            Err(why) => {
+                eprintln!("SKIP: cannot set up a private mount namespace: {why}");
+                return None;
+            }
+        };
+        Some(Setup {
+            ns,
+            src,
+            image,
+            mnt,
+            base,
+            _dir: dir,
+        })
+    }
+
+    /// Runs `scripts/install ARGS` inside the namespace; returns its output.
+    fn install(&self, args: &[&str]) -> String {
+        let mut all = vec![install_script().into_os_string()];
+        all.extend(args.iter().map(OsString::from));
+        self.ns.ok("bash", &all)
+    }
+
+    /// Checks that the mount point holds the image, read-only, with every
+    /// file as in the source tree, and that `super_opts` are in effect.
+    fn check_mounted(&self, super_opts: &[&str]) {
+        let m = self.ns.mount_at(&self.mnt).unwrap_or_else(|| {
+            panic!(
+                "{} is not a mount point; mounts: {:#?}",
+                self.mnt.display(),
+                self.ns.mounts()
+            )
+        });
+        assert_eq!(m.fstype, "fuse.foliofs", "{m:?}");
+        assert_eq!(Path::new(&m.source), self.image, "{m:?}");
+        assert!(m.options.split(',').any(|o| o == "ro"), "{m:?}");
+        for o in super_opts {
+            assert!(m.super_options.split(',').any(|s| s == *o), "{o}: {m:?}");
+        }
+        let root = self.ns.path(&self.mnt);
+        let mut names: Vec<String> = fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["data.bin", "hello.txt", "sub"]);
+        for (name, _) in FILES {
+            let got = fs::read(root.join(name)).unwrap();
+            let want = fs::read(self.src.join(name)).unwrap();
+            assert!(got == want, "{name} differs from the source");
+        }
+    }
+
+    fn unmount(&self) {
+        self.ns.ok("umount", &[&self.mnt]);
+        assert!(
+            self.ns.mount_at(&self.mnt).is_none(),
+            "{} is still mounted after umount",
+            self.mnt.display()
+        );
+    }
+}
+
+/// The documented install (`/usr/local`), then an fstab line and
+/// `mount -t fuse.foliofs`.
+#[test]
+fn fstab_and_mount_t_after_install() {
+    let Some(s) = Setup::new() else { return };
+
+    let out = s.install(&["--binary", bin()]);
+    assert!(out.contains("installed /usr/local/bin/foliofs"), "{out}");
+    assert!(out.contains("installed /sbin/mount.fuse.foliofs"), "{out}");
+    let again = s.install(&["--binary", bin()]);
+    assert!(
+        !again.contains("installed") && again.matches("is up to date").count() == 2,
+        "a second install changed something:\n{again}"
+    );
+
+    // Options mount.fuse3 keeps to itself (nofail) or passes on (allow_other).
+    let fstab = s.base.join("fstab");
+    fs::write(
+        &fstab,
+        format!(
+            "# foliofs fstab test\n{}  {}  fuse.foliofs  ro,largeblocks,allow_other,nofail  0 0\n",
+            s.image.display(),
+            s.mnt.display()
+        ),
+    )
+    .unwrap();
+    s.ns.ok(
+        "mount",
+        &[OsStr::new("-T"), fstab.as_os_str(), s.mnt.as_os_str()],
+    );
+    s.check_mounted(&["allow_other"]);
+    s.unmount();
+
+    s.ns.ok(
+        "mount",
+        &[
+            OsStr::new("-t"),
+            OsStr::new("fuse.foliofs"),
+            s.image.as_os_str(),
+            s.mnt.as_os_str(),
+            OsStr::new("-o"),
+            OsStr::new("ro"),
+        ],
+    );
+    s.check_mounted(&[]);
+    s.unmount();
+}
+
+/// A prefix on no shell's default PATH works through the helper alone, and
+/// `--uninstall` takes both files away again.
+#[test]
+fn mount_t_with_another_prefix_then_uninstall() {
+    let Some(s) = Setup::new() else { return };
+    let prefix = s.base.join("prefix");
+    let prefix = prefix.to_str().unwrap();
+
+    let out = s.install(&["--prefix", prefix, "--binary", bin()]);
+    assert!(
+        out.contains(&format!("installed {prefix}/bin/foliofs")),
+        "{out}"
+    );
+    let mount_t = [
+        OsStr::new("-t"),
+        OsStr::new("fuse.foliofs"),
+        s.image.as_os_str(),
+        s.mnt.as_os_str(),
+        OsStr::new("-o"),
+        OsStr::new("ro"),
+    ];
+    s.ns.ok("mount", &mount_t);
+    s.check_mounted(&[]);
+    s.unmount();
+
+    let out = s.install(&["--uninstall", "--prefix", prefix]);
+    assert!(
+        out.contains(&format!("removed {prefix}/bin/foliofs")),
+        "{out}"
+    );
+    assert!(out.contains("removed /sbin/mount.fuse.foliofs"), "{out}");
+    let gone =
+        s.ns.run("test", &["!", "-e", "/sbin/mount.fuse.foliofs"])
+            .unwrap();
+    assert!(gone.status.success(), "the helper is still there");
+    let failed = s.ns.run("mount", &mount_t).unwrap();
+    assert!(
+        !failed.status.success(),
+        "mount -t fuse.foliofs worked with foliofs uninstalled"
+    );
+    assert!(s.ns.mount_at(&s.mnt).is_none());
+}
