@@ -29,8 +29,6 @@ pub struct InfoArgs {
 }
 
 /// `foliofs info IMAGE`.
-// Formats without their own arm fall back to the generic walk.
-#[allow(unreachable_patterns)]
 pub fn info(args: InfoArgs) -> anyhow::Result<i32> {
     let path = &args.image.image;
     let opts = args.image.open_options()?;
@@ -84,7 +82,6 @@ pub fn info(args: InfoArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         Format::Erofs => erofs_info(&args.image),
-        _ => generic_info(&args.image),
     }
 }
 
@@ -141,111 +138,6 @@ fn erofs_info(args: &ImageArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// `info` for a format without its own: what the trait shows, and entry
-/// counts from a walk.
-fn generic_info(args: &ImageArgs) -> anyhow::Result<i32> {
-    let image = args.open()?;
-    let fs = image.fs();
-    let info = fs.info();
-    let st = fs.statfs()?;
-    let w = walk_all(&*fs);
-    println!("format:          {}", info.fs_type);
-    println!(
-        "image size:      {} bytes",
-        std::fs::metadata(&args.image)?.len()
-    );
-    println!("block size:      {} bytes", info.block_size);
-    println!("blocks:          {}", st.blocks);
-    let total: u64 = w.counts.values().sum();
-    println!("entries:         {total}");
-    for (kind, n) in &w.counts {
-        println!("  {kind:<15}{n}");
-    }
-    println!("file data:       {} bytes", w.data_bytes);
-    println!("errors:          {}", w.errors.len());
-    Ok(0)
-}
-
-/// What a walk through the trait found.
-#[derive(Default)]
-struct Walk {
-    counts: std::collections::BTreeMap<&'static str, u64>,
-    data_bytes: u64,
-    errors: Vec<String>,
-}
-
-/// Walks every entry through the trait, reading every file and symlink,
-/// and collects counts and errors (a directory is entered once).
-fn walk_all(fs: &dyn FileSystem) -> Walk {
-    let mut w = Walk::default();
-    let mut scratch = Scratch::new();
-    let root = fs.root();
-    let mut done = HashSet::from([root]);
-    let mut files = HashSet::new();
-    let mut stack = vec![(root, String::from("/"))];
-    while let Some((dir, path)) = stack.pop() {
-        let entries = match list(fs, dir) {
-            Ok(e) => e,
-            Err(e) => {
-                w.errors.push(format!("{path}: readdir: {e}"));
-                continue;
-            }
-        };
-        for (name, ino, kind) in entries {
-            let p = format!("{}/{}", path.trim_end_matches('/'), name.to_string_lossy());
-            *w.counts.entry(kind_name(kind)).or_default() += 1;
-            let a = match fs.getattr(ino) {
-                Ok(a) => a,
-                Err(e) => {
-                    w.errors.push(format!("{p}: getattr: {e}"));
-                    continue;
-                }
-            };
-            if a.kind != kind {
-                w.errors.push(format!(
-                    "{p}: listed as a {} but is a {}",
-                    kind_name(kind),
-                    kind_name(a.kind)
-                ));
-            }
-            match a.kind {
-                FileType::Directory => {
-                    if done.insert(ino) {
-                        stack.push((ino, p));
-                    } else {
-                        w.errors.push(format!("{p}: directory reached twice"));
-                    }
-                }
-                FileType::RegularFile if files.insert(ino) => {
-                    let mut off = 0u64;
-                    loop {
-                        match fs.read(ino, off, CHUNK, &mut scratch) {
-                            Ok([]) => break,
-                            Ok(d) => off += d.len() as u64,
-                            Err(e) => {
-                                w.errors.push(format!("{p}: read at {off}: {e}"));
-                                break;
-                            }
-                        }
-                    }
-                    if off != a.size {
-                        w.errors
-                            .push(format!("{p}: {off} bytes readable of {}", a.size));
-                    }
-                    w.data_bytes += off;
-                }
-                FileType::Symlink => {
-                    if let Err(e) = fs.readlink(ino) {
-                        w.errors.push(format!("{p}: readlink: {e}"));
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    w
-}
-
 // ---------------------------------------------------------------- fsck
 
 #[derive(clap::Args, Debug)]
@@ -255,8 +147,6 @@ pub struct FsckArgs {
 }
 
 /// `foliofs fsck IMAGE`: exit 0 when clean, 1 with one line per defect.
-// Formats without their own arm fall back to the generic walk.
-#[allow(unreachable_patterns)]
 pub fn fsck(args: FsckArgs) -> anyhow::Result<i32> {
     let path = &args.image.image;
     let opts = args.image.open_options()?;
@@ -302,24 +192,6 @@ pub fn fsck(args: FsckArgs) -> anyhow::Result<i32> {
                 Ok(0)
             } else {
                 eprintln!("{}: {} defect(s)", path.display(), r.errors.len());
-                Ok(1)
-            }
-        }
-        _ => {
-            let image = args.image.open()?;
-            let w = walk_all(&*image.fs());
-            for e in &w.errors {
-                println!("{}: {e}", path.display());
-            }
-            if w.errors.is_empty() {
-                eprintln!(
-                    "{}: clean ({} entries read)",
-                    path.display(),
-                    w.counts.values().sum::<u64>()
-                );
-                Ok(0)
-            } else {
-                eprintln!("{}: {} defect(s)", path.display(), w.errors.len());
                 Ok(1)
             }
         }
