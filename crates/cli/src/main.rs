@@ -2,7 +2,12 @@
 //! systems in userspace.
 
 mod bench;
+mod cat;
+mod extract;
+mod fsck;
+mod info;
 mod inspect;
+mod ls;
 mod mkfs;
 mod mount;
 mod mount_state;
@@ -32,15 +37,15 @@ enum Command {
     /// Build an image from a directory tree.
     Mkfs(mkfs::MkfsArgs),
     /// Show an image's format, size, volume name, entry counts and checks.
-    Info(inspect::InfoArgs),
+    Info(info::InfoArgs),
     /// List a directory of an image.
-    Ls(inspect::LsArgs),
+    Ls(ls::LsArgs),
     /// Write a file of an image to stdout.
-    Cat(inspect::CatArgs),
+    Cat(cat::CatArgs),
     /// Recreate an image's tree (or part of it) in a directory.
-    Extract(inspect::ExtractArgs),
+    Extract(extract::ExtractArgs),
     /// Check an image for damage; exit 0 when clean, 1 with one line per defect.
-    Fsck(inspect::FsckArgs),
+    Fsck(fsck::FsckArgs),
 }
 
 fn main() {
@@ -65,11 +70,11 @@ fn run(cmd: Command) -> anyhow::Result<i32> {
         Command::Mounts(a) => mounts::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Mkfs(a) => mkfs::run(a),
-        Command::Info(a) => inspect::info(a),
-        Command::Ls(a) => inspect::ls(a),
-        Command::Cat(a) => inspect::cat(a),
-        Command::Extract(a) => inspect::extract(a),
-        Command::Fsck(a) => inspect::fsck(a),
+        Command::Info(a) => info::run(a),
+        Command::Ls(a) => ls::run(a),
+        Command::Cat(a) => cat::run(a),
+        Command::Extract(a) => extract::run(a),
+        Command::Fsck(a) => fsck::run(a),
     }
 }
 
