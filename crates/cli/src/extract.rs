@@ -1,14 +1,20 @@
 //! `foliofs extract`: recreate an image's tree (or part of it) in a directory.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::{CString, OsStr, OsString};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context};
 use foliofs_vfs::{Attr, FileSystem, FileType, Ino, Scratch, Timespec};
+use nix::errno::Errno;
+use nix::fcntl::{self, AtFlags, OFlag};
+use nix::sys::resource::{self, Resource};
+use nix::sys::stat::{self, FchmodatFlags, Mode, SFlag, UtimensatFlags};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{self, Gid, Uid, UnlinkatFlags};
 
 use crate::inspect::{list, resolve, CHUNK};
 use crate::open::ImageArgs;
@@ -45,7 +51,7 @@ pub fn run(args: ExtractArgs) -> anyhow::Result<i32> {
     let mut x = Extractor {
         fs: fs.clone(),
         force: args.force,
-        root: geteuid_is_root(),
+        root: unistd::geteuid().is_root(),
         set_times: fs.info().fs_type != "romfs",
         dir_shown: args.dir.clone(),
         first_path: HashMap::new(),
@@ -61,7 +67,7 @@ pub fn run(args: ExtractArgs) -> anyhow::Result<i32> {
             .find(|c| !c.is_empty())
             .ok_or_else(|| anyhow!("{path}: no file name"))?;
         let name = OsString::from(name);
-        x.entry(root_fd.as_raw_fd(), &PathBuf::new(), &name, top)?;
+        x.entry(root_fd.as_fd(), &PathBuf::new(), &name, top)?;
     }
     if x.errors > 0 {
         eprintln!("foliofs: extract: {} error(s)", x.errors);
@@ -120,7 +126,7 @@ impl Extractor {
                 }
                 continue;
             };
-            let parent = top.fd.as_raw_fd();
+            let parent = top.fd.as_fd();
             let rel = top.rel.clone();
             let attr = match self.fs.getattr(ino) {
                 Ok(a) => a,
@@ -173,71 +179,63 @@ impl Extractor {
             // owner: an image must not loosen what the user set.
             return;
         }
-        let fd = d.fd.as_raw_fd();
         if self.root {
-            // SAFETY: fd is an open directory descriptor we own.
-            if unsafe { libc::fchown(fd, d.attr.uid, d.attr.gid) } != 0 {
-                let e = std::io::Error::last_os_error();
-                self.warn(&d.rel, format!("chown: {e}"));
+            if let Err(e) = unistd::fchown(&d.fd, Some(uid(&d.attr)), Some(gid(&d.attr))) {
+                self.warn(&d.rel, format!("chown: {}", io(e)));
             }
         }
-        // SAFETY: as above.
-        if unsafe { libc::fchmod(fd, u32::from(d.attr.perm)) } != 0 {
-            let e = std::io::Error::last_os_error();
-            self.warn(&d.rel, format!("chmod: {e}"));
+        if let Err(e) = stat::fchmod(&d.fd, perm(&d.attr)) {
+            self.warn(&d.rel, format!("chmod: {}", io(e)));
         }
         if self.set_times {
-            let ts = times(&d.attr);
-            // SAFETY: ts is a valid two-element array; fd is open.
-            if unsafe { libc::futimens(fd, ts.as_ptr()) } != 0 {
-                let e = std::io::Error::last_os_error();
-                self.warn(&d.rel, format!("set times: {e}"));
+            let (atime, mtime) = times(&d.attr);
+            if let Err(e) = stat::futimens(&d.fd, &atime, &mtime) {
+                self.warn(&d.rel, format!("set times: {}", io(e)));
             }
         }
     }
 
     /// Creates (or, for an existing real directory, opens) directory `name`
     /// in `parent`, never following a symlink.
-    fn make_dir(&mut self, parent: RawFd, name: &OsStr) -> anyhow::Result<(OwnedFd, bool)> {
-        let c = cstr(name);
+    fn make_dir(&mut self, parent: BorrowedFd, name: &OsStr) -> anyhow::Result<(OwnedFd, bool)> {
         let mut created = true;
-        // SAFETY: c is NUL-terminated; parent is an open directory.
-        if unsafe { libc::mkdirat(parent, c.as_ptr(), 0o700) } != 0 {
+        if let Err(e) = stat::mkdirat(parent, name, Mode::S_IRWXU) {
             created = false;
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EEXIST) {
-                return Err(anyhow!("mkdir: {e}"));
+            if e != Errno::EEXIST {
+                bail!("mkdir: {}", io(e));
             }
-            if self.force && !is_dir_nofollow(parent, &c) {
-                unlink_nondir(parent, &c)?;
-                // SAFETY: as above.
-                if unsafe { libc::mkdirat(parent, c.as_ptr(), 0o700) } != 0 {
-                    return Err(anyhow!("mkdir: {}", std::io::Error::last_os_error()));
-                }
+            if self.force && !is_dir_nofollow(parent, name) {
+                unlink_nondir(parent, name)?;
+                stat::mkdirat(parent, name, Mode::S_IRWXU)
+                    .map_err(|e| anyhow!("mkdir: {}", io(e)))?;
                 created = true;
             }
         }
-        // SAFETY: as above; O_NOFOLLOW refuses a symlink in its place.
-        let fd = unsafe {
-            libc::openat(
-                parent,
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        // O_NOFOLLOW refuses a symlink in its place.
+        let fd = fcntl::openat(
+            parent,
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| {
+            anyhow!(
+                "exists and is not a directory ({}); not descending (use --force to replace it)",
+                io(e)
             )
-        };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(anyhow!(
-                "exists and is not a directory ({e}); not descending (use --force to replace it)"
-            ));
-        }
-        // SAFETY: fd was just returned by openat and is owned by nobody else.
-        Ok((unsafe { OwnedFd::from_raw_fd(fd) }, created))
+        })?;
+        Ok((fd, created))
     }
 
     /// Extracts one non-directory entry (or, at the top, a directory) into
     /// `parent`. Failures of this entry are counted, not returned.
-    fn entry(&mut self, parent: RawFd, rel: &Path, name: &OsStr, a: Attr) -> anyhow::Result<()> {
+    fn entry(
+        &mut self,
+        parent: BorrowedFd,
+        rel: &Path,
+        name: &OsStr,
+        a: Attr,
+    ) -> anyhow::Result<()> {
         let shown = rel.join(name);
         if let Err(e) = check_name(name) {
             self.warn(&shown, e);
@@ -253,14 +251,13 @@ impl Extractor {
             };
             return self.tree(fd, a);
         }
-        let c = cstr(name);
         if let Some(first) = self.first_path.get(&a.ino).cloned() {
-            if let Err(e) = self.hard_link(parent, &c, &first) {
+            if let Err(e) = self.hard_link(parent, name, &first) {
                 self.warn(&shown, format!("hard link to {}: {e:#}", first.display()));
             }
             return Ok(());
         }
-        match self.create(parent, &c, &a, &shown) {
+        match self.create(parent, name, &a, &shown) {
             Ok(true) => {
                 self.first_path.insert(a.ino, shown);
             }
@@ -272,67 +269,52 @@ impl Extractor {
 
     /// Makes room for `name` in `parent`: fails if it exists, unless
     /// `--force` and it is not a directory.
-    fn clear(&self, parent: RawFd, c: &CString) -> anyhow::Result<()> {
-        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: c is NUL-terminated, st is writable; AT_SYMLINK_NOFOLLOW.
-        let rc = unsafe {
-            libc::fstatat(
-                parent,
-                c.as_ptr(),
-                st.as_mut_ptr(),
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        };
-        if rc != 0 {
+    fn clear(&self, parent: BorrowedFd, name: &OsStr) -> anyhow::Result<()> {
+        if stat::fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW).is_err() {
             return Ok(());
         }
         if !self.force {
             bail!("already exists; not overwriting (use --force)");
         }
-        unlink_nondir(parent, c)
+        unlink_nondir(parent, name)
     }
 
     /// Creates a non-directory; returns whether something was created.
     fn create(
         &mut self,
-        parent: RawFd,
-        c: &CString,
+        parent: BorrowedFd,
+        name: &OsStr,
         a: &Attr,
         shown: &Path,
     ) -> anyhow::Result<bool> {
-        self.clear(parent, c)?;
+        self.clear(parent, name)?;
         match a.kind {
             FileType::RegularFile => {
-                // SAFETY: c is NUL-terminated; O_EXCL|O_NOFOLLOW never opens
-                // something that is already there.
-                let fd = unsafe {
-                    libc::openat(
-                        parent,
-                        c.as_ptr(),
-                        libc::O_WRONLY
-                            | libc::O_CREAT
-                            | libc::O_EXCL
-                            | libc::O_NOFOLLOW
-                            | libc::O_CLOEXEC,
-                        0o600,
-                    )
-                };
-                if fd < 0 {
-                    bail!("create: {}", std::io::Error::last_os_error());
-                }
-                // SAFETY: fd was just returned by openat.
-                let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+                // O_EXCL|O_NOFOLLOW never opens something that is already
+                // there.
+                let fd = fcntl::openat(
+                    parent,
+                    name,
+                    OFlag::O_WRONLY
+                        | OFlag::O_CREAT
+                        | OFlag::O_EXCL
+                        | OFlag::O_NOFOLLOW
+                        | OFlag::O_CLOEXEC,
+                    Mode::S_IRUSR | Mode::S_IWUSR,
+                )
+                .map_err(|e| anyhow!("create: {}", io(e)))?;
+                let file = std::fs::File::from(fd);
                 self.write_data(&file, a, shown)?;
-                self.set_attrs(Some(file.as_raw_fd()), parent, c, a)?;
+                self.set_attrs(Some(file.as_fd()), parent, name, a)?;
             }
             FileType::Symlink => {
-                let target = CString::new(self.fs.readlink(a.ino)?)
-                    .map_err(|_| anyhow!("symlink target contains a NUL byte"))?;
-                // SAFETY: both strings are NUL-terminated; parent is open.
-                if unsafe { libc::symlinkat(target.as_ptr(), parent, c.as_ptr()) } != 0 {
-                    bail!("symlink: {}", std::io::Error::last_os_error());
+                let target = self.fs.readlink(a.ino)?;
+                if target.contains(&0) {
+                    bail!("symlink target contains a NUL byte");
                 }
-                self.set_attrs(None, parent, c, a)?;
+                unistd::symlinkat(&target[..], parent, name)
+                    .map_err(|e| anyhow!("symlink: {}", io(e)))?;
+                self.set_attrs(None, parent, name, a)?;
             }
             FileType::BlockDevice | FileType::CharDevice if !self.root => {
                 eprintln!(
@@ -342,12 +324,10 @@ impl Extractor {
                 return Ok(false);
             }
             FileType::BlockDevice | FileType::CharDevice | FileType::Fifo | FileType::Socket => {
-                let mode = a.kind.mode_bits() | u32::from(a.perm);
-                // SAFETY: c is NUL-terminated; parent is open.
-                if unsafe { libc::mknodat(parent, c.as_ptr(), mode, a.rdev.to_dev_t()) } != 0 {
-                    bail!("mknod: {}", std::io::Error::last_os_error());
-                }
-                self.set_attrs(None, parent, c, a)?;
+                let kind = SFlag::from_bits_truncate(a.kind.mode_bits());
+                stat::mknodat(parent, name, kind, perm(a), a.rdev.to_dev_t())
+                    .map_err(|e| anyhow!("mknod: {}", io(e)))?;
+                self.set_attrs(None, parent, name, a)?;
             }
             FileType::Directory => unreachable!("directories are made by make_dir"),
         }
@@ -378,75 +358,64 @@ impl Extractor {
     /// Owner (when root), mode (not for symlinks) and times.
     fn set_attrs(
         &self,
-        fd: Option<RawFd>,
-        parent: RawFd,
-        c: &CString,
+        fd: Option<BorrowedFd>,
+        parent: BorrowedFd,
+        name: &OsStr,
         a: &Attr,
     ) -> anyhow::Result<()> {
         if self.root {
-            // SAFETY: c is NUL-terminated; AT_SYMLINK_NOFOLLOW changes the
-            // link itself.
-            if unsafe {
-                libc::fchownat(parent, c.as_ptr(), a.uid, a.gid, libc::AT_SYMLINK_NOFOLLOW)
-            } != 0
-            {
-                bail!("chown: {}", std::io::Error::last_os_error());
-            }
+            // AT_SYMLINK_NOFOLLOW changes the link itself.
+            unistd::fchownat(
+                parent,
+                name,
+                Some(uid(a)),
+                Some(gid(a)),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| anyhow!("chown: {}", io(e)))?;
         }
         if let Some(fd) = fd {
-            // SAFETY: fd is an open file we own.
-            if unsafe { libc::fchmod(fd, u32::from(a.perm)) } != 0 {
-                bail!("chmod: {}", std::io::Error::last_os_error());
-            }
+            stat::fchmod(fd, perm(a)).map_err(|e| anyhow!("chmod: {}", io(e)))?;
         } else if a.kind != FileType::Symlink {
-            // SAFETY: c is NUL-terminated; the node was just made by us and
-            // is not a symlink, so fchmodat does not follow one.
-            if unsafe { libc::fchmodat(parent, c.as_ptr(), u32::from(a.perm), 0) } != 0 {
-                bail!("chmod: {}", std::io::Error::last_os_error());
-            }
+            // The node was just made by us and is not a symlink, so
+            // following symlinks does not come into it.
+            stat::fchmodat(parent, name, perm(a), FchmodatFlags::FollowSymlink)
+                .map_err(|e| anyhow!("chmod: {}", io(e)))?;
         }
         if self.set_times {
-            let ts = times(a);
-            // SAFETY: ts is a two-element array; AT_SYMLINK_NOFOLLOW.
-            if unsafe {
-                libc::utimensat(parent, c.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW)
-            } != 0
-            {
-                bail!("set times: {}", std::io::Error::last_os_error());
-            }
+            let (atime, mtime) = times(a);
+            stat::utimensat(
+                parent,
+                name,
+                &atime,
+                &mtime,
+                UtimensatFlags::NoFollowSymlink,
+            )
+            .map_err(|e| anyhow!("set times: {}", io(e)))?;
         }
         Ok(())
     }
 
     /// Links `name` in `parent` to the already extracted `first` (relative
     /// to DIR), walking `first` one component at a time with `O_NOFOLLOW`.
-    fn hard_link(&mut self, parent: RawFd, c: &CString, first: &Path) -> anyhow::Result<()> {
-        self.clear(parent, c)?;
+    fn hard_link(&mut self, parent: BorrowedFd, name: &OsStr, first: &Path) -> anyhow::Result<()> {
+        self.clear(parent, name)?;
         let dir = first.parent().unwrap_or(Path::new(""));
-        let leaf = cstr(first.file_name().ok_or_else(|| anyhow!("no file name"))?);
-        let top = open_dir_path(&self.dir_shown)?;
-        let mut cur = top;
+        let leaf = first.file_name().ok_or_else(|| anyhow!("no file name"))?;
+        let mut cur = open_dir_path(&self.dir_shown)?;
         for comp in dir.components() {
-            let cc = cstr(comp.as_os_str());
-            // SAFETY: cc is NUL-terminated; cur is an open directory.
-            let fd = unsafe {
-                libc::openat(
-                    cur.as_raw_fd(),
-                    cc.as_ptr(),
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                bail!("{}", std::io::Error::last_os_error());
-            }
-            // SAFETY: fd was just returned by openat.
-            cur = unsafe { OwnedFd::from_raw_fd(fd) };
+            cur = fcntl::openat(
+                &cur,
+                comp.as_os_str(),
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| anyhow!("{}", io(e)))?;
         }
-        // SAFETY: both names are NUL-terminated; flags 0 do not follow a
-        // symlink at the source.
-        if unsafe { libc::linkat(cur.as_raw_fd(), leaf.as_ptr(), parent, c.as_ptr(), 0) } != 0 {
-            bail!("{}", std::io::Error::last_os_error());
-        }
+        // No AT_SYMLINK_FOLLOW: a symlink at the source is linked itself,
+        // never followed.
+        unistd::linkat(&cur, leaf, parent, name, AtFlags::empty())
+            .map_err(|e| anyhow!("{}", io(e)))?;
         Ok(())
     }
 }
@@ -460,76 +429,57 @@ fn check_name(name: &OsStr) -> Result<(), String> {
     Ok(())
 }
 
-fn cstr(name: &OsStr) -> CString {
-    CString::new(name.as_bytes()).unwrap_or_else(|_| CString::new("\u{fffd}").expect("no NUL"))
+/// An errno as the standard library shows it ("File exists (os error 17)").
+fn io(e: Errno) -> std::io::Error {
+    e.into()
 }
 
 fn open_dir_path(p: &Path) -> anyhow::Result<OwnedFd> {
-    let c = cstr(p.as_os_str());
-    // SAFETY: c is NUL-terminated.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        bail!("{}: {}", p.display(), std::io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by open.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    fcntl::open(
+        p,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| anyhow!("{}: {}", p.display(), io(e)))
 }
 
-fn is_dir_nofollow(parent: RawFd, c: &CString) -> bool {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: c is NUL-terminated, st is writable.
-    let rc = unsafe {
-        libc::fstatat(
-            parent,
-            c.as_ptr(),
-            st.as_mut_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    // SAFETY: fstatat filled st when it returned 0.
-    rc == 0 && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFDIR
+fn is_dir_nofollow(parent: BorrowedFd, name: &OsStr) -> bool {
+    stat::fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
 }
 
-fn unlink_nondir(parent: RawFd, c: &CString) -> anyhow::Result<()> {
-    if is_dir_nofollow(parent, c) {
+fn unlink_nondir(parent: BorrowedFd, name: &OsStr) -> anyhow::Result<()> {
+    if is_dir_nofollow(parent, name) {
         bail!("exists as a directory; not replacing it with a non-directory");
     }
-    // SAFETY: c is NUL-terminated; flag 0 never removes a directory.
-    if unsafe { libc::unlinkat(parent, c.as_ptr(), 0) } != 0 {
-        bail!("remove existing: {}", std::io::Error::last_os_error());
-    }
-    Ok(())
+    // NoRemoveDir never removes a directory.
+    unistd::unlinkat(parent, name, UnlinkatFlags::NoRemoveDir)
+        .map_err(|e| anyhow!("remove existing: {}", io(e)))
 }
 
-fn times(a: &Attr) -> [libc::timespec; 2] {
-    let t = |t: Timespec| libc::timespec {
-        tv_sec: t.sec as libc::time_t,
-        tv_nsec: i64::from(t.nsec) as libc::c_long,
-    };
-    [t(a.atime), t(a.mtime)]
+fn perm(a: &Attr) -> Mode {
+    Mode::from_bits_truncate(u32::from(a.perm))
+}
+
+fn uid(a: &Attr) -> Uid {
+    Uid::from_raw(a.uid)
+}
+
+fn gid(a: &Attr) -> Gid {
+    Gid::from_raw(a.gid)
+}
+
+/// Access and modification times.
+fn times(a: &Attr) -> (TimeSpec, TimeSpec) {
+    let t = |t: Timespec| TimeSpec::new(t.sec, i64::from(t.nsec));
+    (t(a.atime), t(a.mtime))
 }
 
 fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: lim is a valid, writable rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 && lim.rlim_cur < lim.rlim_max
-    {
-        lim.rlim_cur = lim.rlim_max;
-        // SAFETY: lim is a valid rlimit; raising the soft limit up to the
-        // hard one needs no privilege.
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    if let Ok((cur, max)) = resource::getrlimit(Resource::RLIMIT_NOFILE) {
+        if cur < max {
+            // Raising the soft limit up to the hard one needs no privilege.
+            let _ = resource::setrlimit(Resource::RLIMIT_NOFILE, max, max);
+        }
     }
-}
-
-fn geteuid_is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
