@@ -3,11 +3,13 @@
 
 mod bench;
 mod cat;
+mod completions;
 mod extract;
 mod fsck;
 mod info;
 mod inspect;
 mod ls;
+mod man;
 mod mkfs;
 mod mount;
 mod mount_state;
@@ -46,6 +48,10 @@ enum Command {
     Extract(extract::ExtractArgs),
     /// Check an image for damage; exit 0 when clean, 1 with one line per defect.
     Fsck(fsck::FsckArgs),
+    /// Print a completion script for bash, zsh, fish, elvish or PowerShell.
+    Completions(completions::CompletionsArgs),
+    /// Print a manual page (roff) of foliofs or one of its commands.
+    Man(man::ManArgs),
 }
 
 fn main() {
@@ -75,6 +81,8 @@ fn run(cmd: Command) -> anyhow::Result<i32> {
         Command::Cat(a) => cat::run(a),
         Command::Extract(a) => extract::run(a),
         Command::Fsck(a) => fsck::run(a),
+        Command::Completions(a) => completions::run(a),
+        Command::Man(a) => man::run(a),
     }
 }
 
