@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context};
 use foliofs_vfs::{Attr, FileSystem, FileType, Ino, Scratch, Timespec};
+use indicatif::ProgressBar;
 use nix::errno::Errno;
 use nix::fcntl::{self, AtFlags, OFlag};
 use nix::sys::resource::{self, Resource};
@@ -18,6 +19,7 @@ use nix::unistd::{self, Gid, Uid, UnlinkatFlags};
 
 use crate::inspect::{list, resolve, CHUNK};
 use crate::open::ImageArgs;
+use crate::progress;
 
 #[derive(clap::Args, Debug)]
 pub struct ExtractArgs {
@@ -58,6 +60,8 @@ pub fn run(args: ExtractArgs) -> anyhow::Result<i32> {
         dirs_done: HashSet::new(),
         scratch: Scratch::new(),
         errors: 0,
+        bar: progress::counter(entries_done(0)),
+        entries: 0,
     };
     if top.kind == FileType::Directory {
         x.tree(root_fd, top)?;
@@ -67,8 +71,10 @@ pub fn run(args: ExtractArgs) -> anyhow::Result<i32> {
             .find(|c| !c.is_empty())
             .ok_or_else(|| anyhow!("{path}: no file name"))?;
         let name = OsString::from(name);
+        x.done_one();
         x.entry(root_fd.as_fd(), &PathBuf::new(), &name, top)?;
     }
+    x.bar.finish_and_clear();
     if x.errors > 0 {
         eprintln!("foliofs: extract: {} error(s)", x.errors);
         return Ok(1);
@@ -88,6 +94,9 @@ struct Extractor {
     dirs_done: HashSet<Ino>,
     scratch: Scratch,
     errors: u64,
+    /// Bytes written (its position) and entries done, on a terminal.
+    bar: ProgressBar,
+    entries: u64,
 }
 
 /// A directory being filled, with the attributes to give it once done.
@@ -103,8 +112,21 @@ struct Pending {
 
 impl Extractor {
     fn warn(&mut self, rel: &Path, what: impl std::fmt::Display) {
-        eprintln!("foliofs: {}: {what}", self.dir_shown.join(rel).display());
+        self.say(rel, what);
         self.errors += 1;
+    }
+
+    /// One line on stderr, around the progress line rather than into it.
+    fn say(&self, rel: &Path, what: impl std::fmt::Display) {
+        let shown = self.dir_shown.join(rel);
+        self.bar
+            .suspend(|| eprintln!("foliofs: {}: {what}", shown.display()));
+    }
+
+    /// Counts an entry of the image as done (made, linked or refused).
+    fn done_one(&mut self) {
+        self.entries += 1;
+        self.bar.set_message(entries_done(self.entries));
     }
 
     /// Extracts the contents of directory `top` into `fd`.
@@ -126,6 +148,7 @@ impl Extractor {
                 }
                 continue;
             };
+            self.done_one();
             let parent = top.fd.as_fd();
             let rel = top.rel.clone();
             let attr = match self.fs.getattr(ino) {
@@ -317,10 +340,7 @@ impl Extractor {
                 self.set_attrs(None, parent, name, a)?;
             }
             FileType::BlockDevice | FileType::CharDevice if !self.root => {
-                eprintln!(
-                    "foliofs: {}: device node skipped (needs root)",
-                    self.dir_shown.join(shown).display()
-                );
+                self.say(shown, "device node skipped (needs root)");
                 return Ok(false);
             }
             FileType::BlockDevice | FileType::CharDevice | FileType::Fifo | FileType::Socket => {
@@ -348,6 +368,7 @@ impl Extractor {
             file.write_all_at(data, off)
                 .with_context(|| format!("write {}", shown.display()))?;
             off += data.len() as u64;
+            self.bar.inc(data.len() as u64);
         }
         if off != a.size {
             bail!("read {off} bytes of {}", a.size);
@@ -417,6 +438,13 @@ impl Extractor {
         unistd::linkat(&cur, leaf, parent, name, AtFlags::empty())
             .map_err(|e| anyhow!("{}", io(e)))?;
         Ok(())
+    }
+}
+
+fn entries_done(n: u64) -> String {
+    match n {
+        1 => "1 entry".to_owned(),
+        n => format!("{n} entries"),
     }
 }
 

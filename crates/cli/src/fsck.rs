@@ -3,6 +3,7 @@
 use anyhow::{bail, Context};
 
 use crate::open::{self, Format, ImageArgs};
+use crate::progress;
 
 #[derive(clap::Args, Debug)]
 pub struct FsckArgs {
@@ -14,10 +15,14 @@ pub struct FsckArgs {
 pub fn run(args: FsckArgs) -> anyhow::Result<i32> {
     let path = &args.image.image;
     let opts = args.image.open_options()?;
+    // The checkers report nothing until they are done: a spinner shows a
+    // long check is alive.
+    let bar = progress::spinner(format!("checking {}", path.display()));
     match open::detect(path)? {
         Format::Romfs => {
             let r = foliofs_romfs::check::check(path, &opts)
                 .with_context(|| format!("{}: cannot read", path.display()))?;
+            bar.finish_and_clear();
             for d in &r.defects {
                 println!("{}: {d}", path.display());
             }
@@ -39,6 +44,7 @@ pub fn run(args: FsckArgs) -> anyhow::Result<i32> {
                 bail!("{}: not an EROFS image", path.display());
             };
             let r = e.fsck();
+            bar.finish_and_clear();
             for d in &r.errors {
                 println!("{}: {d}", path.display());
             }

@@ -15,6 +15,7 @@ mod mount;
 mod mount_state;
 mod mounts;
 mod open;
+mod progress;
 mod umount;
 
 use clap::{CommandFactory, Parser, Subcommand};

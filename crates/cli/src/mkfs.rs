@@ -1,11 +1,11 @@
 //! `foliofs mkfs FORMAT ...`: building images.
 
-use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use foliofs_romfs::mkfs::{self, MkfsOptions, Progress};
+
+use crate::progress;
 
 /// A byte count by the rules every foliofs option shares (binary K to E
 /// suffixes); blanks around it are allowed, as they always were here.
@@ -76,29 +76,29 @@ fn romfs(a: RomfsArgs) -> anyhow::Result<i32> {
         opts.align_patterns.push((n, glob.to_owned()));
     }
     opts.excludes = a.exclude.clone();
-    let tty = !a.quiet && std::io::stderr().is_terminal();
-    let mut last = Instant::now();
-    let mut shown = false;
+    let bar = if a.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        // Reading the tree reports nothing; copying files reports bytes.
+        progress::spinner(format!("reading {}", a.src.display()))
+    };
+    let mut copying = false;
     let mut progress = |p: &Progress| {
-        if tty && (last.elapsed() >= Duration::from_millis(200) || p.files_done == p.files_total) {
-            last = Instant::now();
-            shown = true;
-            let mut e = std::io::stderr().lock();
-            let _ = write!(
-                e,
-                "\r{}/{} files, {}/{} MiB",
-                p.files_done,
-                p.files_total,
-                p.bytes_done >> 20,
-                p.bytes_total >> 20
-            );
-            let _ = e.flush();
+        bar.set_message(format!(
+            "{}/{} files, {}/{} MiB",
+            p.files_done,
+            p.files_total,
+            p.bytes_done >> 20,
+            p.bytes_total >> 20
+        ));
+        if !copying {
+            copying = true;
+            progress::show_bar(&bar, p.bytes_total);
         }
+        bar.set_position(p.bytes_done);
     };
     let res = mkfs::build(&a.src, &a.image, &opts, &mut progress);
-    if shown {
-        eprintln!();
-    }
+    bar.finish_and_clear();
     let sum = match res {
         Ok(s) => s,
         Err(e) => {
