@@ -174,7 +174,7 @@ impl Extractor {
             let (fd, created) = match self.make_dir(parent, &name) {
                 Ok(made) => made,
                 Err(e) => {
-                    self.warn(&child_rel, format!("{e:#}"));
+                    self.warn(&child_rel, crate::error_line(&e));
                     continue;
                 }
             };
@@ -268,7 +268,7 @@ impl Extractor {
             let fd = match self.make_dir(parent, name) {
                 Ok((fd, _)) => fd,
                 Err(e) => {
-                    self.warn(&shown, format!("{e:#}"));
+                    self.warn(&shown, crate::error_line(&e));
                     return Ok(());
                 }
             };
@@ -276,7 +276,14 @@ impl Extractor {
         }
         if let Some(first) = self.first_path.get(&a.ino).cloned() {
             if let Err(e) = self.hard_link(parent, name, &first) {
-                self.warn(&shown, format!("hard link to {}: {e:#}", first.display()));
+                self.warn(
+                    &shown,
+                    format!(
+                        "hard link to {}: {}",
+                        first.display(),
+                        crate::error_line(&e)
+                    ),
+                );
             }
             return Ok(());
         }
@@ -285,7 +292,7 @@ impl Extractor {
                 self.first_path.insert(a.ino, shown);
             }
             Ok(false) => {}
-            Err(e) => self.warn(&shown, format!("{e:#}")),
+            Err(e) => self.warn(&shown, crate::error_line(&e)),
         }
         Ok(())
     }

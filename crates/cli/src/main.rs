@@ -63,11 +63,29 @@ fn main() {
     let code = match run(cli.cmd) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("foliofs: {e:#}");
+            eprintln!("foliofs: {}", error_line(&e));
             1
         }
     };
     std::process::exit(code);
+}
+
+/// `e` and its causes on one line, as `{:#}` shows them, but each cause
+/// once: many errors (ours and the libraries') put their source in their
+/// own message as well as returning it from `source()`, so `{:#}` would
+/// print that source twice.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.is_empty() {
+            line = text;
+        } else if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
 }
 
 fn run(cmd: Command) -> anyhow::Result<i32> {

@@ -101,7 +101,7 @@ pub fn run(args: MountArgs) -> anyhow::Result<i32> {
 fn report_failure(ready: Option<File>, e: anyhow::Error) -> anyhow::Result<i32> {
     match ready {
         Some(mut r) => {
-            let _ = writeln!(r, "error: {e:#}");
+            let _ = writeln!(r, "error: {}", crate::error_line(&e));
             Ok(1)
         }
         None => Err(e),

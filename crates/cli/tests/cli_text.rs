@@ -1,5 +1,5 @@
-//! What the binary prints about itself: shell completions and manual pages
-//! generated from its command definitions.
+//! What the binary says besides file contents: shell completions and
+//! manual pages generated from its command definitions, and error messages.
 
 use std::process::{Command, Output};
 
@@ -105,4 +105,36 @@ fn man_page_is_roff_naming_every_subcommand() {
         String::from_utf8_lossy(&shown.stderr)
     );
     assert!(text.contains("SUBCOMMANDS") && text.contains("foliofs-extract(1)"));
+}
+
+fn assert_cause_once(out: &Output, cause: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "succeeded: {err}");
+    assert_eq!(
+        err.matches(cause).count(),
+        1,
+        "{cause:?} not once in: {err}"
+    );
+}
+
+#[test]
+fn errors_name_each_cause_once() {
+    let t = tempfile::tempdir().unwrap();
+    let path = |name: &str| t.path().join(name).to_str().unwrap().to_owned();
+    let missing = path("missing");
+    assert_cause_once(&foliofs(&["info", &missing]), "No such file or directory");
+
+    // A mount onto a missing directory fails before mount(2); that error
+    // carries its cause in its own message and as its source, and travels
+    // from the background server to the command as text.
+    std::fs::create_dir(path("src")).unwrap();
+    std::fs::write(path("src") + "/f", b"x").unwrap();
+    stdout_ok(&["mkfs", "romfs", "-q", &path("src"), &path("img")]);
+    let img = path("img");
+    for args in [
+        vec!["mount", &img, &missing],
+        vec!["mount", "-f", &img, &missing],
+    ] {
+        assert_cause_once(&foliofs(&args), "No such file or directory");
+    }
 }
