@@ -178,17 +178,20 @@ pub trait FileSystem: Send + Sync {
         Err(Error::ReadOnly)
     }
 
-    /// Writes `data` at `offset` (ignored for handles opened with `O_APPEND`,
-    /// which the caller resolves); returns the bytes written.
     /// Drops what an unprivileged write must drop before it lands: the
     /// set-user-ID bit, the set-group-ID bit where it means "run as the
     /// group" (with group execute), and file capabilities. The kernel does
     /// this itself before writes through the page cache; before direct
-    /// writes it asks the server (`FUSE_WRITE_KILL_SUIDGID`).
+    /// writes it asks the server (`FUSE_WRITE_KILL_SUIDGID`). Formats
+    /// without set-ID bits or capabilities keep the default, which does
+    /// nothing.
     fn kill_suid(&self, _ino: Ino) -> Result<()> {
         Ok(())
     }
 
+    /// Writes `data` at `offset` (ignored for handles opened with `O_APPEND`,
+    /// which the caller resolves) through handle `fh`; returns the bytes
+    /// written. `flags` are the handle's `open(2)` flags.
     fn write(&self, _ino: Ino, _fh: u64, _offset: u64, _data: &[u8], _flags: i32) -> Result<u32> {
         Err(Error::ReadOnly)
     }
