@@ -83,7 +83,7 @@ impl FileSystem for Erofs {
     fn lseek(&self, ino: Ino, offset: u64, whence: i32) -> Result<u64> {
         let inode = self.inode(ino)?;
         if offset >= inode.size {
-            return Err(Error::NoData);
+            return Err(Error::NoDataPastOffset);
         }
         if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
             return Err(Error::Invalid);
@@ -114,7 +114,7 @@ impl FileSystem for Erofs {
         if want_hole {
             Ok(inode.size)
         } else {
-            Err(Error::NoData)
+            Err(Error::NoDataPastOffset)
         }
     }
 
@@ -147,7 +147,7 @@ impl FileSystem for Erofs {
                 return self.xattr_value(&e);
             }
         }
-        Err(Error::NoXattr)
+        Err(Error::NoSuchXattr)
     }
 
     fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {

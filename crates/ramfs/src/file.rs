@@ -146,7 +146,7 @@ impl RamFs {
                     return Err(Error::NoSpace);
                 }
             }
-            _ => return Err(Error::NotSupported),
+            _ => return Err(Error::OperationNotSupported),
         }
         if !keep && end > file.size {
             file.size = end;
@@ -160,7 +160,7 @@ impl RamFs {
         let st = node.read();
         let file = st.file().ok_or(Error::Invalid)?;
         if offset >= file.size {
-            return Err(Error::NoData);
+            return Err(Error::NoDataPastOffset);
         }
         // While a handle that may write is open, a cache above this file
         // system can hold data not written here yet (the kernel's FUSE
@@ -174,7 +174,9 @@ impl RamFs {
             };
         }
         match whence {
-            libc::SEEK_DATA => file.next_data(offset, self.bs()).ok_or(Error::NoData),
+            libc::SEEK_DATA => file
+                .next_data(offset, self.bs())
+                .ok_or(Error::NoDataPastOffset),
             libc::SEEK_HOLE => Ok(file.next_hole(offset, self.bs())),
             _ => Err(Error::Invalid),
         }

@@ -23,7 +23,7 @@ fn check_xattr_name(name: &OsStr) -> Result<()> {
     match XATTR_PREFIXES.iter().find(|p| b.starts_with(p)) {
         Some(p) if b.len() > p.len() => Ok(()),
         Some(_) => Err(Error::Invalid),
-        None => Err(Error::NotSupported),
+        None => Err(Error::OperationNotSupported),
     }
 }
 
@@ -35,7 +35,7 @@ impl RamFs {
         st.xattrs
             .get(name.as_bytes())
             .cloned()
-            .ok_or(Error::NoXattr)
+            .ok_or(Error::NoSuchXattr)
     }
 
     pub(crate) fn do_listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
@@ -62,7 +62,7 @@ impl RamFs {
         let old = st.xattrs.get(key).map(|v| key.len() + v.len());
         match old {
             Some(_) if flags & libc::XATTR_CREATE != 0 => return Err(Error::Exists),
-            None if flags & libc::XATTR_REPLACE != 0 => return Err(Error::NoXattr),
+            None if flags & libc::XATTR_REPLACE != 0 => return Err(Error::NoSuchXattr),
             _ => {}
         }
         let total: usize = st.xattrs.iter().map(|(k, v)| k.len() + v.len()).sum();
@@ -88,7 +88,7 @@ impl RamFs {
         let node = self.table.get(ino)?;
         let mut st = node.write();
         let key = name.as_bytes();
-        let value = st.xattrs.remove(key).ok_or(Error::NoXattr)?;
+        let value = st.xattrs.remove(key).ok_or(Error::NoSuchXattr)?;
         self.space.give_xattr((key.len() + value.len()) as u64);
         st.ctime = Timespec::now();
         Ok(())

@@ -49,18 +49,26 @@ pub enum Error {
     NotPermitted,
     #[error("permission denied")]
     AccessDenied,
+    /// `getxattr` or `removexattr` of a name the inode does not have
+    /// (`ENODATA`).
     #[error("no such extended attribute")]
-    NoXattr,
+    NoSuchXattr,
+    /// `lseek` with `SEEK_DATA` or `SEEK_HOLE` from an offset at or past
+    /// the end of the file, or `SEEK_DATA` where only a hole follows the
+    /// offset (`ENXIO`).
     #[error("no data at or after this offset")]
-    NoData,
+    NoDataPastOffset,
     #[error("file too large")]
     TooBig,
     #[error("too many links")]
     TooManyLinks,
     #[error("result out of range")]
     Range,
+    /// The file system does not offer this operation, or this variant of
+    /// it (an `fallocate` mode, an xattr namespace): `EOPNOTSUPP`. Not to
+    /// be confused with [`Error::Unsupported`], an image feature.
     #[error("operation not supported")]
-    NotSupported,
+    OperationNotSupported,
     #[error("cross-device link")]
     CrossDevice,
     #[error("too many levels of symbolic links")]
@@ -101,12 +109,12 @@ impl Error {
             Error::Invalid => libc::EINVAL,
             Error::NotPermitted => libc::EPERM,
             Error::AccessDenied => libc::EACCES,
-            Error::NoXattr => libc::ENODATA,
-            Error::NoData => libc::ENXIO,
+            Error::NoSuchXattr => libc::ENODATA,
+            Error::NoDataPastOffset => libc::ENXIO,
             Error::TooBig => libc::EFBIG,
             Error::TooManyLinks => libc::EMLINK,
             Error::Range => libc::ERANGE,
-            Error::NotSupported => libc::EOPNOTSUPP,
+            Error::OperationNotSupported => libc::EOPNOTSUPP,
             Error::CrossDevice => libc::EXDEV,
             Error::Loop => libc::ELOOP,
             Error::Errno(e) => *e,

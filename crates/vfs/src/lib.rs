@@ -86,7 +86,7 @@ pub trait FileSystem: Send + Sync {
 
     /// The value of extended attribute `name` (full name, e.g. `user.foo`).
     fn getxattr(&self, _ino: Ino, _name: &OsStr) -> Result<Vec<u8>> {
-        Err(Error::NoXattr)
+        Err(Error::NoSuchXattr)
     }
 
     /// Full names of every extended attribute of `ino`.
@@ -206,7 +206,7 @@ pub trait FileSystem: Send + Sync {
     fn lseek(&self, ino: Ino, offset: u64, whence: i32) -> Result<u64> {
         let size = self.getattr(ino)?.size;
         if offset >= size {
-            return Err(Error::NoData);
+            return Err(Error::NoDataPastOffset);
         }
         match whence {
             libc::SEEK_DATA => Ok(offset),
