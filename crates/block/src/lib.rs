@@ -9,11 +9,13 @@
 //! sequential reader costs one copy per byte at any block size.
 
 mod cache;
+mod error;
 mod store;
 
 use std::sync::Arc;
 
 pub use cache::{Block, BlockCache};
+pub use error::{Corrupt, Incompatible};
 pub use store::{IoMode, Store};
 
 use foliofs_vfs::{Error, Result, Scratch};
@@ -129,11 +131,11 @@ impl BlockDev {
     pub fn new(store: Store, block_size: u32, cache_bytes: usize) -> Result<BlockDev> {
         check_block_size(block_size)?;
         if store.mode() == IoMode::Direct && block_size < store.dio_align() {
-            return Err(Error::Unsupported(format!(
-                "{}: block size {block_size} is smaller than the {} bytes direct I/O needs here",
-                store.path().display(),
-                store.dio_align()
-            )));
+            return Err(Error::incompatible(Incompatible::BlockSizeBelowDirectIo {
+                path: store.path().to_owned(),
+                block_size,
+                align: store.dio_align(),
+            }));
         }
         let blocks = (cache_bytes / block_size as usize).max(8);
         Ok(BlockDev {
@@ -356,11 +358,11 @@ impl BlockDev {
     fn beyond_end(&self, offset: u64, len: u64) -> Error {
         Error::corrupt(
             offset,
-            format!(
-                "{} bytes at {offset:#x} lie beyond the end of the {}-byte image",
+            Corrupt::ReadPastEnd {
+                offset,
                 len,
-                self.size()
-            ),
+                size: self.size(),
+            },
         )
     }
 }

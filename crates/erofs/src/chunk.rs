@@ -4,6 +4,7 @@
 use foliofs_vfs::{Error, Result};
 
 use crate::inode::Inode;
+use crate::{Corrupt, Incompatible};
 
 /// `EROFS_NULL_ADDR`: a chunk with no blocks (a hole).
 pub const NULL_ADDR: u32 = 0xFFFF_FFFF;
@@ -26,16 +27,19 @@ impl ChunkFormat {
     pub fn of(inode: &Inode, blkszbits: u8) -> Result<ChunkFormat> {
         let fmt = inode.i_u as u16;
         if fmt & !(FORMAT_INDEXES | FORMAT_BLKBITS_MASK) != 0 {
-            return Err(Error::Unsupported(format!(
-                "inode {}: chunk format {fmt:#x}",
-                inode.nid
-            )));
+            return Err(Error::incompatible(Incompatible::ChunkFormat {
+                nid: inode.nid,
+                format: fmt,
+            }));
         }
         let chunkbits = u32::from(blkszbits) + u32::from(fmt & FORMAT_BLKBITS_MASK);
         if chunkbits > 47 {
             return Err(Error::corrupt(
                 inode.pos + 16,
-                format!("inode {}: chunk size 2^{chunkbits} is absurd", inode.nid),
+                Corrupt::ChunkSize {
+                    nid: inode.nid,
+                    chunkbits,
+                },
             ));
         }
         Ok(ChunkFormat {

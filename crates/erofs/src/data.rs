@@ -9,7 +9,7 @@ use foliofs_vfs::{Error, Result, Scratch};
 
 use crate::chunk::{ChunkEntry, ChunkFormat};
 use crate::inode::{Inode, Layout};
-use crate::Erofs;
+use crate::{Corrupt, Erofs};
 
 /// Where a run of file bytes lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +69,10 @@ impl Erofs {
             .ok_or_else(|| {
                 Error::corrupt(
                     at,
-                    format!("chunk names device {device_id} of {}", self.devices.len()),
+                    Corrupt::NoSuchDevice {
+                        device: device_id,
+                        devices: self.devices.len(),
+                    },
                 )
             })?;
         match d.dev {
@@ -94,9 +97,9 @@ impl Erofs {
     pub(crate) fn map_flat(&self, inode: &Inode, ofs: u64, want_end: u64) -> Result<Run> {
         let bs = u64::from(self.sb.block_size());
         let blk_pos = |inode: &Inode| {
-            u64::from(inode.i_u)
-                .checked_mul(bs)
-                .ok_or_else(|| Error::corrupt(inode.pos, "block address overflows"))
+            u64::from(inode.i_u).checked_mul(bs).ok_or_else(|| {
+                Error::corrupt(inode.pos, Corrupt::BlockAddressOverflow { nid: inode.nid })
+            })
         };
         match inode.layout {
             Layout::FlatPlain => Ok(Run {
@@ -118,10 +121,10 @@ impl Erofs {
                 if pos % bs + len > bs {
                     return Err(Error::corrupt(
                         pos,
-                        format!(
-                            "inode {}: {len}-byte inline tail crosses a block boundary",
-                            inode.nid
-                        ),
+                        Corrupt::InlineTailCrossesBlock {
+                            nid: inode.nid,
+                            len,
+                        },
                     ));
                 }
                 Ok(Run {
@@ -136,10 +139,10 @@ impl Erofs {
                 if table_end.is_none_or(|end| end > self.dev.size()) {
                     return Err(Error::corrupt(
                         inode.pos,
-                        format!(
-                            "inode {}: the chunk table for {} bytes runs past the image end",
-                            inode.nid, inode.size
-                        ),
+                        Corrupt::ChunkTableOutOfImage {
+                            nid: inode.nid,
+                            size: inode.size,
+                        },
                     ));
                 }
                 let csize = 1u64 << fmt.chunkbits;
@@ -172,9 +175,15 @@ impl Erofs {
     pub(crate) fn chunk_run(&self, inode: &Inode, fmt: &ChunkFormat, n: u64) -> Result<(Run, u64)> {
         let la = n << fmt.chunkbits;
         let len = (1u64 << fmt.chunkbits).min(inode.size - la);
-        let pos = fmt
-            .entry_pos(inode, n)
-            .ok_or_else(|| Error::corrupt(inode.pos, "chunk table position overflows"))?;
+        let pos = fmt.entry_pos(inode, n).ok_or_else(|| {
+            Error::corrupt(
+                inode.pos,
+                Corrupt::ChunkTableOutOfImage {
+                    nid: inode.nid,
+                    size: inode.size,
+                },
+            )
+        })?;
         let mut raw = [0u8; 8];
         let raw = &mut raw[..fmt.entry_size() as usize];
         self.meta(pos, raw)?;
@@ -214,11 +223,12 @@ impl Erofs {
         if got.len() != len {
             return Err(Error::corrupt(
                 pos,
-                format!(
-                    "{len} data bytes at {pos:#x} run past the end of {} ({} bytes)",
-                    d.store().path().display(),
-                    d.size()
-                ),
+                Corrupt::DataOutOfImage {
+                    len,
+                    pos,
+                    device: d.store().path().to_owned(),
+                    size: d.size(),
+                },
             ));
         }
         Ok(got)
@@ -274,7 +284,10 @@ impl Erofs {
             if run.la > pos || run.la + run.len <= pos {
                 return Err(Error::corrupt(
                     inode.pos,
-                    format!("inode {}: data runs do not cover offset {pos}", inode.nid),
+                    Corrupt::NoDataRun {
+                        nid: inode.nid,
+                        offset: pos,
+                    },
                 ));
             }
         }

@@ -2,7 +2,9 @@
 
 use foliofs_vfs::{Error, Result};
 
+use crate::error::Decode;
 use crate::zmap::{ZExtent, ZFormat};
+use crate::Corrupt;
 
 /// How many trailing-zero trims are tried on an LZ4 cluster written without
 /// 0PADDING before it is declared corrupt.
@@ -37,25 +39,32 @@ pub fn decompress_into(
     out: &mut [u8],
 ) -> Result<()> {
     let llen = ext.llen as usize;
-    let bad =
-        |what: String| Error::corrupt(ext.pa, format!("extent at file offset {}: {what}", ext.la));
+    let bad = |problem: Decode| {
+        Error::corrupt(
+            ext.pa,
+            Corrupt::Decompress {
+                la: ext.la,
+                problem,
+            },
+        )
+    };
     if out.len() < llen {
-        return Err(bad(format!(
-            "{llen}-byte extent for a {}-byte buffer",
-            out.len()
-        )));
+        return Err(bad(Decode::Buffer {
+            llen,
+            buffer: out.len(),
+        }));
     }
     match ext.format {
         ZFormat::Shifted => {
             if src.len() < llen {
-                return Err(bad("uncompressed extent longer than its cluster".into()));
+                return Err(bad(Decode::PlainOverrun));
             }
             out[..llen].copy_from_slice(&src[..llen]);
             Ok(())
         }
         ZFormat::Interlaced => {
             if src.len() < llen || src.is_empty() {
-                return Err(bad("uncompressed extent longer than its cluster".into()));
+                return Err(bad(Decode::PlainOverrun));
             }
             let start = (ext.la % block_size) as usize % src.len();
             let first = (src.len() - start).min(llen);
@@ -69,11 +78,14 @@ pub fn decompress_into(
                 let skip = src[..window]
                     .iter()
                     .position(|&b| b != 0)
-                    .ok_or_else(|| bad("LZ4 cluster starts with a block of zeros".into()))?;
-                let n = lz4_flex::block::decompress_into(&src[skip..], out)
-                    .map_err(|e| bad(format!("LZ4 data does not decode: {e}")))?;
+                    .ok_or_else(|| bad(Decode::Lz4ZeroBlock))?;
+                let n = lz4_flex::block::decompress_into(&src[skip..], out).map_err(|e| {
+                    bad(Decode::Lz4Invalid {
+                        reason: e.to_string(),
+                    })
+                })?;
                 if n < llen {
-                    return Err(bad(format!("LZ4 data decodes to {n} bytes, not {llen}")));
+                    return Err(bad(Decode::Lz4Short { decoded: n, llen }));
                 }
                 return Ok(());
             }
@@ -88,7 +100,7 @@ pub fn decompress_into(
                     }
                 }
             }
-            Err(bad("LZ4 data does not decode to the extent length".into()))
+            Err(bad(Decode::Lz4NoEnd))
         }
     }
 }

@@ -10,7 +10,7 @@ use foliofs_vfs::{DirEntry, Error, FileType, Ino, Result, Scratch};
 use crate::data::{with_scratch, Phys};
 use crate::dirent::{self, DirBlock, DIRENT_SIZE};
 use crate::inode::{self, Inode, Layout};
-use crate::Erofs;
+use crate::{Corrupt, Erofs};
 
 /// Directory blocks whose entries' inodes one READDIRPLUS prefetches (at
 /// 4 KiB blocks, some ten thousand entries).
@@ -37,7 +37,7 @@ impl Erofs {
             if data.len() != len as usize {
                 return Err(Error::corrupt(
                     dir.pos,
-                    format!("directory {} is short", dir.nid),
+                    Corrupt::DirectoryShort { nid: dir.nid },
                 ));
             }
             let block = DirBlock::new(data, self.dir_block_pos(dir, start))?;

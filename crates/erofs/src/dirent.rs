@@ -2,6 +2,8 @@
 
 use foliofs_vfs::{Error, FileType, Result};
 
+use crate::Corrupt;
+
 /// Size of one on-disk directory entry.
 pub const DIRENT_SIZE: usize = 12;
 
@@ -45,25 +47,26 @@ pub struct DirBlock<'a> {
 impl<'a> DirBlock<'a> {
     /// Validates the entry table of a directory block.
     pub fn new(data: &'a [u8], pos: u64) -> Result<DirBlock<'a>> {
-        let bad = |what: String| Error::corrupt(pos, format!("directory block: {what}"));
+        let bad = |kind: Corrupt| Error::corrupt(pos, kind);
         if data.len() < DIRENT_SIZE {
-            return Err(bad(format!("{} bytes cannot hold an entry", data.len())));
+            return Err(bad(Corrupt::DirBlockTooSmall { len: data.len() }));
         }
         let first = usize::from(u16::from_le_bytes([data[8], data[9]]));
         if first < DIRENT_SIZE || first % DIRENT_SIZE != 0 || first >= data.len() {
-            return Err(bad(format!(
-                "first name offset {first} is not a multiple of 12 inside the {}-byte block",
-                data.len()
-            )));
+            return Err(bad(Corrupt::DirentFirstNameOffset {
+                nameoff: first,
+                len: data.len(),
+            }));
         }
         let count = first / DIRENT_SIZE;
         let mut prev = first;
         for i in 1..count {
             let off = nameoff(data, i);
             if off <= prev || off > data.len() {
-                return Err(bad(format!(
-                    "name offset {off} of entry {i} is out of order or beyond the block"
-                )));
+                return Err(bad(Corrupt::DirentNameOffset {
+                    entry: i,
+                    nameoff: off,
+                }));
             }
             prev = off;
         }
@@ -74,10 +77,10 @@ impl<'a> DirBlock<'a> {
         for i in 0..count {
             let name = block.get(i).name;
             if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
-                return Err(bad(format!(
-                    "entry {i} has an empty name or one holding '/' or NUL: {:?}",
-                    String::from_utf8_lossy(name)
-                )));
+                return Err(bad(Corrupt::DirentBadName {
+                    entry: i,
+                    name: String::from_utf8_lossy(name).into_owned(),
+                }));
             }
         }
         Ok(block)

@@ -9,7 +9,7 @@ use foliofs_vfs::{
 
 use crate::data::Phys;
 use crate::inode::Layout;
-use crate::{Erofs, NAME_MAX};
+use crate::{Corrupt, Erofs, NAME_MAX};
 
 /// Longest symlink target read (the kernel's `PATH_MAX` less the NUL).
 const SYMLINK_MAX: u64 = 4095;
@@ -102,7 +102,10 @@ impl FileSystem for Erofs {
             if run.la > pos || run.la + run.len <= pos {
                 return Err(Error::corrupt(
                     inode.pos,
-                    format!("inode {}: no data run covers offset {pos}", inode.nid),
+                    Corrupt::NoDataRun {
+                        nid: inode.nid,
+                        offset: pos,
+                    },
                 ));
             }
             if (run.phys == Phys::Hole) == want_hole {
@@ -126,14 +129,17 @@ impl FileSystem for Erofs {
         if inode.size > SYMLINK_MAX {
             return Err(Error::corrupt(
                 inode.pos,
-                format!("symlink {} is {} bytes long", inode.nid, inode.size),
+                Corrupt::SymlinkTooLong {
+                    nid: inode.nid,
+                    size: inode.size,
+                },
             ));
         }
         let target = self.read_to_vec(&inode, 0, inode.size as usize)?;
         if target.len() as u64 != inode.size {
             return Err(Error::corrupt(
                 inode.pos,
-                format!("symlink {} is short", inode.nid),
+                Corrupt::SymlinkShort { nid: inode.nid },
             ));
         }
         Ok(target)

@@ -7,7 +7,7 @@ use foliofs_vfs::{Error, FileType, Scratch};
 
 use crate::data::Phys;
 use crate::inode::Inode;
-use crate::Erofs;
+use crate::{Corrupt, Erofs};
 
 /// What a check found.
 #[derive(Debug, Default)]
@@ -56,7 +56,10 @@ impl Erofs {
             if run.la > pos || run.la + run.len <= pos {
                 return Err(Error::corrupt(
                     inode.pos,
-                    format!("inode {}: no data run covers offset {pos}", inode.nid),
+                    Corrupt::NoDataRun {
+                        nid: inode.nid,
+                        offset: pos,
+                    },
                 ));
             }
             let end = run.la + run.len;
@@ -114,7 +117,7 @@ impl Erofs {
                         note(
                             &mut r,
                             &path,
-                            &Error::corrupt(inode.pos, format!("directory {nid} is reached twice")),
+                            &Error::corrupt(inode.pos, Corrupt::DirectoryTwice { nid }),
                         );
                         continue;
                     }
@@ -140,15 +143,14 @@ impl Erofs {
                             }
                         };
                         for (child, ftype, name, pos) in entries {
-                            let bad = |what: String| Error::corrupt(pos, what);
+                            let bad = |kind: Corrupt| Error::corrupt(pos, kind);
                             if name.is_empty() || name.len() > 255 || name.contains(&b'/') {
                                 note(
                                     &mut r,
                                     &path,
-                                    &bad(format!(
-                                        "invalid name {:?}",
-                                        String::from_utf8_lossy(&name)
-                                    )),
+                                    &bad(Corrupt::InvalidName {
+                                        name: String::from_utf8_lossy(&name).into_owned(),
+                                    }),
                                 );
                                 continue;
                             }
@@ -157,10 +159,9 @@ impl Erofs {
                                     note(
                                         &mut r,
                                         &path,
-                                        &bad(format!(
-                                            "entry {:?} is out of order",
-                                            String::from_utf8_lossy(&name)
-                                        )),
+                                        &bad(Corrupt::DirentOrder {
+                                            name: String::from_utf8_lossy(&name).into_owned(),
+                                        }),
                                     );
                                 }
                             }
@@ -171,7 +172,7 @@ impl Erofs {
                                     note(
                                         &mut r,
                                         &path,
-                                        &bad(format!("\".\" names nid {child}, not {nid}")),
+                                        &bad(Corrupt::BadDot { nid, target: child }),
                                     );
                                 }
                                 continue;
@@ -182,7 +183,10 @@ impl Erofs {
                                     note(
                                         &mut r,
                                         &path,
-                                        &bad(format!("\"..\" names nid {child}, not {parent}")),
+                                        &bad(Corrupt::BadDotDot {
+                                            parent,
+                                            target: child,
+                                        }),
                                     );
                                 }
                                 continue;
@@ -204,10 +208,10 @@ impl Erofs {
                                         note(
                                             &mut r,
                                             &child_path,
-                                            &bad(format!(
-                                                "entry type {ftype} does not match the inode's {}",
-                                                ci.kind.short_name()
-                                            )),
+                                            &bad(Corrupt::DirentType {
+                                                file_type: ftype,
+                                                kind: ci.kind,
+                                            }),
                                         );
                                     }
                                     if ci.kind != FileType::Directory {
@@ -225,11 +229,7 @@ impl Erofs {
                         }
                     }
                     if nblocks > 0 && (!dot || !dotdot) {
-                        note(
-                            &mut r,
-                            &path,
-                            &Error::corrupt(inode.pos, "directory lacks \".\" or \"..\""),
-                        );
+                        note(&mut r, &path, &Error::corrupt(inode.pos, Corrupt::NoDots));
                     }
                 }
                 FileType::RegularFile | FileType::Symlink => {
@@ -251,7 +251,14 @@ impl Erofs {
                 note(
                     &mut r,
                     &path,
-                    &Error::corrupt(0, format!("nid {nid} has {count} names but nlink {nlink}")),
+                    &Error::corrupt(
+                        0,
+                        Corrupt::LinkCount {
+                            nid,
+                            names: count,
+                            nlink,
+                        },
+                    ),
                 );
             }
         }

@@ -4,7 +4,7 @@
 use foliofs_vfs::{Attr, Error, FileType, Rdev, Result, Timespec};
 
 use crate::superblock::{le16, le32, le64, Superblock};
-use crate::Erofs;
+use crate::{Corrupt, Erofs, Incompatible};
 
 /// How an inode's data is laid out (`i_format` bits 1..3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,13 +84,13 @@ impl Inode {
     /// call with at least 32 and re-call with 64 when [`Inode::is_extended`]).
     pub fn parse(sb: &Superblock, nid: u64, pos: u64, raw: &[u8]) -> Result<Inode> {
         let format = le16(raw, 0);
-        let bad = |what: String| Error::corrupt(pos, format!("inode {nid}: {what}"));
+        let bad = |kind: Corrupt| Error::corrupt(pos, kind);
         if format & !0x0F != 0 {
-            return Err(bad(format!("unknown i_format bits {format:#06x}")));
+            return Err(bad(Corrupt::BadInodeFormat { nid, format }));
         }
         let extended = format & 1 != 0;
         if extended && raw.len() < 64 {
-            return Err(bad("extended inode truncated".into()));
+            return Err(bad(Corrupt::ExtendedInodeTruncated { nid }));
         }
         let layout = match (format >> 1) & 7 {
             0 => Layout::FlatPlain,
@@ -98,15 +98,20 @@ impl Inode {
             2 => Layout::FlatInline,
             3 => Layout::CompressedCompact,
             4 => Layout::ChunkBased,
-            n => return Err(Error::Unsupported(format!("inode {nid}: data layout {n}"))),
+            layout => {
+                return Err(Error::incompatible(Incompatible::DataLayout {
+                    nid,
+                    layout,
+                }))
+            }
         };
         let mode = le16(raw, 4);
         let kind = FileType::from_mode(u32::from(mode))
-            .ok_or_else(|| bad(format!("invalid file type in mode {mode:#o}")))?;
+            .ok_or_else(|| bad(Corrupt::BadFileType { nid, mode }))?;
         let (nlink, size, i_u, uid, gid, mtime) = if extended {
             let nsec = le32(raw, 0x28);
             if nsec >= 1_000_000_000 {
-                return Err(bad(format!("mtime nanoseconds {nsec} out of range")));
+                return Err(bad(Corrupt::BadNanoseconds { nid, nsec }));
             }
             (
                 le32(raw, 0x2C),
@@ -135,20 +140,20 @@ impl Inode {
             )
         };
         if size > i64::MAX as u64 {
-            return Err(bad(format!("size {size} out of range")));
+            return Err(bad(Corrupt::BadSize { nid, size }));
         }
         let data_kind = matches!(
             kind,
             FileType::RegularFile | FileType::Directory | FileType::Symlink
         );
         if !data_kind && size != 0 {
-            return Err(bad(format!("{} with size {size}", kind.short_name())));
+            return Err(bad(Corrupt::SizedSpecial { nid, kind, size }));
         }
         if layout.is_compressed() && kind != FileType::RegularFile {
-            return Err(Error::Unsupported(format!(
-                "inode {nid}: compressed {}",
-                kind.short_name()
-            )));
+            return Err(Error::incompatible(Incompatible::CompressedNonRegular {
+                nid,
+                kind,
+            }));
         }
         Ok(Inode {
             nid,
@@ -214,15 +219,15 @@ impl Erofs {
     /// Parses inode `nid`.
     pub fn inode(&self, nid: u64) -> Result<Inode> {
         let pos = Inode::position(&self.sb, nid)
-            .ok_or_else(|| Error::corrupt(0, format!("nid {nid} overflows the address space")))?;
+            .ok_or_else(|| Error::corrupt(0, Corrupt::NidOverflow { nid }))?;
         let mut raw = [0u8; MAX_INODE_SIZE];
         self.dev.check_range(pos, 32).map_err(|_| {
             Error::corrupt(
                 pos,
-                format!(
-                    "inode {nid} lies beyond the end of the {}-byte image",
-                    self.dev.size()
-                ),
+                Corrupt::InodeOutOfImage {
+                    nid,
+                    size: self.dev.size(),
+                },
             )
         })?;
         self.meta(pos, &mut raw[..32])?;

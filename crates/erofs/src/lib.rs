@@ -5,11 +5,14 @@
 //!
 //! Inode numbers are EROFS nids, as the kernel reports them in `st_ino`.
 //! Every structure is bounds-checked where it is read: a damaged image gives
-//! [`Error::Corrupt`] naming the offset and what was wrong, for the file that
-//! touches the damage, and never a panic or an allocation the image could not
-//! back.
+//! [`Error::Corrupt`] naming the offset, with a [`Corrupt`] kind saying what
+//! was wrong, for the file that touches the damage, and never a panic or an
+//! allocation the image could not back. What the image uses but this reader
+//! does not implement gives [`Error::Incompatible`] with an [`Incompatible`]
+//! kind naming it.
 //!
 //! [`Error::Corrupt`]: foliofs_vfs::Error::Corrupt
+//! [`Error::Incompatible`]: foliofs_vfs::Error::Incompatible
 
 // The on-disk structures have a public module each. Reading an image is
 // split by job, much as Linux splits its driver: opening the image and its
@@ -22,6 +25,7 @@ mod data;
 pub mod decompress;
 mod dir;
 pub mod dirent;
+mod error;
 pub mod extent;
 mod fs;
 pub mod fsck;
@@ -33,6 +37,7 @@ pub mod xattr;
 mod zdata;
 pub mod zmap;
 
+pub use error::{Corrupt, Decode, Incompatible};
 pub use extent::Extent;
 pub use fsck::FsckReport;
 pub use inode::{Inode, Layout};

@@ -10,6 +10,7 @@ use foliofs_vfs::{Error, FileType, Result, StatFs};
 use crate::superblock::{self, DeviceSlot, Superblock, DEVT_SLOT_SIZE, SUPER_OFFSET, SUPER_SIZE};
 use crate::xattr::LongPrefix;
 use crate::zdata::CachedExtent;
+use crate::{Corrupt, Incompatible};
 
 /// Longest name EROFS stores.
 pub const NAME_MAX: u32 = 255;
@@ -51,11 +52,10 @@ impl Erofs {
             .map_err(|e| match e {
                 Error::Corrupt { .. } => Error::corrupt(
                     SUPER_OFFSET,
-                    format!(
-                        "{}: {} bytes is too small for an EROFS image",
-                        path.display(),
-                        probe.size()
-                    ),
+                    Corrupt::ImageTooSmall {
+                        path: path.to_owned(),
+                        size: probe.size(),
+                    },
                 ),
                 other => other,
             })?;
@@ -84,7 +84,7 @@ impl Erofs {
         if root.kind != FileType::Directory {
             return Err(Error::corrupt(
                 root.pos,
-                format!("root nid {} is not a directory", root.nid),
+                Corrupt::RootNotDirectory { nid: root.nid },
             ));
         }
         Ok(fs)
@@ -124,20 +124,16 @@ impl Erofs {
                     continue;
                 }
                 if alg != superblock::ALG_LZ4 {
-                    return Err(Error::Unsupported(format!(
-                        "EROFS image uses {} compression",
-                        superblock::algorithm_name(alg)
-                    )));
+                    return Err(Error::incompatible(Incompatible::Algorithm {
+                        algorithm: alg,
+                    }));
                 }
                 pos = pos.div_ceil(4) * 4;
                 let mut len = [0u8; 2];
                 self.meta(pos, &mut len)?;
                 let len = u64::from(u16::from_le_bytes(len));
                 if len < 14 {
-                    return Err(Error::corrupt(
-                        pos,
-                        format!("LZ4 configuration record of {len} bytes (expected 14)"),
-                    ));
+                    return Err(Error::corrupt(pos, Corrupt::CompressionConfig { len }));
                 }
                 self.dev.check_range(pos + 2, len)?;
                 pos += 2 + len;
@@ -156,11 +152,10 @@ impl Erofs {
         };
         if n == 0 {
             if !paths.is_empty() {
-                return Err(Error::Unsupported(format!(
-                    "{}: {} extra device(s) given but the image has no device table",
-                    self.path.display(),
-                    paths.len()
-                )));
+                return Err(Error::incompatible(Incompatible::DevicesWithoutTable {
+                    path: self.path.clone(),
+                    given: paths.len(),
+                }));
             }
             return Ok(());
         }
@@ -175,19 +170,18 @@ impl Erofs {
         let flat = paths.is_empty();
         if flat {
             if let Some(s) = slots.iter().find(|s| s.mapped_blkaddr == 0) {
-                return Err(Error::Unsupported(format!(
-                    "{}: the image keeps data on {n} extra device(s) (first: \"{}\"); \
-                     pass each with -o device=PATH",
-                    self.path.display(),
-                    String::from_utf8_lossy(&s.tag)
-                )));
+                return Err(Error::incompatible(Incompatible::DevicesNeeded {
+                    path: self.path.clone(),
+                    count: n,
+                    first: String::from_utf8_lossy(&s.tag).into_owned(),
+                }));
             }
         } else if paths.len() != n {
-            return Err(Error::Unsupported(format!(
-                "{}: the image has {n} extra device(s) but {} were given",
-                self.path.display(),
-                paths.len()
-            )));
+            return Err(Error::incompatible(Incompatible::DeviceCount {
+                path: self.path.clone(),
+                count: n,
+                given: paths.len(),
+            }));
         }
         let dev_opts = OpenOptions {
             block_size: BlockSizeChoice::Fixed(self.dev.block_size()),

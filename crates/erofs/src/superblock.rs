@@ -3,6 +3,8 @@
 
 use foliofs_vfs::{Error, Result};
 
+use crate::{Corrupt, Incompatible};
+
 /// Byte offset of the superblock in the image.
 pub const SUPER_OFFSET: u64 = 1024;
 /// Size of the fixed part of the on-disk superblock.
@@ -135,16 +137,13 @@ pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
 impl Superblock {
     /// Parses and validates the 128-byte superblock `raw` (read from byte 1024).
     pub fn parse(raw: &[u8]) -> Result<Superblock> {
-        let bad = |at: usize, what: String| Error::corrupt(SUPER_OFFSET + at as u64, what);
+        let bad = |at: usize, kind: Corrupt| Error::corrupt(SUPER_OFFSET + at as u64, kind);
         if raw.len() < SUPER_SIZE {
-            return Err(bad(0, "image too small to hold an EROFS superblock".into()));
+            return Err(bad(0, Corrupt::SuperblockTruncated));
         }
         let magic = le32(raw, 0);
         if magic != MAGIC {
-            return Err(bad(
-                0,
-                format!("bad EROFS magic {magic:#010x} (expected {MAGIC:#010x})"),
-            ));
+            return Err(bad(0, Corrupt::BadMagic { found: magic }));
         }
         let sb = Superblock {
             checksum: le32(raw, 0x04),
@@ -172,32 +171,24 @@ impl Superblock {
         if !(9..=16).contains(&sb.blkszbits) {
             return Err(bad(
                 0x0C,
-                format!(
-                    "block size 2^{} is outside the 512 B..64 KiB EROFS allows",
-                    sb.blkszbits
-                ),
+                Corrupt::BlockSize {
+                    blkszbits: sb.blkszbits,
+                },
             ));
         }
         let unknown = sb.feature_incompat & !SUPPORTED_INCOMPAT;
         if unknown != 0 {
-            let names: Vec<String> = (0..32)
-                .map(|i| 1u32 << i)
-                .filter(|b| unknown & b != 0)
-                .map(incompat_name)
-                .collect();
-            return Err(Error::Unsupported(format!(
-                "EROFS image uses {}",
-                names.join(", ")
-            )));
+            return Err(Error::incompatible(Incompatible::Features {
+                bits: unknown,
+            }));
         }
         if sb.dirblkbits != 0 {
-            return Err(Error::Unsupported(format!(
-                "EROFS directory block size 2^{} above the block size",
-                sb.dirblkbits
-            )));
+            return Err(Error::incompatible(Incompatible::DirBlockBits {
+                dirblkbits: sb.dirblkbits,
+            }));
         }
         if !sb.volume_name.contains(&0) {
-            return Err(bad(0x40, "volume name is not NUL-terminated".into()));
+            return Err(bad(0x40, Corrupt::VolumeNameNotTerminated));
         }
         Ok(sb)
     }
@@ -253,10 +244,10 @@ pub fn verify_checksum(sb: &Superblock, block: &[u8]) -> Result<()> {
     if crc != sb.checksum {
         return Err(Error::corrupt(
             SUPER_OFFSET + 4,
-            format!(
-                "superblock checksum {:#010x} does not match its contents ({crc:#010x})",
-                sb.checksum
-            ),
+            Corrupt::SuperblockChecksum {
+                stored: sb.checksum,
+                computed: crc,
+            },
         ));
     }
     Ok(())

@@ -4,7 +4,7 @@
 use foliofs_vfs::{Error, Result};
 
 use crate::inode::Inode;
-use crate::Erofs;
+use crate::{Corrupt, Erofs};
 
 /// Size of the in-inode xattr header.
 const IBODY_HEADER: u64 = 12;
@@ -68,7 +68,7 @@ impl Erofs {
             if len == 0 || len > 256 {
                 return Err(Error::corrupt(
                     pos,
-                    format!("long xattr prefix {i} is {len} bytes (1 to 256 allowed)"),
+                    Corrupt::XattrPrefixLength { index: i, len },
                 ));
             }
             let mut body = vec![0u8; len];
@@ -88,10 +88,7 @@ impl Erofs {
             Some(inode) => {
                 let got = self.read_to_vec(inode, pos, buf.len())?;
                 if got.len() != buf.len() {
-                    return Err(Error::corrupt(
-                        pos,
-                        "long xattr prefix lies beyond the packed inode",
-                    ));
+                    return Err(Error::corrupt(pos, Corrupt::XattrPrefixOutOfPacked));
                 }
                 buf.copy_from_slice(&got);
                 Ok(())
@@ -152,10 +149,11 @@ impl Erofs {
         if IBODY_HEADER + 4 * shared > total {
             return Err(Error::corrupt(
                 body,
-                format!(
-                    "inode {}: {shared} shared xattrs do not fit its {total}-byte xattr body",
-                    inode.nid
-                ),
+                Corrupt::SharedXattrOverrun {
+                    nid: inode.nid,
+                    shared,
+                    size: total,
+                },
             ));
         }
         let shared_base = u64::from(self.sb.xattr_blkaddr) << self.sb.blkszbits;
@@ -173,7 +171,7 @@ impl Erofs {
             if pos + size > end {
                 return Err(Error::corrupt(
                     pos,
-                    format!("inode {}: xattr entry runs past the xattr body", inode.nid),
+                    Corrupt::XattrOverrun { nid: inode.nid },
                 ));
             }
             out.extend(e);

@@ -10,7 +10,7 @@ use crate::decompress;
 use crate::inode::Inode;
 use crate::superblock;
 use crate::zmap::{self, ZExtent, ZInfo};
-use crate::Erofs;
+use crate::{Corrupt, Erofs};
 
 /// Decompressed extents kept for sequential readers.
 const ZCACHE_ENTRIES: usize = 32;
@@ -68,7 +68,10 @@ impl Erofs {
             if ext.la > pos || ext.la + ext.llen <= pos {
                 return Err(Error::corrupt(
                     inode.pos,
-                    format!("inode {}: extents do not cover offset {pos}", inode.nid),
+                    Corrupt::NoExtent {
+                        nid: inode.nid,
+                        offset: pos,
+                    },
                 ));
             }
         }
@@ -124,7 +127,10 @@ impl Erofs {
         if ext.llen == 0 || ofs >= ext.la + ext.llen || ofs < ext.la {
             return Err(Error::corrupt(
                 inode.pos,
-                format!("inode {}: no extent covers offset {ofs}", inode.nid),
+                Corrupt::NoExtent {
+                    nid: inode.nid,
+                    offset: ofs,
+                },
             ));
         }
         Ok(ext)

@@ -9,8 +9,8 @@
 use foliofs_vfs::{Error, Result};
 
 use crate::inode::{Inode, Layout};
-use crate::superblock::{algorithm_name, ALG_LZ4, INCOMPAT_COMPR_CFGS};
-use crate::Erofs;
+use crate::superblock::{ALG_LZ4, INCOMPAT_COMPR_CFGS};
+use crate::{Corrupt, Erofs, Incompatible};
 
 /// Logical cluster type: starts an uncompressed extent.
 pub const TYPE_PLAIN: u8 = 0;
@@ -112,44 +112,39 @@ impl Erofs {
         let header_pos = inode.trailer_pos().div_ceil(8) * 8;
         let mut h = [0u8; 8];
         self.meta(header_pos, &mut h)?;
-        let bad = |what: String| Error::corrupt(header_pos, format!("inode {}: {what}", inode.nid));
+        let nid = inode.nid;
+        let bad = |kind: Corrupt| Error::corrupt(header_pos, kind);
         if h[7] & 0x80 != 0 {
-            return Err(Error::Unsupported(format!(
-                "inode {}: data kept in a fragment (fragments feature)",
-                inode.nid
-            )));
+            return Err(Error::incompatible(Incompatible::Fragment {
+                nid,
+                tail_only: false,
+            }));
         }
         let advise = u16::from_le_bytes([h[4], h[5]]);
         if advise & ADVISE_FRAGMENT_PCLUSTER != 0 {
-            return Err(Error::Unsupported(format!(
-                "inode {}: tail kept in a fragment (fragments feature)",
-                inode.nid
-            )));
+            return Err(Error::incompatible(Incompatible::Fragment {
+                nid,
+                tail_only: true,
+            }));
         }
         let algorithms = [h[6] & 15, h[6] >> 4];
         let lclusterbits = u32::from(self.sb.blkszbits) + u32::from(h[7] & 15);
         let compact = inode.layout == Layout::CompressedCompact;
         let big = advise & (ADVISE_BIG_PCLUSTER_1 | ADVISE_BIG_PCLUSTER_2) != 0;
         if big && !self.sb.has_incompat(INCOMPAT_COMPR_CFGS) {
-            return Err(bad("big pclusters without the superblock feature".into()));
+            return Err(bad(Corrupt::BigPclusterWithoutFeature { nid }));
         }
         if compact && (advise & ADVISE_BIG_PCLUSTER_1 == 0) != (advise & ADVISE_BIG_PCLUSTER_2 == 0)
         {
-            return Err(bad(
-                "compact indexes with inconsistent big pcluster flags".into()
-            ));
+            return Err(bad(Corrupt::CompactBigPclusterFlags { nid }));
         }
         // Logical clusters above the largest physical cluster the kernel
         // takes (1 MiB) would let one index claim buffers of gigabytes.
         if lclusterbits > 20 {
-            return Err(bad(format!(
-                "logical cluster size 2^{lclusterbits} is too large"
-            )));
+            return Err(bad(Corrupt::LclusterTooLarge { nid, lclusterbits }));
         }
         if compact && lclusterbits > 14 {
-            return Err(bad(format!(
-                "logical cluster 2^{lclusterbits} too large for compact indexes"
-            )));
+            return Err(bad(Corrupt::CompactLclusterTooLarge { nid, lclusterbits }));
         }
         let idata_size = if advise & ADVISE_INLINE_PCLUSTER != 0 {
             u16::from_le_bytes([h[2], h[3]])
@@ -164,10 +159,11 @@ impl Erofs {
             .checked_mul(min_index)
             .and_then(|n| n.checked_add(header_pos + 8));
         if need.is_none_or(|end| end > self.dev.size()) {
-            return Err(bad(format!(
-                "size {} needs {total} cluster indexes, more than the image holds",
-                inode.size
-            )));
+            return Err(bad(Corrupt::IndexesOutOfImage {
+                nid,
+                size: inode.size,
+                indexes: total,
+            }));
         }
         let mut z = ZInfo {
             advise,
@@ -201,10 +197,11 @@ impl Erofs {
         if lcn >= z.total {
             return Err(Error::corrupt(
                 z.header_pos,
-                format!(
-                    "inode {}: logical cluster {lcn} beyond the {} the file has",
-                    inode.nid, z.total
-                ),
+                Corrupt::LclusterBeyondFile {
+                    nid: inode.nid,
+                    lcn,
+                    total: z.total,
+                },
             ));
         }
         if z.compact {
@@ -218,9 +215,8 @@ impl Erofs {
         let pos = z.header_pos + 16 + lcn * 8;
         let mut di = [0u8; 8];
         self.meta(pos, &mut di)?;
-        let bad = |what: String| {
-            Error::corrupt(pos, format!("inode {}: lcluster {lcn}: {what}", inode.nid))
-        };
+        let nid = inode.nid;
+        let bad = |kind: Corrupt| Error::corrupt(pos, kind);
         let advise = u16::from_le_bytes([di[0], di[1]]);
         let mut m = Lcluster {
             lcn,
@@ -234,7 +230,7 @@ impl Erofs {
             m.delta[0] = u32::from(u16::from_le_bytes([di[4], di[5]]));
             if m.delta[0] & D0_CBLKCNT != 0 {
                 if z.advise & (ADVISE_BIG_PCLUSTER_1 | ADVISE_BIG_PCLUSTER_2) == 0 {
-                    return Err(bad("block count without big pclusters".into()));
+                    return Err(bad(Corrupt::BlockCountWithoutBigPcluster { nid, lcn }));
                 }
                 m.compressedblks = m.delta[0] & !D0_CBLKCNT;
                 m.delta[0] = 1;
@@ -243,7 +239,11 @@ impl Erofs {
         } else {
             m.clusterofs = u32::from(u16::from_le_bytes([di[2], di[3]]));
             if m.clusterofs >= 1 << z.lclusterbits {
-                return Err(bad(format!("cluster offset {} too large", m.clusterofs)));
+                return Err(bad(Corrupt::ClusterOffset {
+                    nid,
+                    lcn,
+                    clusterofs: m.clusterofs,
+                }));
             }
             m.pblk = u64::from(u32::from_le_bytes(di[4..8].try_into().expect("4 bytes")));
         }
@@ -283,18 +283,17 @@ impl Erofs {
         } else if z.lclusterbits <= 12 {
             16
         } else {
-            return Err(Error::Unsupported(format!(
-                "inode {}: 2-byte compact indexes with 2^{} logical clusters",
-                inode.nid, z.lclusterbits
-            )));
+            return Err(Error::incompatible(Incompatible::CompactIndexes2B {
+                nid: inode.nid,
+                lclusterbits: z.lclusterbits,
+            }));
         };
         let pack_len = u64::from(vcnt) << shift;
         let pack_pos = pos / pack_len * pack_len;
         let mut pack = [0u8; 36];
         self.meta(pack_pos, &mut pack[..pack_len as usize])?;
-        let bad = |what: String| {
-            Error::corrupt(pos, format!("inode {}: lcluster {lcn}: {what}", inode.nid))
-        };
+        let nid = inode.nid;
+        let bad = |kind: Corrupt| Error::corrupt(pos, kind);
         let lobits = z.lclusterbits.max(12);
         let encodebits = ((pack_len as u32 - 4) * 8) / vcnt;
         let i = ((pos - pack_pos) >> shift) as i64;
@@ -337,7 +336,7 @@ impl Erofs {
             }
             if lo & D0_CBLKCNT != 0 {
                 if !big {
-                    return Err(bad("block count without big pclusters".into()));
+                    return Err(bad(Corrupt::BlockCountWithoutBigPcluster { nid, lcn }));
                 }
                 m.compressedblks = lo & !D0_CBLKCNT;
                 m.delta[0] = 1;
@@ -386,7 +385,7 @@ impl Erofs {
                         continue;
                     }
                     if l <= 1 {
-                        return Err(bad("plain delta of 1 in a big-pcluster pack".into()));
+                        return Err(bad(Corrupt::PlainDeltaInBigPack { nid, lcn }));
                     }
                     j -= i64::from(l) - 2;
                     continue;
@@ -412,7 +411,7 @@ impl Erofs {
                 if m.lcn == 0 {
                     return Err(Error::corrupt(
                         m.pos,
-                        format!("inode {}: logical cluster 0 starts mid-cluster", inode.nid),
+                        Corrupt::FirstLclusterMidCluster { nid: inode.nid },
                     ));
                 }
                 1
@@ -424,10 +423,11 @@ impl Erofs {
             if distance == 0 || u64::from(distance) > cur.lcn {
                 return Err(Error::corrupt(
                     cur.pos,
-                    format!(
-                        "inode {}: lcluster {} looks back {distance} clusters",
-                        inode.nid, cur.lcn
-                    ),
+                    Corrupt::LookbackDistance {
+                        nid: inode.nid,
+                        lcn: cur.lcn,
+                        distance,
+                    },
                 ));
             }
             let prev = self.load_lcluster(inode, z, cur.lcn - u64::from(distance), false)?;
@@ -459,10 +459,7 @@ impl Erofs {
             if pos % bs + u64::from(z.idata_size) > bs {
                 return Err(Error::corrupt(
                     pos,
-                    format!(
-                        "inode {}: inline compressed tail crosses a block",
-                        inode.nid
-                    ),
+                    Corrupt::CompressedTailCrossesBlock { nid: inode.nid },
                 ));
             }
             (pos, u64::from(z.idata_size), true)
@@ -471,7 +468,9 @@ impl Erofs {
             let pa = head
                 .pblk
                 .checked_mul(u64::from(self.sb.block_size()))
-                .ok_or_else(|| Error::corrupt(head.pos, "block address overflows"))?;
+                .ok_or_else(|| {
+                    Error::corrupt(head.pos, Corrupt::BlockAddressOverflow { nid: inode.nid })
+                })?;
             (pa, blks, false)
         };
         let llen = self.extent_len(inode, z, &head, la)?;
@@ -479,10 +478,11 @@ impl Erofs {
             if llen > plen {
                 return Err(Error::corrupt(
                     head.pos,
-                    format!(
-                        "inode {}: uncompressed extent of {llen} bytes in a {plen}-byte cluster",
-                        inode.nid
-                    ),
+                    Corrupt::PlainExtentOverrun {
+                        nid: inode.nid,
+                        llen,
+                        plen,
+                    },
                 ));
             }
             if z.advise & ADVISE_INTERLACED_PCLUSTER != 0 {
@@ -499,19 +499,17 @@ impl Erofs {
             if self.sb.available_algorithms() & (1 << alg) == 0 {
                 return Err(Error::corrupt(
                     head.pos,
-                    format!(
-                        "inode {}: extent uses {} which the superblock does not list",
-                        inode.nid,
-                        algorithm_name(alg)
-                    ),
+                    Corrupt::UnlistedAlgorithm {
+                        nid: inode.nid,
+                        algorithm: alg,
+                    },
                 ));
             }
             if alg != ALG_LZ4 {
-                return Err(Error::Unsupported(format!(
-                    "inode {}: {} compression",
-                    inode.nid,
-                    algorithm_name(alg)
-                )));
+                return Err(Error::incompatible(Incompatible::ExtentAlgorithm {
+                    nid: inode.nid,
+                    algorithm: alg,
+                }));
             }
             // LZ4 expands at most 255-fold: an extent longer than its
             // cluster could ever decode to is damage, and refusing it keeps
@@ -519,10 +517,11 @@ impl Erofs {
             if llen > plen * 255 + 64 {
                 return Err(Error::corrupt(
                     head.pos,
-                    format!(
-                        "inode {}: extent of {llen} bytes cannot come from a {plen}-byte LZ4 cluster",
-                        inode.nid
-                    ),
+                    Corrupt::Lz4Ratio {
+                        nid: inode.nid,
+                        llen,
+                        plen,
+                    },
                 ));
             }
             ZFormat::Lz4
@@ -559,10 +558,10 @@ impl Erofs {
                         if m.delta[0] != 1 || m.compressedblks == 0 {
                             return Err(Error::corrupt(
                                 m.pos,
-                                format!(
-                                    "inode {}: big pcluster at lcluster {} has no block count",
-                                    inode.nid, head.lcn
-                                ),
+                                Corrupt::MissingBlockCount {
+                                    nid: inode.nid,
+                                    lcn: head.lcn,
+                                },
                             ));
                         }
                         blks = m.compressedblks;
@@ -575,10 +574,10 @@ impl Erofs {
         if bytes > MAX_PCLUSTER {
             return Err(Error::corrupt(
                 head.pos,
-                format!(
-                    "inode {}: physical cluster of {bytes} bytes exceeds {MAX_PCLUSTER}",
-                    inode.nid
-                ),
+                Corrupt::PclusterTooLarge {
+                    nid: inode.nid,
+                    bytes,
+                },
             ));
         }
         Ok(bytes)
@@ -597,10 +596,7 @@ impl Erofs {
             if lcn > limit + 1 {
                 return Err(Error::corrupt(
                     head.pos,
-                    format!(
-                        "inode {}: extent at {la} decompresses to more than {MAX_EXTENT} bytes",
-                        inode.nid
-                    ),
+                    Corrupt::ExtentTooLong { nid: inode.nid, la },
                 ));
             }
             let m = self.load_lcluster(inode, z, lcn, true)?;
@@ -611,7 +607,7 @@ impl Erofs {
                 if end <= la {
                     return Err(Error::corrupt(
                         m.pos,
-                        format!("inode {}: extent at {la} has no length", inode.nid),
+                        Corrupt::EmptyExtent { nid: inode.nid, la },
                     ));
                 }
                 return Ok((end - la).min(inode.size - la));

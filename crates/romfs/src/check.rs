@@ -13,7 +13,7 @@ use crate::checksum::word_sum;
 use crate::dir::LoopGuard;
 use crate::header::{EntryType, Header};
 use crate::superblock::CHECKSUM_SPAN;
-use crate::RomFs;
+use crate::{Corrupt, RomFs};
 
 /// One problem found in an image.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,11 +82,11 @@ pub fn check(path: &Path, opts: &OpenOptions) -> Result<Report> {
     };
     let fs = match RomFs::from_block_dev(dev, false) {
         Ok(fs) => fs,
-        Err(Error::Corrupt { offset, what }) => {
+        Err(Error::Corrupt { offset, kind }) => {
             report.defects.push(Defect {
                 offset,
                 path: None,
-                what,
+                what: kind.to_string(),
             });
             return Ok(report);
         }
@@ -122,11 +122,11 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn defect(&mut self, offset: u64, path: Option<&str>, what: impl Into<String>) {
+    fn defect(&mut self, offset: u64, path: Option<&str>, what: impl ToString) {
         self.r.defects.push(Defect {
             offset,
             path: path.map(str::to_owned),
-            what: what.into(),
+            what: what.to_string(),
         });
     }
 
@@ -141,13 +141,7 @@ impl<'a> Checker<'a> {
         let sum = word_sum(&head);
         self.r.superblock_checksum_ok = sum == 0;
         if sum != 0 {
-            self.defect(
-                12,
-                None,
-                format!(
-                    "bad superblock checksum: the first {span} bytes sum to {sum:#010x}, not 0"
-                ),
-            );
+            self.defect(12, None, Corrupt::SuperblockChecksum { span, sum });
         }
         self.extents
             .push((0, sb.root_offset, "(superblock)".to_owned()));
@@ -176,20 +170,12 @@ impl<'a> Checker<'a> {
             let children = self.walk_dir(dir, &path, parent)?;
             for (child, child_path) in children.into_iter().rev() {
                 if on_path.contains(&child) {
-                    self.defect(
-                        child,
-                        Some(&child_path),
-                        "directory loop: this entry leads back to one of its own ancestors",
-                    );
+                    self.defect(child, Some(&child_path), Corrupt::DirectoryLoop);
                     continue;
                 }
                 if let Some(first) = self.dirs_done.get(&child) {
                     let first = first.clone();
-                    self.defect(
-                        child,
-                        Some(&child_path),
-                        format!("directory is reachable twice (also as {first})"),
-                    );
+                    self.defect(child, Some(&child_path), Corrupt::DirectoryTwice { first });
                     continue;
                 }
                 self.dirs_done.insert(child, child_path.clone());
@@ -211,8 +197,8 @@ impl<'a> Checker<'a> {
         }
         let h = match self.fs.header(off) {
             Ok(h) => h,
-            Err(Error::Corrupt { offset, what }) => {
-                self.defect(offset, Some(path), what);
+            Err(Error::Corrupt { offset, kind }) => {
+                self.defect(offset, Some(path), kind);
                 return Ok(None);
             }
             Err(e) => return Err(e),
@@ -224,11 +210,7 @@ impl<'a> Checker<'a> {
         let sum = word_sum(&buf);
         if sum != 0 {
             self.r.bad_header_checksums += 1;
-            self.defect(
-                off + 12,
-                Some(path),
-                format!("bad header checksum: header and name sum to {sum:#010x}, not 0"),
-            );
+            self.defect(off + 12, Some(path), Corrupt::HeaderChecksum { sum });
         }
         let data_len = if h.kind.has_data() {
             (u64::from(h.size) + 15) & !15
@@ -248,34 +230,34 @@ impl<'a> Checker<'a> {
             self.defect(
                 off,
                 Some(path),
-                format!(
-                    "entry ends at {used_end:#x}, beyond the {declared} bytes the superblock declares"
-                ),
+                Corrupt::BeyondDeclaredSize {
+                    end: used_end,
+                    declared: self.fs.superblock().size,
+                },
             );
         }
         if h.kind == EntryType::HardLink && h.spec & 15 != 0 {
             self.defect(
                 off + 4,
                 Some(path),
-                format!("hard-link target {:#x} is not 16-byte aligned", h.spec),
+                Corrupt::LinkTargetMisaligned { spec: h.spec },
             );
         }
         if h.kind == EntryType::Directory && h.spec & 15 != 0 {
             self.defect(
                 off + 4,
                 Some(path),
-                format!("first-entry offset {:#x} is not 16-byte aligned", h.spec),
+                Corrupt::FirstEntryMisaligned { spec: h.spec },
             );
         }
         if h.kind == EntryType::Symlink && h.size > crate::MAX_SYMLINK {
             self.defect(
                 off + 8,
                 Some(path),
-                format!(
-                    "symlink target is {} bytes; at most {} are allowed",
-                    h.size,
-                    crate::MAX_SYMLINK
-                ),
+                Corrupt::SymlinkTooLong {
+                    offset: off,
+                    len: h.size,
+                },
             );
         }
         Ok(Some(h))
@@ -287,8 +269,8 @@ impl<'a> Checker<'a> {
         let mut subdirs = Vec::new();
         let first = match fs.inode(dir) {
             Ok(i) => i.first_entry(),
-            Err(Error::Corrupt { offset, what }) => {
-                self.defect(offset, Some(path), what);
+            Err(Error::Corrupt { offset, kind }) => {
+                self.defect(offset, Some(path), kind);
                 return Ok(subdirs);
             }
             Err(e) => return Err(e),
@@ -298,17 +280,13 @@ impl<'a> Checker<'a> {
         let mut off = first;
         while off != 0 {
             if !guard.visit(off) {
-                self.defect(
-                    off,
-                    Some(path),
-                    format!("entry chain loops back to {off:#x}"),
-                );
+                self.defect(off, Some(path), Corrupt::ChainLoop { dir, offset: off });
                 break;
             }
             let h = match fs.header(off) {
                 Ok(h) => h,
-                Err(Error::Corrupt { offset, what }) => {
-                    self.defect(offset, Some(path), format!("in this directory: {what}"));
+                Err(Error::Corrupt { offset, kind }) => {
+                    self.defect(offset, Some(path), kind);
                     break;
                 }
                 Err(e) => return Err(e),
@@ -324,11 +302,22 @@ impl<'a> Checker<'a> {
             if h.offset != dir {
                 self.visit_header(h.offset, &child_path)?;
             }
-            if name.is_empty() || name.contains(&b'/') {
+            if name.is_empty() {
                 self.defect(
                     h.offset + 16,
                     Some(&child_path),
-                    format!("bad entry name {shown:?} (empty or containing '/')"),
+                    Corrupt::EmptyName { offset: h.offset },
+                );
+                continue;
+            }
+            if name.contains(&b'/') {
+                self.defect(
+                    h.offset + 16,
+                    Some(&child_path),
+                    Corrupt::NameWithSlash {
+                        offset: h.offset,
+                        name: shown,
+                    },
                 );
                 continue;
             }
@@ -336,13 +325,13 @@ impl<'a> Checker<'a> {
                 self.defect(
                     h.offset,
                     Some(&child_path),
-                    format!("duplicate name: an entry of the same name is at {prev:#x}"),
+                    Corrupt::DuplicateName { other: prev },
                 );
             }
             let target = match fs.resolve(h.offset) {
                 Ok(t) => t,
-                Err(Error::Corrupt { offset, what }) => {
-                    self.defect(offset, Some(&child_path), what);
+                Err(Error::Corrupt { offset, kind }) => {
+                    self.defect(offset, Some(&child_path), kind);
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -358,10 +347,10 @@ impl<'a> Checker<'a> {
                         self.defect(
                             h.offset,
                             Some(path),
-                            format!(
-                                "\".\" points to {:#x}, not to its directory {dir:#x}",
-                                target.ino
-                            ),
+                            Corrupt::BadDot {
+                                target: target.ino,
+                                dir,
+                            },
                         );
                     }
                     continue;
@@ -371,10 +360,10 @@ impl<'a> Checker<'a> {
                         self.defect(
                             h.offset,
                             Some(path),
-                            format!(
-                                "\"..\" points to {:#x}, not to the parent directory {parent:#x}",
-                                target.ino
-                            ),
+                            Corrupt::BadDotDot {
+                                target: target.ino,
+                                parent,
+                            },
                         );
                     }
                     continue;
@@ -407,10 +396,13 @@ impl<'a> Checker<'a> {
                     found.push((
                         e.0,
                         e.2.clone(),
-                        format!(
-                            "entry {:#x}..{:#x} overlaps {} ({:#x}..{:#x})",
-                            e.0, e.1, p.2, p.0, p.1
-                        ),
+                        Corrupt::Overlap {
+                            start: e.0,
+                            end: e.1,
+                            other: p.2.clone(),
+                            other_start: p.0,
+                            other_end: p.1,
+                        },
                     ));
                 }
             }

@@ -17,6 +17,7 @@ use crate::dir::{Dir, DirEnt, LoopGuard};
 use crate::header::{EntryType, Header};
 use crate::inode::Inode;
 use crate::superblock::{Superblock, CHECKSUM_SPAN, MAX_NAME};
+use crate::Corrupt;
 
 /// romfs's native block size (`ROMBSIZE`).
 pub const ROMFS_BLOCK_SIZE: u32 = 1024;
@@ -85,11 +86,10 @@ impl RomFs {
         if root.kind != FileType::Directory {
             return Err(Error::corrupt(
                 sb.root_offset,
-                format!(
-                    "the root entry at {:#x} is a {}, not a directory",
-                    sb.root_offset,
-                    root.entry_type().name()
-                ),
+                Corrupt::RootNotDirectory {
+                    offset: sb.root_offset,
+                    kind: root.entry_type(),
+                },
             ));
         }
         let mut parents = HashMap::new();
@@ -310,10 +310,10 @@ impl DirWalk {
         if !self.guard.visit(off) {
             return Err(Error::corrupt(
                 off,
-                format!(
-                    "the entry chain of the directory at {:#x} loops back to {off:#x}",
-                    self.ino
-                ),
+                Corrupt::ChainLoop {
+                    dir: self.ino,
+                    offset: off,
+                },
             ));
         }
         let h = fs.header(off)?;
@@ -365,7 +365,10 @@ fn resolve(dev: &BlockDev, sb: &Superblock, offset: u64) -> Result<Inode> {
         if !guard.visit(off) {
             return Err(Error::corrupt(
                 off,
-                format!("the hard link at {offset:#x} is part of a loop of links through {off:#x}"),
+                Corrupt::LinkLoop {
+                    link: offset,
+                    through: off,
+                },
             ));
         }
         let h = Header::read(dev, off, sb.root_offset)?;
@@ -381,17 +384,16 @@ fn check_entry_name(h: &Header) -> Result<()> {
     if name.is_empty() {
         return Err(Error::corrupt(
             h.offset + 16,
-            format!("the entry at {:#x} has an empty name", h.offset),
+            Corrupt::EmptyName { offset: h.offset },
         ));
     }
     if name.contains(&b'/') {
         return Err(Error::corrupt(
             h.offset + 16,
-            format!(
-                "the entry at {:#x} has a name containing '/': \"{}\"",
-                h.offset,
-                h.name_lossy()
-            ),
+            Corrupt::NameWithSlash {
+                offset: h.offset,
+                name: h.name_lossy(),
+            },
         ));
     }
     Ok(())
@@ -525,7 +527,7 @@ impl FileSystem for RomFs {
         if data.len() < len {
             return Err(Error::corrupt(
                 inode.data_offset + offset + data.len() as u64,
-                format!("file data of the entry at {ino:#x} ends early"),
+                Corrupt::DataEndsEarly { offset: ino },
             ));
         }
         Ok(data)
@@ -539,10 +541,10 @@ impl FileSystem for RomFs {
         if inode.size > MAX_SYMLINK {
             return Err(Error::corrupt(
                 ino + 8,
-                format!(
-                    "symlink at {ino:#x} has a {}-byte target; at most {MAX_SYMLINK} are allowed",
-                    inode.size
-                ),
+                Corrupt::SymlinkTooLong {
+                    offset: ino,
+                    len: inode.size,
+                },
             ));
         }
         let mut buf = vec![0u8; inode.size as usize];

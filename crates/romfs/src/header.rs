@@ -4,6 +4,7 @@ use foliofs_block::BlockDev;
 use foliofs_vfs::{Error, FileType, Result};
 
 use crate::superblock::MAX_NAME;
+use crate::Corrupt;
 
 /// Size of the fixed part of a header; also the alignment of every header.
 pub const HEADER_SIZE: u64 = 16;
@@ -166,14 +167,11 @@ impl Header {
         if offset < first {
             return Err(Error::corrupt(
                 offset,
-                format!("header offset {offset:#x} points into the superblock (the first header is at {first:#x})"),
+                Corrupt::HeaderInSuperblock { offset, first },
             ));
         }
         if !offset.is_multiple_of(HEADER_SIZE) {
-            return Err(Error::corrupt(
-                offset,
-                format!("header offset {offset:#x} is not 16-byte aligned"),
-            ));
+            return Err(Error::corrupt(offset, Corrupt::HeaderMisaligned { offset }));
         }
         if offset
             .checked_add(HEADER_SIZE + 1)
@@ -181,7 +179,10 @@ impl Header {
         {
             return Err(Error::corrupt(
                 offset,
-                format!("header at {offset:#x} lies beyond the end of the {image}-byte image"),
+                Corrupt::HeaderOutOfImage {
+                    offset,
+                    size: image,
+                },
             ));
         }
         let mut buf = [0u8; HEADER_SIZE as usize + MAX_NAME + 1];
@@ -195,13 +196,13 @@ impl Header {
             None if avail < buf.len() => {
                 return Err(Error::corrupt(
                     offset + HEADER_SIZE,
-                    "entry name runs beyond the end of the image",
+                    Corrupt::NameOutOfImage,
                 ))
             }
             None => {
                 return Err(Error::corrupt(
                     offset + HEADER_SIZE,
-                    format!("entry name is longer than {MAX_NAME} bytes (no NUL within 128 bytes)"),
+                    Corrupt::NameNotTerminated,
                 ))
             }
         };
@@ -222,29 +223,35 @@ impl Header {
         if data > image {
             return Err(Error::corrupt(
                 offset,
-                format!(
-                    "padded name of the header at {offset:#x} ends at {data:#x}, beyond the {image}-byte image"
-                ),
+                Corrupt::PaddedNameOutOfImage {
+                    offset,
+                    end: data,
+                    size: image,
+                },
             ));
         }
         if h.kind.has_data() && data + u64::from(size) > image {
             return Err(Error::corrupt(
                 offset + 8,
-                format!(
-                    "{} \"{}\" at {offset:#x} has {size} bytes of data at {data:#x}, beyond the {image}-byte image",
-                    h.kind.name(),
-                    h.name_lossy()
-                ),
+                Corrupt::DataOutOfImage {
+                    kind: h.kind,
+                    name: h.name_lossy(),
+                    offset,
+                    len: size,
+                    data,
+                    size: image,
+                },
             ));
         }
         if h.kind.spec_must_be_zero() && spec != 0 {
             return Err(Error::corrupt(
                 offset + 4,
-                format!(
-                    "{} \"{}\" at {offset:#x} has spec {spec:#x}; it must be 0",
-                    h.kind.name(),
-                    h.name_lossy()
-                ),
+                Corrupt::SpecNotZero {
+                    kind: h.kind,
+                    name: h.name_lossy(),
+                    offset,
+                    spec,
+                },
             ));
         }
         Ok(h)

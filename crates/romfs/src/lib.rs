@@ -8,7 +8,8 @@
 //!
 //! Every structure is bounds-checked as it is read and every pointer chain is
 //! checked for loops, so a damaged or hostile image yields
-//! [`foliofs_vfs::Error::Corrupt`] naming the offset, never a panic or a hang.
+//! [`foliofs_vfs::Error::Corrupt`] naming the offset, with a [`Corrupt`]
+//! kind saying what is wrong, never a panic or a hang.
 //!
 //! [`mkfs::build`] writes images (reproducibly, optionally with aligned
 //! data) and [`check::check`] verifies one completely.
@@ -73,6 +74,7 @@
 pub mod check;
 pub mod checksum;
 pub mod dir;
+mod error;
 mod fs;
 pub mod header;
 pub mod inode;
@@ -80,6 +82,7 @@ pub mod mkfs;
 pub mod superblock;
 
 pub use dir::{Dir, DirEnt};
+pub use error::Corrupt;
 pub use fs::{RomFs, MAX_SYMLINK, ROMFS_BLOCK_SIZE};
 pub use header::{EntryType, Header};
 pub use inode::Inode;

@@ -3,6 +3,7 @@
 use foliofs_vfs::{Error, Result};
 
 use crate::checksum::word_sum;
+use crate::Corrupt;
 
 /// The eight bytes every romfs image starts with.
 pub const MAGIC: &[u8; 8] = b"-rom1fs-";
@@ -39,66 +40,52 @@ impl Superblock {
         if is_romfs(head) && head.len() < 16 {
             return Err(Error::corrupt(
                 0,
-                format!(
-                    "superblock truncated: the image is only {} bytes",
-                    head.len()
-                ),
+                Corrupt::SuperblockTruncated { len: head.len() },
             ));
         }
         if !is_romfs(head) {
-            let shown = &head[..head.len().min(8)];
-            return Err(Error::corrupt(
-                0,
-                format!("no romfs magic: expected \"-rom1fs-\", found {shown:02x?}"),
-            ));
+            let found = head[..head.len().min(8)].to_vec();
+            return Err(Error::corrupt(0, Corrupt::BadMagic { found }));
         }
         let size = u32::from_be_bytes(head[8..12].try_into().expect("4 bytes"));
         let checksum = u32::from_be_bytes(head[12..16].try_into().expect("4 bytes"));
         if u64::from(size) > image_size {
             return Err(Error::corrupt(
                 8,
-                format!(
-                    "superblock says the image is {size} bytes but the file holds only {image_size} (truncated?)"
-                ),
+                Corrupt::ImageTruncated {
+                    declared: size,
+                    actual: image_size,
+                },
             ));
         }
         let name_area = &head[16..];
         let name_len = match name_area.iter().take(MAX_NAME + 1).position(|&b| b == 0) {
             Some(n) => n,
             None if name_area.len() <= MAX_NAME => {
-                return Err(Error::corrupt(
-                    16,
-                    "volume name runs beyond the end of the image",
-                ))
+                return Err(Error::corrupt(16, Corrupt::VolumeNameOutOfImage))
             }
-            None => {
-                return Err(Error::corrupt(
-                    16,
-                    format!("volume name is longer than {MAX_NAME} bytes (no NUL found)"),
-                ))
-            }
+            None => return Err(Error::corrupt(16, Corrupt::VolumeNameNotTerminated)),
         };
         let root_offset = ((16 + name_len + 1 + 15) & !15) as u64;
         if u64::from(size) < root_offset + 16 {
             return Err(Error::corrupt(
                 8,
-                format!(
-                    "superblock size {size} leaves no room for the root header at {root_offset:#x}"
-                ),
+                Corrupt::NoRoomForRoot {
+                    size,
+                    root: root_offset,
+                },
             ));
         }
         if verify_checksum {
             let span = size.min(CHECKSUM_SPAN) as usize;
             if head.len() < span {
-                return Err(Error::corrupt(0, "superblock checksum area is truncated"));
+                return Err(Error::corrupt(0, Corrupt::SuperblockChecksumTruncated));
             }
             let sum = word_sum(&head[..span]);
             if sum != 0 {
                 return Err(Error::corrupt(
                     12,
-                    format!(
-                        "bad superblock checksum: the first {span} bytes sum to {sum:#010x}, not 0"
-                    ),
+                    Corrupt::SuperblockChecksum { span, sum },
                 ));
             }
         }

@@ -1,21 +1,24 @@
+use std::fmt;
 use std::io;
 
 /// Errors a file system reports.
 ///
 /// Three kinds are kept apart because callers act on them differently: the
 /// image is damaged ([`Error::Corrupt`]), the image is fine but uses something
-/// foliofs does not read ([`Error::Unsupported`]), and the storage under it
-/// failed ([`Error::Io`]). The rest are ordinary POSIX outcomes.
+/// foliofs does not read ([`Error::Incompatible`]), and the storage under it
+/// failed ([`Error::Io`]). The first two carry a typed kind that the format
+/// defines (see [`Corruption`]). The rest are ordinary POSIX outcomes.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The image is damaged: `offset` is the byte offset in the image (or
-    /// backing device) where the bad structure sits.
-    #[error("corrupt image at offset {offset:#x}: {what}")]
-    Corrupt { offset: u64, what: String },
+    /// backing device) where the bad structure sits, `kind` what is wrong
+    /// with it.
+    #[error("corrupt image at offset {offset:#x}: {kind}")]
+    Corrupt { offset: u64, kind: Corruption },
 
     /// The image uses a feature this reader does not implement.
     #[error("unsupported feature: {0}")]
-    Unsupported(String),
+    Incompatible(Incompatibility),
 
     /// Reading or writing the backing store failed.
     #[error("I/O error at offset {offset:#x}: {source}")]
@@ -66,7 +69,7 @@ pub enum Error {
     Range,
     /// The file system does not offer this operation, or this variant of
     /// it (an `fallocate` mode, an xattr namespace): `EOPNOTSUPP`. Not to
-    /// be confused with [`Error::Unsupported`], an image feature.
+    /// be confused with [`Error::Incompatible`], an image feature.
     #[error("operation not supported")]
     OperationNotSupported,
     #[error("cross-device link")]
@@ -82,11 +85,49 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// A corruption report at `offset`.
-    pub fn corrupt(offset: u64, what: impl Into<String>) -> Self {
+    /// The image is damaged at `offset`, as `kind` (a format's own
+    /// corruption type) says.
+    pub fn corrupt<K>(offset: u64, kind: K) -> Self
+    where
+        K: std::error::Error + Send + Sync + 'static,
+    {
         Error::Corrupt {
             offset,
-            what: what.into(),
+            kind: Corruption::new(kind),
+        }
+    }
+
+    /// The image uses a feature this reader does not implement, as `kind`
+    /// (a format's own type) says.
+    pub fn incompatible<K>(kind: K) -> Self
+    where
+        K: std::error::Error + Send + Sync + 'static,
+    {
+        Error::Incompatible(Incompatibility::new(kind))
+    }
+
+    /// The corruption kind, if this is corruption and its kind is a `K`.
+    pub fn corruption<K: std::error::Error + 'static>(&self) -> Option<&K> {
+        match self {
+            Error::Corrupt { kind, .. } => kind.kind(),
+            _ => None,
+        }
+    }
+
+    /// The incompatibility kind, if this is one and its kind is a `K`.
+    pub fn incompatibility<K: std::error::Error + 'static>(&self) -> Option<&K> {
+        match self {
+            Error::Incompatible(kind) => kind.kind(),
+            _ => None,
+        }
+    }
+
+    /// The byte offset in the image or device the error is about, when it
+    /// has one (corruption and I/O failures).
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            Error::Corrupt { offset, .. } | Error::Io { offset, .. } => Some(*offset),
+            _ => None,
         }
     }
 
@@ -96,7 +137,7 @@ impl Error {
     pub fn errno(&self) -> i32 {
         match self {
             Error::Corrupt { .. } | Error::Io { .. } => libc::EIO,
-            Error::Unsupported(_) => libc::EOPNOTSUPP,
+            Error::Incompatible(_) => libc::EOPNOTSUPP,
             Error::NotFound => libc::ENOENT,
             Error::NotDir => libc::ENOTDIR,
             Error::IsDir => libc::EISDIR,
@@ -125,6 +166,80 @@ impl Error {
     pub fn is_corrupt(&self) -> bool {
         matches!(self, Error::Corrupt { .. })
     }
+
+    /// True for an image feature this reader does not implement.
+    pub fn is_incompatible(&self) -> bool {
+        matches!(self, Error::Incompatible(_))
+    }
+}
+
+/// Defines a holder of a format's own error kind: any error type, kept
+/// boxed, shown as itself and recovered with `kind::<K>()`.
+macro_rules! kind_holder {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        pub struct $name(Box<dyn std::error::Error + Send + Sync + 'static>);
+
+        impl $name {
+            /// Wraps a format's kind.
+            pub fn new<K>(kind: K) -> Self
+            where
+                K: std::error::Error + Send + Sync + 'static,
+            {
+                $name(Box::new(kind))
+            }
+
+            /// The kind, if it is a `K`.
+            pub fn kind<K: std::error::Error + 'static>(&self) -> Option<&K> {
+                self.0.downcast_ref()
+            }
+
+            /// True when the kind is a `K`.
+            pub fn is<K: std::error::Error + 'static>(&self) -> bool {
+                self.0.is::<K>()
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, f)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+    };
+}
+
+kind_holder! {
+    /// What is wrong with a damaged image, in the terms of its format.
+    ///
+    /// Each format crate has its own `Corrupt` enum (romfs, EROFS, the block
+    /// layer); its `Display` is the message, its variants carry what the
+    /// message names. Callers and tests match the kind, not the text:
+    ///
+    /// ```
+    /// # use foliofs_vfs::Error;
+    /// #[derive(Debug, PartialEq, thiserror::Error)]
+    /// enum Corrupt {
+    ///     #[error("bad magic {0:#x}")]
+    ///     BadMagic(u32),
+    /// }
+    /// let e = Error::corrupt(0, Corrupt::BadMagic(7));
+    /// assert_eq!(e.corruption::<Corrupt>(), Some(&Corrupt::BadMagic(7)));
+    /// assert_eq!(e.to_string(), "corrupt image at offset 0x0: bad magic 0x7");
+    /// ```
+    Corruption
+}
+
+kind_holder! {
+    /// Which feature of an image this reader does not implement, in the
+    /// terms of its format (each format crate has its own `Incompatible`
+    /// enum); shown as the format's message.
+    Incompatibility
 }
 
 impl From<Error> for io::Error {

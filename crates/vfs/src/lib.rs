@@ -13,7 +13,7 @@ mod error;
 pub mod options;
 mod types;
 
-pub use error::{Error, Result};
+pub use error::{Corruption, Error, Incompatibility, Result};
 pub use types::*;
 
 use std::ffi::OsStr;
