@@ -125,8 +125,20 @@ fn ranges_beyond_the_end_are_corrupt() {
     )
     .unwrap();
     let mut b = [0u8; 32];
-    assert!(dev.read_exact(4090, &mut b).unwrap_err().is_corrupt());
-    assert!(dev.check_range(u64::MAX - 3, 16).is_err());
+    let e = dev.read_exact(4090, &mut b).unwrap_err();
+    assert!(matches!(
+        e.corruption::<Corrupt>(),
+        Some(Corrupt::ReadPastEnd { size: 4096, .. })
+    ));
+    let e = dev.check_range(u64::MAX - 3, 16).unwrap_err();
+    assert_eq!(
+        e.corruption::<Corrupt>(),
+        Some(&Corrupt::ReadPastEnd {
+            offset: u64::MAX - 3,
+            len: 16,
+            size: 4096
+        })
+    );
 }
 
 /// Pages of `f` resident in the page cache, one flag per page.

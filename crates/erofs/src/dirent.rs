@@ -171,14 +171,43 @@ mod tests {
         assert_eq!(d.get(2).kind(), Some(FileType::RegularFile));
     }
 
+    fn kind(e: Error) -> Corrupt {
+        e.corruption::<Corrupt>()
+            .unwrap_or_else(|| panic!("not EROFS corruption: {e}"))
+            .clone()
+    }
+
     #[test]
     fn rejects_bad_offsets() {
         let mut raw = block(&["a", "b"]);
         raw[20] = 0xff;
-        assert!(DirBlock::new(&raw, 0).unwrap_err().is_corrupt());
-        assert!(DirBlock::new(&[0u8; 5], 0).is_err());
+        let e = DirBlock::new(&raw, 4096).unwrap_err();
+        assert_eq!(e.offset(), Some(4096));
+        assert!(matches!(
+            kind(e),
+            Corrupt::DirentNameOffset { entry: 1, .. }
+        ));
+        let e = DirBlock::new(&[0u8; 5], 0).unwrap_err();
+        assert_eq!(kind(e), Corrupt::DirBlockTooSmall { len: 5 });
         let mut raw = block(&["a"]);
         raw[8] = 7;
-        assert!(DirBlock::new(&raw, 0).is_err());
+        let e = DirBlock::new(&raw, 0).unwrap_err();
+        assert!(matches!(
+            kind(e),
+            Corrupt::DirentFirstNameOffset { nameoff: 7, .. }
+        ));
+    }
+
+    #[test]
+    fn rejects_names_no_program_could_be_handed() {
+        let raw = block(&["a", "b/c"]);
+        let e = DirBlock::new(&raw, 0).unwrap_err();
+        assert_eq!(
+            kind(e),
+            Corrupt::DirentBadName {
+                entry: 1,
+                name: "b/c".into()
+            }
+        );
     }
 }

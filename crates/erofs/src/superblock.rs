@@ -305,16 +305,42 @@ mod tests {
     fn parses_minimal_and_refuses_unknown_features() {
         let raw = minimal();
         assert_eq!(Superblock::parse(&raw).unwrap().block_size(), 4096);
-        let mut lzma = raw.clone();
-        lzma[0x50..0x54].copy_from_slice(&INCOMPAT_FRAGMENTS.to_le_bytes());
-        let e = Superblock::parse(&lzma).unwrap_err().to_string();
-        assert!(e.contains("fragments"), "{e}");
+        let mut fragments = raw.clone();
+        fragments[0x50..0x54]
+            .copy_from_slice(&(INCOMPAT_FRAGMENTS | INCOMPAT_LZ4_0PADDING).to_le_bytes());
+        let e = Superblock::parse(&fragments).unwrap_err();
+        assert_eq!(
+            e.incompatibility::<Incompatible>(),
+            Some(&Incompatible::Features {
+                bits: INCOMPAT_FRAGMENTS
+            })
+        );
         let mut future = raw.clone();
         future[0x50..0x54].copy_from_slice(&0x8000u32.to_le_bytes());
-        let e = Superblock::parse(&future).unwrap_err().to_string();
-        assert!(e.contains("0x8000"), "{e}");
+        let e = Superblock::parse(&future).unwrap_err();
+        assert_eq!(
+            e.incompatibility::<Incompatible>(),
+            Some(&Incompatible::Features { bits: 0x8000 })
+        );
         let mut big = raw;
         big[0x0C] = 17;
-        assert!(Superblock::parse(&big).unwrap_err().is_corrupt());
+        let e = Superblock::parse(&big).unwrap_err();
+        assert_eq!(e.offset(), Some(SUPER_OFFSET + 0x0C));
+        assert_eq!(
+            e.corruption::<Corrupt>(),
+            Some(&Corrupt::BlockSize { blkszbits: 17 })
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_feature_bits() {
+        let e = Error::incompatible(Incompatible::Features {
+            bits: INCOMPAT_FRAGMENTS | 0x8000,
+        });
+        assert_eq!(
+            e.to_string(),
+            "unsupported feature: EROFS image uses fragments/dedupe, \
+             unknown incompat feature bit 0x8000"
+        );
     }
 }

@@ -133,19 +133,51 @@ mod tests {
         assert_eq!(s.root_offset, 16 + 128);
     }
 
+    fn kind(e: Error) -> Corrupt {
+        e.corruption::<Corrupt>()
+            .unwrap_or_else(|| panic!("not romfs corruption: {e}"))
+            .clone()
+    }
+
     #[test]
     fn rejects_bad_magic_checksum_and_size() {
         let mut b = sb(b"vol", 1024);
         b[0] = b'+';
-        assert!(Superblock::parse(&b, 1024, true).is_err());
+        let e = Superblock::parse(&b, 1024, true).unwrap_err();
+        assert_eq!(
+            kind(e),
+            Corrupt::BadMagic {
+                found: b"+rom1fs-".to_vec()
+            }
+        );
         let mut b = sb(b"vol", 1024);
         b[100] ^= 1;
-        let e = Superblock::parse(&b, 1024, true).unwrap_err().to_string();
-        assert!(e.contains("checksum"), "{e}");
+        let e = Superblock::parse(&b, 1024, true).unwrap_err();
+        assert_eq!(e.offset(), Some(12));
+        assert!(matches!(
+            kind(e),
+            Corrupt::SuperblockChecksum { span: 512, .. }
+        ));
         assert!(Superblock::parse(&b, 1024, false).is_ok());
-        let e = Superblock::parse(&sb(b"vol", 1024), 512, true)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("truncated"), "{e}");
+        let e = Superblock::parse(&sb(b"vol", 1024), 512, true).unwrap_err();
+        assert_eq!(
+            kind(e),
+            Corrupt::ImageTruncated {
+                declared: 1024,
+                actual: 512
+            }
+        );
+        let e = Superblock::parse(b"-rom1fs-\0\0", 10, true).unwrap_err();
+        assert_eq!(kind(e), Corrupt::SuperblockTruncated { len: 10 });
+    }
+
+    #[test]
+    fn messages_name_what_is_wrong() {
+        let e = Superblock::parse(&sb(b"vol", 1024), 512, true).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "corrupt image at offset 0x8: superblock says the image is 1024 bytes \
+             but the file holds only 512 (truncated?)"
+        );
     }
 }
