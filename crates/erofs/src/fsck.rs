@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use foliofs_vfs::{Error, FileType, Scratch};
+use foliofs_vfs::{CheckReport, Defect, Error, FileType, Scratch};
 
 use crate::data::Phys;
 use crate::inode::Inode;
@@ -24,8 +24,13 @@ pub struct FsckReport {
     pub data_bytes: u64,
     /// Extended attributes read.
     pub xattrs: u64,
-    /// One line per problem: the path and the error.
-    pub errors: Vec<String>,
+    /// The first [`MAX_LISTED`] problems, each with the path it was met
+    /// at: corruption (with a [`Corrupt`] kind, or the block layer's for
+    /// reads past the end), features this reader does not implement, and
+    /// I/O errors.
+    pub errors: Vec<Defect>,
+    /// Problems found beyond those listed.
+    pub unlisted: u64,
 }
 
 impl FsckReport {
@@ -35,8 +40,30 @@ impl FsckReport {
     }
 }
 
-/// Errors beyond this many are counted but not listed.
-const MAX_LISTED: usize = 1000;
+impl CheckReport for FsckReport {
+    fn defects(&self) -> &[Defect] {
+        &self.errors
+    }
+
+    fn unlisted(&self) -> u64 {
+        self.unlisted
+    }
+
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("directories", self.directories),
+            ("files", self.files),
+            ("symlinks", self.symlinks),
+            ("special", self.specials),
+            ("xattrs", self.xattrs),
+            ("data bytes", self.data_bytes),
+        ]
+    }
+}
+
+/// Problems beyond this many are counted but not listed: a badly damaged
+/// image can have one per directory entry.
+pub const MAX_LISTED: usize = 1000;
 
 impl Erofs {
     /// Reads (and decompresses) every stored byte of `inode`, extent by
@@ -85,18 +112,18 @@ impl Erofs {
         // (nid, parent nid, path)
         let mut stack = vec![(root, root, String::from("/"))];
         let mut scratch = Scratch::new();
-        let mut errors = 0usize;
-        let mut note = |r: &mut FsckReport, path: &str, e: &dyn std::fmt::Display| {
-            errors += 1;
+        let note = |r: &mut FsckReport, path: &str, e: Error| {
             if r.errors.len() < MAX_LISTED {
-                r.errors.push(format!("{path}: {e}"));
+                r.errors.push(Defect::new(Some(path), e));
+            } else {
+                r.unlisted += 1;
             }
         };
         while let Some((nid, parent, path)) = stack.pop() {
             let inode = match self.inode(nid) {
                 Ok(i) => i,
                 Err(e) => {
-                    note(&mut r, &path, &e);
+                    note(&mut r, &path, e);
                     continue;
                 }
             };
@@ -105,11 +132,11 @@ impl Erofs {
                     for x in &list {
                         r.xattrs += 1;
                         if let Err(e) = self.xattr_value(x) {
-                            note(&mut r, &path, &e);
+                            note(&mut r, &path, e);
                         }
                     }
                 }
-                Err(e) => note(&mut r, &path, &e),
+                Err(e) => note(&mut r, &path, e),
             }
             match inode.kind {
                 FileType::Directory => {
@@ -117,7 +144,7 @@ impl Erofs {
                         note(
                             &mut r,
                             &path,
-                            &Error::corrupt(inode.pos, Corrupt::DirectoryTwice { nid }),
+                            Error::corrupt(inode.pos, Corrupt::DirectoryTwice { nid }),
                         );
                         continue;
                     }
@@ -138,7 +165,7 @@ impl Erofs {
                         let entries = match res {
                             Ok(v) => v,
                             Err(e) => {
-                                note(&mut r, &path, &e);
+                                note(&mut r, &path, e);
                                 break;
                             }
                         };
@@ -148,7 +175,7 @@ impl Erofs {
                                 note(
                                     &mut r,
                                     &path,
-                                    &bad(Corrupt::InvalidName {
+                                    bad(Corrupt::InvalidName {
                                         name: String::from_utf8_lossy(&name).into_owned(),
                                     }),
                                 );
@@ -159,7 +186,7 @@ impl Erofs {
                                     note(
                                         &mut r,
                                         &path,
-                                        &bad(Corrupt::DirentOrder {
+                                        bad(Corrupt::DirentOrder {
                                             name: String::from_utf8_lossy(&name).into_owned(),
                                         }),
                                     );
@@ -172,7 +199,7 @@ impl Erofs {
                                     note(
                                         &mut r,
                                         &path,
-                                        &bad(Corrupt::BadDot { nid, target: child }),
+                                        bad(Corrupt::BadDot { nid, target: child }),
                                     );
                                 }
                                 continue;
@@ -183,7 +210,7 @@ impl Erofs {
                                     note(
                                         &mut r,
                                         &path,
-                                        &bad(Corrupt::BadDotDot {
+                                        bad(Corrupt::BadDotDot {
                                             parent,
                                             target: child,
                                         }),
@@ -208,7 +235,7 @@ impl Erofs {
                                         note(
                                             &mut r,
                                             &child_path,
-                                            &bad(Corrupt::DirentType {
+                                            bad(Corrupt::DirentType {
                                                 file_type: ftype,
                                                 kind: ci.kind,
                                             }),
@@ -224,12 +251,12 @@ impl Erofs {
                                     }
                                     stack.push((child, nid, child_path));
                                 }
-                                Err(e) => note(&mut r, &child_path, &e),
+                                Err(e) => note(&mut r, &child_path, e),
                             }
                         }
                     }
                     if nblocks > 0 && (!dot || !dotdot) {
-                        note(&mut r, &path, &Error::corrupt(inode.pos, Corrupt::NoDots));
+                        note(&mut r, &path, Error::corrupt(inode.pos, Corrupt::NoDots));
                     }
                 }
                 FileType::RegularFile | FileType::Symlink => {
@@ -240,7 +267,7 @@ impl Erofs {
                     }
                     match self.check_data(&inode, &mut scratch) {
                         Ok(n) => r.data_bytes += n,
-                        Err(e) => note(&mut r, &path, &e),
+                        Err(e) => note(&mut r, &path, e),
                     }
                 }
                 _ => r.specials += 1,
@@ -251,7 +278,7 @@ impl Erofs {
                 note(
                     &mut r,
                     &path,
-                    &Error::corrupt(
+                    Error::corrupt(
                         0,
                         Corrupt::LinkCount {
                             nid,
@@ -261,10 +288,6 @@ impl Erofs {
                     ),
                 );
             }
-        }
-        if errors > r.errors.len() {
-            let more = errors - r.errors.len();
-            r.errors.push(format!("... and {more} more"));
         }
         r
     }

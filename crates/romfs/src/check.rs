@@ -2,12 +2,15 @@
 //! as it reads, over every entry, plus header checksums, overlapping
 //! entries, names and "." / ".." links. Also gathers the figures `info`
 //! shows (entry counts, data alignment).
+//!
+//! Every problem is a [`Defect`] holding an [`Error::Corrupt`] with a
+//! [`Corrupt`] kind, the shape every format's check reports in.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use foliofs_block::{BlockDev, OpenOptions};
-use foliofs_vfs::{Error, FileType, Result};
+use foliofs_vfs::{CheckReport, Defect, Error, FileType, Result};
 
 use crate::checksum::word_sum;
 use crate::dir::LoopGuard;
@@ -15,28 +18,8 @@ use crate::header::{EntryType, Header};
 use crate::superblock::CHECKSUM_SPAN;
 use crate::{Corrupt, RomFs};
 
-/// One problem found in an image.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Defect {
-    /// Byte offset of the damaged structure.
-    pub offset: u64,
-    /// Path of the entry in the tree ("/" is the root), where known.
-    pub path: Option<String>,
-    /// What is wrong.
-    pub what: String,
-}
-
-impl std::fmt::Display for Defect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.path {
-            Some(p) => write!(f, "{:#010x} {}: {}", self.offset, p, self.what),
-            None => write!(f, "{:#010x}: {}", self.offset, self.what),
-        }
-    }
-}
-
 /// Everything a check learned about an image.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Report {
     /// Size of the image file or device.
     pub image_size: u64,
@@ -57,7 +40,9 @@ pub struct Report {
     /// The largest power of two (up to 2 MiB) dividing the data offset of
     /// every non-empty regular file; `None` when there are none.
     pub data_alignment: Option<u64>,
-    /// Every problem found, in the order found.
+    /// Every problem found, in the order found; each error is
+    /// [`Error::Corrupt`], with a [`Corrupt`] kind or, for reads past the
+    /// end of the image, a [`foliofs_block::Corrupt`] one.
     pub defects: Vec<Defect>,
 }
 
@@ -65,6 +50,19 @@ impl Report {
     /// True when no defect was found.
     pub fn is_clean(&self) -> bool {
         self.defects.is_empty()
+    }
+}
+
+impl CheckReport for Report {
+    fn defects(&self) -> &[Defect] {
+        &self.defects
+    }
+
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("entries", self.counts.values().sum()),
+            ("headers checked", self.headers_checked),
+        ]
     }
 }
 
@@ -82,12 +80,8 @@ pub fn check(path: &Path, opts: &OpenOptions) -> Result<Report> {
     };
     let fs = match RomFs::from_block_dev(dev, false) {
         Ok(fs) => fs,
-        Err(Error::Corrupt { offset, kind }) => {
-            report.defects.push(Defect {
-                offset,
-                path: None,
-                what: kind.to_string(),
-            });
+        Err(e @ Error::Corrupt { .. }) => {
+            report.defects.push(Defect::new(None, e));
             return Ok(report);
         }
         Err(e) => return Err(e),
@@ -122,12 +116,12 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn defect(&mut self, offset: u64, path: Option<&str>, what: impl ToString) {
-        self.r.defects.push(Defect {
-            offset,
-            path: path.map(str::to_owned),
-            what: what.to_string(),
-        });
+    fn defect(&mut self, offset: u64, path: Option<&str>, kind: Corrupt) {
+        self.found(path, Error::corrupt(offset, kind));
+    }
+
+    fn found(&mut self, path: Option<&str>, error: Error) {
+        self.r.defects.push(Defect::new(path, error));
     }
 
     fn run(mut self) -> Result<Report> {
@@ -197,8 +191,8 @@ impl<'a> Checker<'a> {
         }
         let h = match self.fs.header(off) {
             Ok(h) => h,
-            Err(Error::Corrupt { offset, kind }) => {
-                self.defect(offset, Some(path), kind);
+            Err(e @ Error::Corrupt { .. }) => {
+                self.found(Some(path), e);
                 return Ok(None);
             }
             Err(e) => return Err(e),
@@ -269,8 +263,8 @@ impl<'a> Checker<'a> {
         let mut subdirs = Vec::new();
         let first = match fs.inode(dir) {
             Ok(i) => i.first_entry(),
-            Err(Error::Corrupt { offset, kind }) => {
-                self.defect(offset, Some(path), kind);
+            Err(e @ Error::Corrupt { .. }) => {
+                self.found(Some(path), e);
                 return Ok(subdirs);
             }
             Err(e) => return Err(e),
@@ -285,8 +279,8 @@ impl<'a> Checker<'a> {
             }
             let h = match fs.header(off) {
                 Ok(h) => h,
-                Err(Error::Corrupt { offset, kind }) => {
-                    self.defect(offset, Some(path), kind);
+                Err(e @ Error::Corrupt { .. }) => {
+                    self.found(Some(path), e);
                     break;
                 }
                 Err(e) => return Err(e),
@@ -330,8 +324,8 @@ impl<'a> Checker<'a> {
             }
             let target = match fs.resolve(h.offset) {
                 Ok(t) => t,
-                Err(Error::Corrupt { offset, kind }) => {
-                    self.defect(offset, Some(&child_path), kind);
+                Err(e @ Error::Corrupt { .. }) => {
+                    self.found(Some(&child_path), e);
                     continue;
                 }
                 Err(e) => return Err(e),

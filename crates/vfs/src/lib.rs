@@ -9,10 +9,12 @@
 //! Read-only formats implement the reading half and inherit the defaults for
 //! every mutating call, which fail with [`Error::ReadOnly`] (`EROFS`).
 
+mod defect;
 mod error;
 pub mod options;
 mod types;
 
+pub use defect::{CheckReport, Defect};
 pub use error::{Corruption, Error, Incompatibility, Result};
 pub use types::*;
 
