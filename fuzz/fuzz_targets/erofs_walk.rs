@@ -122,6 +122,18 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(fs) = Erofs::open(path, &opts, &[]) {
         walk(&fs);
-        let _ = fs.fsck();
+        for d in &fs.fsck().errors {
+            // Every defect is of a kind EROFS or the block layer names (or
+            // an I/O error), and shows without panicking.
+            let e = &d.error;
+            assert!(
+                e.corruption::<foliofs_erofs::Corrupt>().is_some()
+                    || e.corruption::<foliofs_block::Corrupt>().is_some()
+                    || e.incompatibility::<foliofs_erofs::Incompatible>().is_some()
+                    || matches!(e, foliofs_vfs::Error::Io { .. }),
+                "untyped defect: {d:?}"
+            );
+            let _ = d.to_string();
+        }
     }
 });

@@ -97,5 +97,16 @@ fuzz_target!(|data: &[u8]| {
         walk(&fs);
     }
     let _ = RomFs::open(path, &opts);
-    let _ = foliofs_romfs::check::check(path, &opts);
+    if let Ok(report) = foliofs_romfs::check::check(path, &opts) {
+        for d in &report.defects {
+            // Every defect is damage of a kind romfs or the block layer
+            // names, and shows without panicking.
+            assert!(
+                d.error.corruption::<foliofs_romfs::Corrupt>().is_some()
+                    || d.error.corruption::<foliofs_block::Corrupt>().is_some(),
+                "untyped defect: {d:?}"
+            );
+            let _ = d.to_string();
+        }
+    }
 });

@@ -8,7 +8,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 
 use foliofs_block::{BlockSizeChoice, OpenOptions};
-use foliofs_romfs::{check, mkfs, RomFs};
+use foliofs_romfs::{check, mkfs, Corrupt, RomFs};
 use foliofs_vfs::{FileSystem, FileType, Scratch};
 
 /// Inputs found by `scripts/fuzz` (none so far), as (name, bytes).
@@ -87,7 +87,18 @@ fn exercise(path: &Path, bytes: &[u8]) -> bool {
             opened |= bs == BlockSizeChoice::Default;
             walk(&fs);
         }
-        let _ = check::check(path, &opts);
+        if let Ok(report) = check::check(path, &opts) {
+            for d in &report.defects {
+                // Every defect is damage of a kind romfs or the block layer
+                // names, and shows without panicking.
+                assert!(
+                    d.error.corruption::<Corrupt>().is_some()
+                        || d.error.corruption::<foliofs_block::Corrupt>().is_some(),
+                    "untyped defect: {d:?}"
+                );
+                assert!(!d.to_string().is_empty());
+            }
+        }
     }
     opened
 }
