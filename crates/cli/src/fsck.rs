@@ -1,6 +1,7 @@
 //! `foliofs fsck`: check an image for damage with the format's own checker.
 
 use anyhow::{bail, Context};
+use foliofs_vfs::CheckReport;
 
 use crate::open::{self, Format, ImageArgs};
 use crate::progress;
@@ -18,52 +19,30 @@ pub fn run(args: FsckArgs) -> anyhow::Result<i32> {
     // The checkers report nothing until they are done: a spinner shows a
     // long check is alive.
     let bar = progress::spinner(format!("checking {}", path.display()));
-    match open::detect(path)? {
-        Format::Romfs => {
-            let r = foliofs_romfs::check::check(path, &opts)
-                .with_context(|| format!("{}: cannot read", path.display()))?;
-            bar.finish_and_clear();
-            for d in &r.defects {
-                println!("{}: {d}", path.display());
-            }
-            if r.is_clean() {
-                eprintln!(
-                    "{}: clean ({} entries, {} headers checked)",
-                    path.display(),
-                    r.counts.values().sum::<u64>(),
-                    r.headers_checked
-                );
-                Ok(0)
-            } else {
-                eprintln!("{}: {} defect(s)", path.display(), r.defects.len());
-                Ok(1)
-            }
-        }
+    let report: Box<dyn CheckReport> = match open::detect(path)? {
+        Format::Romfs => Box::new(
+            foliofs_romfs::check::check(path, &opts)
+                .with_context(|| format!("{}: cannot read", path.display()))?,
+        ),
         Format::Erofs => {
             let open::Image::Erofs(e) = args.image.open()? else {
                 bail!("{}: not an EROFS image", path.display());
             };
-            let r = e.fsck();
-            bar.finish_and_clear();
-            for d in &r.errors {
-                println!("{}: {d}", path.display());
-            }
-            if r.is_clean() {
-                eprintln!(
-                    "{}: clean ({} directories, {} files, {} symlinks, {} special, {} xattrs, {} data bytes)",
-                    path.display(),
-                    r.directories,
-                    r.files,
-                    r.symlinks,
-                    r.specials,
-                    r.xattrs,
-                    r.data_bytes
-                );
-                Ok(0)
-            } else {
-                eprintln!("{}: {} defect(s)", path.display(), r.errors.len());
-                Ok(1)
-            }
+            Box::new(e.fsck())
         }
+    };
+    bar.finish_and_clear();
+    for d in report.defects() {
+        println!("{}: {d}", path.display());
+    }
+    if report.unlisted() > 0 {
+        println!("{}: ... and {} more", path.display(), report.unlisted());
+    }
+    if report.is_clean() {
+        eprintln!("{}: clean ({})", path.display(), report.summary());
+        Ok(0)
+    } else {
+        eprintln!("{}: {} defect(s)", path.display(), report.defect_count());
+        Ok(1)
     }
 }
