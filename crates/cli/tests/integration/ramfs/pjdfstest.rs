@@ -4,7 +4,7 @@
 //! needs `allow_other` and a user `tests` must exist (`.ci/run` installs the
 //! tool and adds the user).
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

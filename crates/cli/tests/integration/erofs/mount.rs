@@ -2,7 +2,7 @@
 //! `pread` from eight threads at random offsets and lengths returns exactly
 //! the source file's bytes, for compressed, chunked and plain layouts.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::FileExt;

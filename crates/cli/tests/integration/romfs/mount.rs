@@ -1,7 +1,7 @@
 //! `foliofs mount` of romfs images: every block size and I/O mode against
 //! the source tree and the kernel's own romfs, statfs, options, refusals.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::fs;

@@ -1,17 +1,16 @@
 //! `foliofs mkfs romfs`: round trips, reproducibility, alignment, equality
 //! with genromfs, and refusals of what romfs cannot hold.
 
-mod common;
-mod romfs_util;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use super::util::{genromfs, library_walk, ls_r_paths, mkfs, without_ino, Edit};
 use common::{assert_same_tree, every_type_tree, walk, Fields};
 use foliofs_block::OpenOptions;
 use foliofs_romfs::{EntryType, RomFs};
-use romfs_util::{genromfs, library_walk, ls_r_paths, mkfs, without_ino, Edit};
 
 fn extract(img: &Path, dest: &Path) {
     common::foliofs_ok([OsStr::new("extract"), img.as_os_str(), dest.as_os_str()]);

@@ -3,14 +3,13 @@
 //! (inode numbers aside), and the library must report exactly the
 //! attributes the kernel shows for each image, inode numbers included.
 
-mod common;
-mod romfs_util;
+use crate::common;
 
 use std::path::Path;
 
+use super::util::{genromfs, library_walk, mkfs, without_ino};
 use common::every_type_tree;
 use foliofs_block::{BlockSizeChoice, OpenOptions};
-use romfs_util::{genromfs, library_walk, mkfs, without_ino};
 
 /// The fixture tree plus what only matters to the kernel's view: a
 /// directory without exec bits, an exec file deeper down, a hard link across

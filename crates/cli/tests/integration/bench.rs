@@ -1,7 +1,7 @@
 //! `foliofs bench all --quick` runs for real and reports every section with
 //! the kernel's rows beside foliofs's.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

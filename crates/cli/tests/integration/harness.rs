@@ -1,7 +1,7 @@
 //! Checks of the test harness itself: the tree walk and comparison must see
 //! the differences every other test relies on them to see.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::process::Command;

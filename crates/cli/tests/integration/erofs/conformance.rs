@@ -6,7 +6,7 @@
 //! foliofs library walked directly and with foliofs FUSE mounts (buffered
 //! and O_DIRECT). fsck.erofs and `foliofs fsck` must agree.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr};

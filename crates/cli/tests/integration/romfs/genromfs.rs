@@ -1,19 +1,18 @@
 //! genromfs images read by foliofs: `ls -R`, `cat` and `extract` compared
 //! with the source tree, with and without data alignment, with `-A` and `-x`.
 
-mod common;
-mod romfs_util;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use super::util::{genromfs, ls_r_paths};
 use common::{assert_same_tree, every_type_tree, walk, write_random_file, Fields};
 use foliofs_block::OpenOptions;
 use foliofs_romfs::RomFs;
 use foliofs_vfs::FileType;
-use romfs_util::{genromfs, ls_r_paths};
 
 /// Every path of the source tree except the root.
 fn source_paths(src: &Path) -> BTreeSet<PathBuf> {

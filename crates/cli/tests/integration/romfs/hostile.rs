@@ -2,15 +2,14 @@
 //! tool must fail with a clear message (or extract safely), promptly, and
 //! never panic, hang or write outside the extraction directory.
 
-mod common;
-mod romfs_util;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use romfs_util::{mkfs, Edit};
+use super::util::{mkfs, Edit};
 
 /// Generous bound that only catches hangs (the tools answer in milliseconds).
 const HANG: Duration = Duration::from_secs(20);

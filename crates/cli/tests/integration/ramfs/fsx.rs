@@ -1,7 +1,7 @@
 //! fsx 0.3.2 on ramfs mounts at block sizes 4K, 64K and 2M: 100,000
 //! operations each, mmap reads and writes included, 0 failures.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::Path;

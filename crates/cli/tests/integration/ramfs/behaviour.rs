@@ -2,7 +2,7 @@
 //! checked through a real FUSE mount. Data is read back after dropping the
 //! page cache, so what is compared is what the server stored.
 
-mod common;
+use crate::common;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};

@@ -5,7 +5,7 @@
 //! memory, never a panic; mounted, the damaged files answer EIO and the
 //! server keeps serving.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::fs;

@@ -1,0 +1,13 @@
+//! foliofs's integration tests, one binary: the built `foliofs` command and
+//! the libraries against the source trees, the reference tools and the
+//! kernel's own drivers. One module per format; `common` holds what they
+//! share (bounded runs, the mount guard, fixtures, walks, the romfs oracle).
+
+#[macro_use]
+mod common;
+
+mod bench;
+mod erofs;
+mod harness;
+mod ramfs;
+mod romfs;
