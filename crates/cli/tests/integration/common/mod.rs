@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+pub mod oracle;
+
 /// The `foliofs` binary under test.
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_foliofs"))
@@ -26,11 +28,6 @@ pub fn workspace_root() -> PathBuf {
         .join("../..")
         .canonicalize()
         .unwrap()
-}
-
-/// `../shared` beside the workspace (notes, tools).
-pub fn shared_dir() -> PathBuf {
-    workspace_root().join("../shared")
 }
 
 /// True when FUSE tests can run; otherwise prints why they are skipped.
@@ -565,25 +562,6 @@ pub fn assert_same_tree(
         diffs.len(),
         diffs.join("\n")
     );
-}
-
-/// The kernel-romfs oracle: `kromfs.sh ARGS` (a VM running Linux's romfs).
-/// Returns the walk lines; panics with the tool's stderr if it fails.
-pub fn kromfs(args: &[&OsStr]) -> String {
-    let tool = shared_dir().join("tools/kromfs.sh");
-    assert!(tool.exists(), "{} is missing", tool.display());
-    let out = run_timeout(
-        Command::new("bash").arg(&tool).args(args),
-        Duration::from_secs(900),
-    );
-    assert!(
-        out.status.success(),
-        "kromfs.sh {:?} exited {}: {}",
-        args,
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("kromfs output is ASCII")
 }
 
 /// Waits until `cond` holds, up to `timeout`; returns whether it did.

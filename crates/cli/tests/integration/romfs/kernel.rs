@@ -28,7 +28,7 @@ fn tree(src: &Path) {
 }
 
 fn kernel_walk(img: &Path) -> String {
-    common::kromfs(&[img.as_os_str()])
+    common::oracle::kernel_walk(img)
 }
 
 #[test]

@@ -162,9 +162,9 @@ fn mkfs_image_at_every_block_size_matches_the_source() {
 fn default_mount_matches_the_kernel_romfs() {
     require_fuse!();
     let fx = genromfs_fixture();
-    let kernel = common::kromfs(&[fx.img.as_os_str()]);
+    let kernel = common::oracle::kernel_walk(&fx.img);
     let m = Mount::new(&fx.img, None, "").unwrap();
-    let ours = common::kromfs(&[OsStr::new("--walk"), m.path().as_os_str()]);
+    let ours = common::oracle::host_walk(m.path());
     m.unmount().unwrap();
     if kernel != ours {
         let k: Vec<_> = kernel.lines().collect();

@@ -16,6 +16,7 @@ use foliofs_vfs::{FileSystem, FileType, Scratch};
 use sha2::{Digest, Sha256};
 
 use crate::common;
+use crate::common::oracle::walk;
 
 /// Runs genromfs with a fixed volume name.
 pub fn genromfs(src: &Path, img: &Path, extra: &[&str]) {
@@ -44,21 +45,8 @@ pub fn mkfs(src: &Path, img: &Path, extra: &[&str]) {
     common::foliofs_ok(args);
 }
 
-/// Escapes bytes as the oracle's walker does.
-fn esc(bytes: &[u8], slash_too: bool) -> String {
-    let mut s = String::new();
-    for &c in bytes {
-        if c <= 0x20 || c >= 0x7f || c == b'\\' || (slash_too && c == b'/') {
-            s.push_str(&format!("\\x{c:02x}"));
-        } else {
-            s.push(c as char);
-        }
-    }
-    s
-}
-
 /// The walk of `img` as the library sees it, in the oracle's line format
-/// (sorted bytewise, as the oracle sorts with LC_ALL=C).
+/// (sorted bytewise, as the oracle sorts), written by the oracle's code.
 pub fn library_walk(img: &Path, opts: &OpenOptions) -> String {
     let fs = RomFs::open(img, opts).unwrap_or_else(|e| panic!("{}: {e}", img.display()));
     let mut lines = Vec::new();
@@ -66,16 +54,7 @@ pub fn library_walk(img: &Path, opts: &OpenOptions) -> String {
     let mut stack = vec![(fs.root(), ".".to_owned())];
     let mut line_for = |ino: u64, path: &str, lines: &mut Vec<String>| -> bool {
         let a = fs.getattr(ino).unwrap();
-        let t = a.kind.short_name();
-        let mut l = format!(
-            "{path} {t} 0{:o} ino={} nlink={} uid={} gid={} size={}",
-            a.mode(),
-            a.ino,
-            a.nlink,
-            a.uid,
-            a.gid,
-            a.size
-        );
+        let mut l = walk::attr_line(path, a.mode(), a.ino, a.nlink.into(), a.uid, a.gid, a.size);
         match a.kind {
             FileType::RegularFile => {
                 let mut h = Sha256::new();
@@ -92,7 +71,7 @@ pub fn library_walk(img: &Path, opts: &OpenOptions) -> String {
             }
             FileType::Symlink => l.push_str(&format!(
                 " target={}",
-                esc(&fs.readlink(ino).unwrap(), false)
+                walk::escape(&fs.readlink(ino).unwrap(), false)
             )),
             FileType::CharDevice | FileType::BlockDevice => {
                 l.push_str(&format!(" rdev={}:{}", a.rdev.major, a.rdev.minor))
@@ -112,9 +91,9 @@ pub fn library_walk(img: &Path, opts: &OpenOptions) -> String {
         .unwrap();
         for (name, ino) in ents {
             let p = if path == "." {
-                esc(&name, true)
+                walk::escape(&name, true)
             } else {
-                format!("{path}/{}", esc(&name, true))
+                format!("{path}/{}", walk::escape(&name, true))
             };
             if line_for(ino, &p, &mut lines) {
                 stack.push((ino, p));
