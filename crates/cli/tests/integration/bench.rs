@@ -7,7 +7,7 @@ use std::time::Duration;
 
 #[test]
 fn quick_bench_reports_all_four_sections_with_kernel_rows() {
-    require_fuse!();
+    require!("fuse");
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("bench.json");
     let plots = dir.path().join("plots");

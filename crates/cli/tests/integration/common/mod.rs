@@ -1,6 +1,7 @@
-//! Helpers shared by the integration tests: running the binary with bounded
-//! waits, a mount guard that always unmounts, tree fixtures and walks, and the
-//! kernel-romfs oracle.
+//! Helpers shared by the integration tests: what a test needs from the
+//! machine (and the skip note when it is missing), running the binary with
+//! bounded waits, a mount guard that always unmounts, tree fixtures and
+//! walks, and the kernel-romfs oracle.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -30,20 +31,113 @@ pub fn workspace_root() -> PathBuf {
         .unwrap()
 }
 
-/// True when FUSE tests can run; otherwise prints why they are skipped.
-pub fn fuse_available() -> bool {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIP: /dev/fuse does not exist on this machine; FUSE mount tests cannot run");
-        return false;
-    }
-    true
+/// The path, without the crate's name, of the function that declared the
+/// item whose type name is `type_name` (how the macros below name a test).
+pub fn fn_path(type_name: &str) -> &str {
+    let path = type_name.strip_suffix("::here").unwrap_or(type_name);
+    path.split_once("::").map_or(path, |(_, rest)| rest)
 }
 
-/// Returns early from a test (printing why) when FUSE is unavailable.
+/// Why this machine cannot give a test everything in `needs`, if it
+/// cannot. A need is one of
+/// - `root`;
+/// - `fuse`: `/dev/fuse`, and root (foliofs mounts with mount(2));
+/// - `kernel-erofs`: the kernel's EROFS driver with file-backed mounts;
+/// - `huge-pages`: 2 MiB transparent huge pages for ramfs blocks;
+/// - `romfs-vm`: what the romfs oracle's VM runs with;
+/// - else a program on PATH (or in ~/.cargo/bin).
+pub fn missing(needs: &[&str]) -> Option<String> {
+    needs.iter().find_map(|n| lacks(n))
+}
+
+fn lacks(need: &str) -> Option<String> {
+    match need {
+        "root" => (!is_root()).then(|| "root".to_owned()),
+        "fuse" if !Path::new("/dev/fuse").exists() => Some("/dev/fuse".to_owned()),
+        "fuse" => (!is_root()).then(|| "root (foliofs mounts with mount(2))".to_owned()),
+        "kernel-erofs" => kernel_erofs_missing(),
+        "huge-pages" => huge_unusable().map(|why| format!("2 MiB transparent huge pages: {why}")),
+        "romfs-vm" => oracle::NEEDS
+            .iter()
+            .find(|p| find_program(p).is_none())
+            .map(|p| format!("{p} for the romfs oracle's VM (`bash scripts/setup` installs it)")),
+        program => find_program(program)
+            .is_none()
+            .then(|| format!("{program} (`bash scripts/setup` installs it)")),
+    }
+}
+
+/// Whether this process has root's user id.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn kernel_erofs_missing() -> Option<String> {
+    let listed = || {
+        fs::read_to_string("/proc/filesystems").is_ok_and(|t| {
+            t.lines()
+                .any(|l| l.split_whitespace().last() == Some("erofs"))
+        })
+    };
+    if !listed() {
+        let _ = Command::new("modprobe")
+            .args(["-q", "erofs"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    if !listed() {
+        return Some("the kernel's EROFS driver".to_owned());
+    }
+    // Mounting an image file itself, without a loop device, came in 6.12.
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let version = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+    (version < (6, 12)).then(|| {
+        format!(
+            "Linux 6.12 or later for file-backed EROFS mounts (this is {})",
+            release.trim()
+        )
+    })
+}
+
+/// True when the machine has everything in `needs`; otherwise prints
+/// `skip: WHAT: needs ...` to stderr and returns false. Written to the
+/// process's stderr itself, past the test harness's capture, so a passing
+/// run still says what it did not test.
+pub fn have(what: &str, needs: &[&str]) -> bool {
+    match missing(needs) {
+        Some(why) => {
+            let _ = writeln!(std::io::stderr().lock(), "skip: {what}: needs {why}");
+            false
+        }
+        None => true,
+    }
+}
+
+/// Whether the machine has every need listed (see [`missing`]); when not,
+/// prints one `skip:` line naming the calling function and the need.
 #[macro_export]
-macro_rules! require_fuse {
-    () => {
-        if !common::fuse_available() {
+macro_rules! have {
+    ($($need:expr),+ $(,)?) => {{
+        fn here() {}
+        $crate::common::have(
+            $crate::common::fn_path(std::any::type_name_of_val(&here)),
+            &[$($need),+],
+        )
+    }};
+}
+
+/// Returns from the test, with one `skip:` line on stderr, unless the
+/// machine has every need listed (see [`missing`]).
+#[macro_export]
+macro_rules! require {
+    ($($need:expr),+ $(,)?) => {
+        if !$crate::have!($($need),+) {
             return;
         }
     };
@@ -595,9 +689,9 @@ pub fn mkfs_erofs<S: AsRef<OsStr>>(args: &[S], img: &Path, src: &Path) {
     );
 }
 
-/// A tool installed with `cargo install` (pjdfstest, fsx), on PATH or in
-/// ~/.cargo/bin.
-pub fn cargo_tool(name: &str) -> PathBuf {
+/// A program on PATH, or one `cargo install` put in ~/.cargo/bin
+/// (pjdfstest, fsx) when that is not on PATH.
+pub fn find_program(name: &str) -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH")
         .map(|p| {
             std::env::split_paths(&p)
@@ -606,13 +700,13 @@ pub fn cargo_tool(name: &str) -> PathBuf {
         })
         .unwrap_or_default();
     let home = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo/bin").join(name));
-    on_path
-        .into_iter()
-        .chain(home)
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!("{name} is not installed: run `bash scripts/setup` (it installs pjdfstest 0.2.2 and fsx 0.3.2)")
-        })
+    on_path.into_iter().chain(home).find(|p| p.is_file())
+}
+
+/// A tool installed with `cargo install` (pjdfstest, fsx); the test has
+/// `require!`d it.
+pub fn cargo_tool(name: &str) -> PathBuf {
+    find_program(name).unwrap_or_else(|| panic!("{name} is not installed"))
 }
 
 /// Why a ramfs `blocksize=2M,huge=always` mount cannot be had on this

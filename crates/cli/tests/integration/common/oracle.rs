@@ -13,6 +13,10 @@ use sha2::{Digest, Sha256};
 #[path = "../../oracle/walk.rs"]
 pub mod walk;
 
+/// What the oracle needs on the machine, for [`crate::require!`]; it
+/// fetches the kernel itself on first use.
+pub const NEEDS: &[&str] = &["qemu-system-x86_64", "busybox", "cpio"];
+
 /// The oracle's script.
 pub fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/romfs-vm.sh")

@@ -551,7 +551,7 @@ fn conformance(args: &[&str], blob: bool) {
         String::from_utf8_lossy(&o.stderr)
     );
 
-    if common::fuse_available() {
+    if have!("fuse") {
         // Buffered (the default) and O_DIRECT reads of the image must agree.
         for io in ["", "directio"] {
             let opts = [data.as_str(), io]
@@ -571,36 +571,43 @@ fn conformance(args: &[&str], blob: bool) {
 
 #[test]
 fn defaults() {
+    require!("root", "kernel-erofs", "mkfs.erofs", "fsck.erofs");
     conformance(&[], false);
 }
 
 #[test]
 fn fixed_timestamp() {
+    require!("root", "kernel-erofs", "mkfs.erofs", "fsck.erofs");
     conformance(&["-T0"], false);
 }
 
 #[test]
 fn lz4() {
+    require!("root", "kernel-erofs", "mkfs.erofs", "fsck.erofs");
     conformance(&["-zlz4"], false);
 }
 
 #[test]
 fn lz4hc_big_pclusters() {
+    require!("root", "kernel-erofs", "mkfs.erofs", "fsck.erofs");
     conformance(&["-zlz4hc", "-C65536"], false);
 }
 
 #[test]
 fn lz4hc_ztailpacking() {
+    require!("root", "kernel-erofs", "mkfs.erofs", "fsck.erofs");
     conformance(&["-zlz4hc", "-Eztailpacking"], false);
 }
 
 #[test]
 fn chunked() {
+    require!("root", "kernel-erofs", "mkfs.erofs", "fsck.erofs");
     conformance(&["--chunksize=65536"], false);
 }
 
 #[test]
 fn chunked_blobdev() {
+    require!("root", "kernel-erofs", "mkfs.erofs", "fsck.erofs");
     conformance(&["--chunksize=65536"], true);
 }
 
@@ -609,6 +616,7 @@ fn chunked_blobdev() {
 /// the library and a foliofs mount must all show the same new name.
 #[test]
 fn long_xattr_prefixes() {
+    require!("root", "kernel-erofs", "mkfs.erofs");
     let tmp = tempfile::Builder::new()
         .prefix("foliofs-erofs-lp.")
         .tempdir()
@@ -663,7 +671,7 @@ fn long_xattr_prefixes() {
     );
     let e = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();
     assert_same("library", &kernel, &walk_library(&e));
-    if common::fuse_available() {
+    if have!("fuse") {
         let m = common::Mount::new(&img, None, "").unwrap();
         let fuse = walk_mounted(m.path());
         m.unmount().unwrap();
@@ -676,6 +684,7 @@ fn long_xattr_prefixes() {
 /// as zeros, as the kernel reads them.
 #[test]
 fn chunk_holes_read_as_zeros() {
+    require!("root", "kernel-erofs", "mkfs.erofs");
     let tmp = tempfile::Builder::new()
         .prefix("foliofs-erofs-holes.")
         .tempdir()
@@ -718,7 +727,7 @@ fn chunk_holes_read_as_zeros() {
     };
     let e = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();
     assert_same("library", &kernel, &walk_library(&e));
-    if common::fuse_available() {
+    if have!("fuse") {
         let m = common::Mount::new(&img, None, "").unwrap();
         let fuse = walk_mounted(m.path());
         let fuse_seeks = seeks(&m.path().join("f"));

@@ -49,7 +49,7 @@ fn random_reads(file: &Path, want: Arc<Vec<u8>>) {
 
 #[test]
 fn concurrent_random_reads_return_the_source_bytes() {
-    require_fuse!();
+    require!("fuse", "mkfs.erofs");
     let tmp = tempfile::Builder::new()
         .prefix("foliofs-erofs-mnt.")
         .tempdir()

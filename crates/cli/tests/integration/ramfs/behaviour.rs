@@ -42,7 +42,7 @@ fn mounts_line(mnt: &Path) -> String {
 
 #[test]
 fn options_root_and_statfs() {
-    require_fuse!();
+    require!("fuse");
     for (opt, bs) in [
         ("", 4096u64),
         ("blocksize=1", 4096),
@@ -75,7 +75,7 @@ fn options_root_and_statfs() {
 
 #[test]
 fn blocksize_zero_is_refused() {
-    require_fuse!();
+    require!("fuse");
     let r = Mount::new(Path::new("none"), Some("ramfs"), "blocksize=0");
     let err = r.err().expect("blocksize=0 mounted");
     assert!(err.contains("blocksize"), "unclear error: {err}");
@@ -86,7 +86,7 @@ fn blocksize_zero_is_refused() {
 
 #[test]
 fn holes_take_no_blocks_and_statfs_counts_use() {
-    require_fuse!();
+    require!("fuse");
     let m = ramfs("blocksize=64K,size=64M");
     let before = statvfs(m.path());
     assert_eq!(before.f_blocks, 1024);
@@ -137,7 +137,7 @@ fn fill(p: &Path, seed: u64) -> (u64, std::io::Error) {
 
 #[test]
 fn size_limit_gives_enospc_and_keeps_earlier_data() {
-    require_fuse!();
+    require!("fuse");
     for bs in ["4K", "2M"] {
         let m = ramfs(&format!("size=24M,blocksize={bs}"));
         let keep = m.path().join("keep");
@@ -182,7 +182,7 @@ fn size_limit_gives_enospc_and_keeps_earlier_data() {
 
 #[test]
 fn inode_limit_gives_enospc() {
-    require_fuse!();
+    require!("fuse");
     let m = ramfs("nr_inodes=50");
     let mut made = Vec::new();
     let err = loop {
@@ -212,7 +212,7 @@ fn inode_limit_gives_enospc() {
 
 #[test]
 fn concurrent_writers_to_different_files_and_to_one_file() {
-    require_fuse!();
+    require!("fuse");
     for bs in ["4K", "64K", "2M"] {
         let m = ramfs(&format!("blocksize={bs}"));
         let shared = m.path().join("shared");
@@ -261,7 +261,7 @@ fn concurrent_writers_to_different_files_and_to_one_file() {
 
 #[test]
 fn unmounted_data_is_gone() {
-    require_fuse!();
+    require!("fuse");
     let dir = tempfile::tempdir().unwrap();
     {
         let m = Mount::at(Path::new("none"), dir.path(), Some("ramfs"), "").unwrap();
@@ -284,7 +284,7 @@ fn errno() -> i32 {
 
 #[test]
 fn seek_data_hole_and_punch_through_the_mount() {
-    require_fuse!();
+    require!("fuse");
     use std::os::fd::AsRawFd;
     let seek = |f: &File, off: i64, whence: i32| {
         // SAFETY: a plain system call on a descriptor the test owns.
@@ -342,7 +342,7 @@ fn seek_data_hole_and_punch_through_the_mount() {
 
 #[test]
 fn xattrs_through_the_mount() {
-    require_fuse!();
+    require!("fuse");
     let m = ramfs("");
     let p = m.path().join("f");
     fs::write(&p, b"x").unwrap();
@@ -398,7 +398,7 @@ fn xattrs_through_the_mount() {
 
 #[test]
 fn readdir_stays_correct_while_the_directory_changes() {
-    require_fuse!();
+    require!("fuse");
     let m = ramfs("");
     let d = m.path().join("d");
     fs::create_dir(&d).unwrap();
@@ -502,7 +502,7 @@ impl Drop for Map {
 /// mappings and appends through other descriptors must not notice.
 #[test]
 fn write_only_descriptors_stay_coherent_with_readers_and_mappings() {
-    require_fuse!();
+    require!("fuse");
     for opts in ["", "blocksize=2M"] {
         let m = ramfs(opts);
         let p = m.path().join("c");
@@ -568,7 +568,7 @@ fn server_huge_kb(mnt: &Path) -> u64 {
 
 #[test]
 fn huge_always_makes_2m_blocks_huge_pages() {
-    require_fuse!();
+    require!("fuse");
     for bad in ["blocksize=64K,huge=always", "blocksize=2M,huge=within_size"] {
         let err = Mount::new(Path::new("none"), Some("ramfs"), bad)
             .err()
@@ -609,7 +609,7 @@ fn huge_always_makes_2m_blocks_huge_pages() {
 /// server must: write-only descriptors write directly).
 #[test]
 fn unprivileged_writes_drop_set_id_bits() {
-    require_fuse!();
+    require!("fuse", "setpriv");
     let m = ramfs("allow_other");
     let cases = [
         ("write-only", "exec 3>>\"$1\" && printf x >&3"),
@@ -653,7 +653,7 @@ fn unprivileged_writes_drop_set_id_bits() {
 /// directly must not keep the old bytes afterwards.
 #[test]
 fn readers_during_direct_writes_see_the_new_bytes_after() {
-    require_fuse!();
+    require!("fuse");
     const N: usize = 32 << 20;
     let m = ramfs("blocksize=64K");
     let p = m.path().join("race");

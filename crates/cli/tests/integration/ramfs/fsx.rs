@@ -89,30 +89,26 @@ fn run_fsx(opts: &str, seed: u32) {
 
 #[test]
 fn fsx_100k_ops_at_4k_blocks() {
-    require_fuse!();
+    require!("fuse", "fsx");
     run_fsx("blocksize=4K", 4096);
 }
 
 #[test]
 fn fsx_100k_ops_at_64k_blocks() {
-    require_fuse!();
+    require!("fuse", "fsx");
     run_fsx("blocksize=64K", 65536);
 }
 
 #[test]
 fn fsx_100k_ops_at_2m_blocks() {
-    require_fuse!();
+    require!("fuse", "fsx");
     run_fsx("blocksize=2M", 2_097_152);
 }
 
 /// Huge-page blocks, where this machine has transparent huge pages (where it
-/// has none, the mount is refused, which `ramfs_behaviour` checks).
+/// has none, the mount is refused, which `ramfs::behaviour` checks).
 #[test]
 fn fsx_100k_ops_at_2m_huge_blocks() {
-    require_fuse!();
-    if let Some(why) = common::huge_unusable() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    require!("fuse", "fsx", "huge-pages");
     run_fsx("blocksize=2M,huge=always", 2_097_153);
 }

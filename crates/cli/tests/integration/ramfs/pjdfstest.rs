@@ -87,12 +87,12 @@ fn run_suite(opts: &str) {
 
 #[test]
 fn pjdfstest_suite_passes_at_default_block_size() {
-    require_fuse!();
+    require!("fuse", "pjdfstest");
     run_suite("allow_other");
 }
 
 #[test]
 fn pjdfstest_suite_passes_at_2m_blocks() {
-    require_fuse!();
+    require!("fuse", "pjdfstest");
     run_suite("allow_other,blocksize=2M");
 }

@@ -76,6 +76,7 @@ fn data_offsets(img: &Path) -> Vec<(String, u64)> {
 
 #[test]
 fn genromfs_images_with_and_without_alignment_match_the_source() {
+    require!("root", "genromfs");
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
     every_type_tree(&src);
@@ -107,6 +108,7 @@ fn genromfs_images_with_and_without_alignment_match_the_source() {
 
 #[test]
 fn genromfs_align_pattern_and_exclude() {
+    require!("root", "genromfs");
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
     every_type_tree(&src);
@@ -131,6 +133,7 @@ fn genromfs_align_pattern_and_exclude() {
 
 #[test]
 fn ls_long_and_cat_of_a_single_entry() {
+    require!("root", "genromfs");
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
     every_type_tree(&src);

@@ -33,6 +33,7 @@ fn kernel_walk(img: &Path) -> String {
 
 #[test]
 fn kernel_reads_mkfs_images_as_it_reads_genromfs_images_and_the_library_agrees() {
+    require!("root", "genromfs", "romfs-vm");
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
     tree(&src);

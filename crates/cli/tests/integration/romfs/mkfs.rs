@@ -18,6 +18,7 @@ fn extract(img: &Path, dest: &Path) {
 
 #[test]
 fn mkfs_round_trip_gives_back_the_source_tree() {
+    require!("root");
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
     every_type_tree(&src);
@@ -115,6 +116,7 @@ fn entry_end(e: &Edit, h: u64) -> u64 {
 
 #[test]
 fn mkfs_aligns_file_data_but_not_hard_links() {
+    require!("root");
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
     every_type_tree(&src);
@@ -188,6 +190,7 @@ fn mkfs_aligns_file_data_but_not_hard_links() {
 
 #[test]
 fn mkfs_and_genromfs_hold_the_same_entries_and_bytes() {
+    require!("root", "genromfs");
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
     every_type_tree(&src);
@@ -258,15 +261,8 @@ fn mkfs_refuses_what_romfs_cannot_hold() {
 
 #[test]
 fn mkfs_shows_progress_on_a_terminal() {
+    require!("script");
     // `script` gives the command a pseudo-terminal for stderr.
-    if std::process::Command::new("script")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("SKIP: util-linux `script` is not installed; cannot give mkfs a terminal");
-        return;
-    }
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
     std::fs::create_dir_all(&src).unwrap();
@@ -300,6 +296,7 @@ fn mkfs_shows_progress_on_a_terminal() {
 
 #[test]
 fn extract_a_subtree_or_one_file_and_cat_at_any_block_size() {
+    require!("root");
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
     every_type_tree(&src);

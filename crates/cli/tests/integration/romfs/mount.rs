@@ -145,14 +145,14 @@ fn check_every_block_size(img: &Path, src: &Path) {
 
 #[test]
 fn genromfs_image_at_every_block_size_matches_the_source() {
-    require_fuse!();
+    require!("fuse", "genromfs");
     let fx = genromfs_fixture();
     check_every_block_size(&fx.img, &fx.src);
 }
 
 #[test]
 fn mkfs_image_at_every_block_size_matches_the_source() {
-    require_fuse!();
+    require!("fuse", "genromfs");
     let fx = genromfs_fixture();
     let img = mkfs_image(&fx);
     check_every_block_size(&img, &fx.src);
@@ -160,7 +160,7 @@ fn mkfs_image_at_every_block_size_matches_the_source() {
 
 #[test]
 fn default_mount_matches_the_kernel_romfs() {
-    require_fuse!();
+    require!("fuse", "genromfs", "romfs-vm");
     let fx = genromfs_fixture();
     let kernel = common::oracle::kernel_walk(&fx.img);
     let m = Mount::new(&fx.img, None, "").unwrap();
@@ -177,7 +177,7 @@ fn default_mount_matches_the_kernel_romfs() {
 
 #[test]
 fn mount_options_and_read_only_behaviour() {
-    require_fuse!();
+    require!("fuse", "genromfs", "getfattr");
     let fx = genromfs_fixture();
     let m = Mount::new(&fx.img, Some("romfs"), "uid=1234,gid=99,umask=027,noexec").unwrap();
     let mnt = m.path();
@@ -250,7 +250,7 @@ fn mount_options_and_read_only_behaviour() {
 
 #[test]
 fn refused_options_and_images_leave_no_mount() {
-    require_fuse!();
+    require!("fuse", "genromfs");
     let fx = genromfs_fixture();
     let dir = tempfile::tempdir().unwrap();
     let garbage = dir.path().join("garbage.img");
@@ -300,7 +300,7 @@ fn refused_options_and_images_leave_no_mount() {
 
 #[test]
 fn sixteen_concurrent_readers_see_the_right_bytes() {
-    require_fuse!();
+    require!("fuse", "genromfs");
     let fx = genromfs_fixture();
     let expected = common::walk(&fx.src);
     for opts in ["", "blocksize=64K,directio"] {
@@ -322,7 +322,7 @@ fn sixteen_concurrent_readers_see_the_right_bytes() {
 
 #[test]
 fn truncated_image_under_a_live_mount_gives_eio_and_keeps_serving() {
-    require_fuse!();
+    require!("fuse", "genromfs");
     for opts in ["", "directio", "blocksize=2M"] {
         let tmp = tempfile::tempdir().unwrap();
         let src = tmp.path().join("src");
@@ -389,7 +389,7 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn sigterm_and_sigint_unmount_cleanly() {
-    require_fuse!();
+    require!("fuse", "genromfs");
     let fx = genromfs_fixture();
     for sig in [libc::SIGTERM, libc::SIGINT] {
         let m = Mount::new(&fx.img, None, "").unwrap();
@@ -409,7 +409,7 @@ fn sigterm_and_sigint_unmount_cleanly() {
 
 #[test]
 fn killed_server_mount_is_cleared_by_foliofs_umount() {
-    require_fuse!();
+    require!("fuse", "genromfs");
     let fx = genromfs_fixture();
     let m = Mount::new(&fx.img, None, "").unwrap();
     let pid = server_pid(m.path());
@@ -433,7 +433,7 @@ fn killed_server_mount_is_cleared_by_foliofs_umount() {
 
 #[test]
 fn foreground_server_serves_until_interrupted() {
-    require_fuse!();
+    require!("fuse", "genromfs");
     let fx = genromfs_fixture();
     let mnt = tempfile::tempdir().unwrap();
     let mut child = Command::new(common::bin())
@@ -523,7 +523,7 @@ fn check_helper_mount(fx: &Fixture, mnt: &Path, fstype: &str, source: &OsStr) {
 
 #[test]
 fn mount_fuse3_helper_and_plain_umount() {
-    require_fuse!();
+    require!("fuse", "genromfs", "mount.fuse3", "fusermount3");
     let fx = genromfs_fixture();
     let mnt = tempfile::tempdir().unwrap();
     let mut guard = HelperGuard {
@@ -564,7 +564,7 @@ fn mount_fuse3_helper_and_plain_umount() {
 
 #[test]
 fn debug_option_logs_requests() {
-    require_fuse!();
+    require!("fuse", "genromfs");
     let fx = genromfs_fixture();
     let mnt = tempfile::tempdir().unwrap();
     let out = common::run_timeout(
