@@ -13,6 +13,8 @@ use std::process::Command;
 use foliofs_block::{BlockSizeChoice, OpenOptions};
 use foliofs_erofs::Erofs;
 use foliofs_vfs::{FileSystem, FileType, Scratch};
+use rand::rngs::StdRng;
+use rand::{RngCore, SeedableRng};
 
 /// Whether this machine can build the tree and its images: root (a device
 /// node, another owner, a trusted xattr) and mkfs.erofs. When it cannot,
@@ -38,19 +40,12 @@ fn can_build() -> bool {
 
 /// Deterministic bytes: compressible or not.
 fn data(seed: u64, len: usize, compressible: bool) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|i| {
-            if compressible {
-                (i / 7 % 26) as u8 + b'a'
-            } else {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            }
-        })
-        .collect()
+    if compressible {
+        return (0..len).map(|i| (i / 7 % 26) as u8 + b'a').collect();
+    }
+    let mut v = vec![0u8; len];
+    StdRng::seed_from_u64(seed).fill_bytes(&mut v);
+    v
 }
 
 fn setxattr(path: &Path, name: &str, value: &[u8]) {

@@ -6,46 +6,25 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use rand::rngs::StdRng;
+use rand::{Rng, RngCore, SeedableRng};
 
-/// A small seeded generator (xorshift64*): the same data on every machine.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let v = self.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-    }
+/// The seeded generator: rand's `StdRng`, whose stream Cargo.lock pins,
+/// so the data is the same on every machine.
+fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
 }
 
 /// Writes `size` pseudo-random (incompressible) bytes to `path`.
 pub fn random_file(path: &Path, size: u64, seed: u64) -> Result<()> {
-    let mut rng = Rng::new(seed);
+    let mut rng = rng(seed);
     let f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, f);
     let mut buf = vec![0u8; 1 << 20];
     let mut left = size;
     while left > 0 {
         let n = left.min(buf.len() as u64) as usize;
-        rng.fill(&mut buf[..n]);
+        rng.fill_bytes(&mut buf[..n]);
         w.write_all(&buf[..n])?;
         left -= n as u64;
     }
@@ -56,14 +35,14 @@ pub fn random_file(path: &Path, size: u64, seed: u64) -> Result<()> {
 /// Writes `size` bytes to `path` that LZ4 halves: each 64 KiB is half
 /// random, half one repeated byte.
 pub fn compressible_file(path: &Path, size: u64, seed: u64) -> Result<()> {
-    let mut rng = Rng::new(seed);
+    let mut rng = rng(seed);
     let f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, f);
     let mut buf = vec![0u8; 64 << 10];
     let mut left = size;
     while left > 0 {
         let n = left.min(buf.len() as u64) as usize;
-        rng.fill(&mut buf[..n / 2]);
+        rng.fill_bytes(&mut buf[..n / 2]);
         let b = rng.next_u64() as u8;
         buf[n / 2..n].fill(b);
         w.write_all(&buf[..n])?;
@@ -87,7 +66,7 @@ pub struct TreeStats {
 /// system or an application image has. Half of each file is random and half
 /// repeats, so compressing formats get something to do.
 pub fn tree(dir: &Path, files: u64, bytes: u64, seed: u64) -> Result<TreeStats> {
-    let mut rng = Rng::new(seed);
+    let mut rng = rng(seed);
     // Size classes: (share of files in per-mille, min, max). Their mean
     // gives the scale factor that hits the byte target.
     const CLASSES: [(u64, u64, u64); 4] = [
@@ -105,25 +84,25 @@ pub fn tree(dir: &Path, files: u64, bytes: u64, seed: u64) -> Result<TreeStats> 
     let mut dirs = vec![dir.to_owned()];
     fs::create_dir_all(dir)?;
     let mut in_dir = 0u64;
-    let mut dir_cap = 5 + rng.below(26);
+    let mut dir_cap = 5 + rng.gen_range(0..26);
     let mut buf = vec![0u8; 1 << 20];
     for i in 0..files {
         if in_dir >= dir_cap {
-            let parent = dirs[rng.below(dirs.len() as u64) as usize].clone();
+            let parent = dirs[rng.gen_range(0..dirs.len())].clone();
             let d = parent.join(format!("d{:04}", stats.dirs));
             fs::create_dir(&d)?;
             stats.dirs += 1;
             dirs.push(d);
             in_dir = 0;
-            dir_cap = 5 + rng.below(26);
+            dir_cap = 5 + rng.gen_range(0..26);
         }
-        let pick = rng.below(1000);
+        let pick = rng.gen_range(0..1000);
         let mut acc = 0;
         let mut size = 0u64;
         for &(share, lo, hi) in &CLASSES {
             acc += share;
             if pick < acc {
-                size = ((lo + rng.below(hi - lo + 1)) as f64 * scale) as u64;
+                size = (rng.gen_range(lo..=hi) as f64 * scale) as u64;
                 break;
             }
         }
@@ -135,7 +114,7 @@ pub fn tree(dir: &Path, files: u64, bytes: u64, seed: u64) -> Result<TreeStats> 
         let mut left = size;
         while left > 0 {
             let n = left.min(buf.len() as u64) as usize;
-            rng.fill(&mut buf[..n / 2]);
+            rng.fill_bytes(&mut buf[..n / 2]);
             buf[n / 2..n].fill((i % 251) as u8);
             w.write_all(&buf[..n])?;
             left -= n as u64;

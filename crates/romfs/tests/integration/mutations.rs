@@ -10,23 +10,11 @@ use std::path::Path;
 use foliofs_block::{BlockSizeChoice, OpenOptions};
 use foliofs_romfs::{check, mkfs, Corrupt, RomFs};
 use foliofs_vfs::{FileSystem, FileType, Scratch};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 /// Inputs found by `scripts/fuzz` (none so far), as (name, bytes).
 const REGRESSIONS: &[(&str, &[u8])] = &[];
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Walks everything reachable; returns the number of entries seen.
 fn walk(fs: &RomFs) -> usize {
@@ -129,26 +117,29 @@ fn damaged_variants_of_a_real_image_never_panic_or_hang() {
         tempfile::tempdir().unwrap()
     };
     let work = scratch.path().join("work");
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
     let mut opened = 0;
     for _ in 0..3000 {
         let mut b = good.clone();
-        for _ in 0..1 + rng.below(4) {
-            let at = (16 + rng.below((end - 16) as u64) as usize) & !3;
-            let word = match rng.below(5) {
+        for _ in 0..rng.gen_range(1..=4) {
+            let at = rng.gen_range(16..end) & !3;
+            let word = match rng.gen_range(0..5) {
                 // A pointer to some header-aligned place, keeping type bits.
-                0 => (rng.below(end as u64 + 64) as u32 & !15) | (b[at + 3] as u32 & 15),
+                0 => (rng.gen_range(0..end as u32 + 64) & !15) | (b[at + 3] as u32 & 15),
                 // A small offset, type or size.
-                1 => rng.below(64) as u32,
-                2 => u32::MAX - rng.below(64) as u32,
+                1 => rng.gen_range(0..64),
+                2 => u32::MAX - rng.gen_range(0..64),
                 // A single flipped bit.
-                3 => u32::from_be_bytes(b[at..at + 4].try_into().unwrap()) ^ (1 << rng.below(32)),
-                _ => rng.next() as u32,
+                3 => {
+                    u32::from_be_bytes(b[at..at + 4].try_into().unwrap())
+                        ^ (1 << rng.gen_range(0..32))
+                }
+                _ => rng.gen(),
             };
             b[at..at + 4].copy_from_slice(&word.to_be_bytes());
         }
-        if rng.below(8) == 0 {
-            b.truncate(rng.below(b.len() as u64) as usize);
+        if rng.gen_range(0..8) == 0 {
+            b.truncate(rng.gen_range(0..b.len()));
         }
         opened += usize::from(exercise(&work, &b));
     }

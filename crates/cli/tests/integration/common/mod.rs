@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use rand::rngs::StdRng;
+use rand::{RngCore, SeedableRng};
 use sha2::{Digest, Sha256};
 
 pub mod oracle;
@@ -376,52 +378,29 @@ pub fn drop_caches() -> bool {
     fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
 }
 
-/// A small deterministic generator (xorshift64*), so fixtures are the same
-/// on every run without a dependency.
-pub struct Rng(u64);
+/// The seeded generator of fixtures: rand's `StdRng`, whose stream
+/// Cargo.lock pins, so a fixture is the same on every run.
+pub fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
 
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let v = self.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-    }
-
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut v = vec![0u8; n];
-        self.fill(&mut v);
-        v
-    }
+/// `n` bytes from `rng`.
+pub fn random_bytes(rng: &mut impl RngCore, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    rng.fill_bytes(&mut v);
+    v
 }
 
 /// Writes a file of `size` pseudo-random bytes (seeded), streaming, so large
 /// files cost no memory.
 pub fn write_random_file(path: &Path, size: u64, seed: u64) {
-    let mut rng = Rng::new(seed);
+    let mut rng = rng(seed);
     let mut f = std::io::BufWriter::new(fs::File::create(path).unwrap());
     let mut buf = vec![0u8; 1 << 20];
     let mut left = size;
     while left > 0 {
         let n = left.min(buf.len() as u64) as usize;
-        rng.fill(&mut buf[..n]);
+        rng.fill_bytes(&mut buf[..n]);
         f.write_all(&buf[..n]).unwrap();
         left -= n as u64;
     }
@@ -445,7 +424,7 @@ pub fn mknod(path: &Path, mode: u32, major: u32, minor: u32) -> std::io::Result<
 /// empty directories, symlinks (relative, absolute, dangling), a hard link,
 /// block and char devices, a fifo, a socket, exec bits, odd and 127-byte names.
 pub fn every_type_tree(dir: &Path) {
-    let mut rng = Rng::new(42);
+    let mut rng = rng(42);
     fs::create_dir_all(dir).unwrap();
     for (name, size) in [
         ("empty", 0u64),
@@ -461,7 +440,7 @@ pub fn every_type_tree(dir: &Path) {
         ("p4097", 4097),
         ("big", 3 * 1024 * 1024 + 77),
     ] {
-        fs::write(dir.join(name), rng.bytes(size as usize)).unwrap();
+        fs::write(dir.join(name), random_bytes(&mut rng, size as usize)).unwrap();
     }
     let exe = dir.join("run.sh");
     fs::write(&exe, b"#!/bin/sh\necho hi\n").unwrap();

@@ -22,6 +22,8 @@ use std::time::Duration;
 use foliofs_block::OpenOptions;
 use foliofs_erofs::Erofs;
 use foliofs_vfs::{FileSystem, FileType, Scratch};
+use rand::seq::SliceRandom;
+use rand::Rng;
 use sha2::{Digest, Sha256};
 
 /// Everything compared for one path.
@@ -94,7 +96,7 @@ fn source_tree() -> &'static Path {
     TREE.get_or_init(|| {
         let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
         let root = base.join("erofs-conformance-tree");
-        let done = base.join("erofs-conformance-tree.v2.done");
+        let done = base.join("erofs-conformance-tree.v3.done");
         if !done.exists() {
             let _ = fs::remove_dir_all(&root);
             build_tree(&root);
@@ -106,7 +108,7 @@ fn source_tree() -> &'static Path {
 
 /// More than 10,000 entries of every kind EROFS stores.
 fn build_tree(root: &Path) {
-    let mut rng = common::Rng::new(0xE70F5);
+    let mut rng = common::rng(0xE70F5);
     fs::create_dir_all(root).unwrap();
     let mut count = 0usize;
     let mut dirs = Vec::new();
@@ -121,7 +123,7 @@ fn build_tree(root: &Path) {
     let mut i = 0u64;
     while count < 10_400 {
         let dir = &dirs[(i as usize * 7) % dirs.len()];
-        let roll = rng.below(100);
+        let roll = rng.gen_range(0..100);
         let name = if i % 97 == 5 {
             // Long names: 254 bytes, the most mkfs.erofs 1.5 accepts (it
             // fails on 255-byte names, EROFS's own limit).
@@ -133,45 +135,48 @@ fn build_tree(root: &Path) {
         let p = dir.join(&name);
         match roll {
             0..=59 => {
-                let size = match rng.below(20) {
+                let size = match rng.gen_range(0..20) {
                     0 => 0,
-                    1..=12 => rng.below(3000),
-                    13..=17 => rng.below(20_000),
-                    18 => 4096 * (1 + rng.below(4)),
-                    _ => 60_000 + rng.below(400_000),
+                    1..=12 => rng.gen_range(0..3000),
+                    13..=17 => rng.gen_range(0..20_000),
+                    18 => 4096 * (1 + rng.gen_range(0..4)),
+                    _ => 60_000 + rng.gen_range(0..400_000),
                 } as usize;
-                let content = if rng.below(2) == 0 {
-                    rng.bytes(size)
+                let content = if rng.gen_range(0..2) == 0 {
+                    common::random_bytes(&mut rng, size)
                 } else {
-                    let word = format!("word{} ", rng.below(50));
+                    let word = format!("word{} ", rng.gen_range(0..50));
                     word.as_bytes().iter().cycle().take(size).copied().collect()
                 };
                 fs::write(&p, content).unwrap();
-                let perm = [0o644, 0o600, 0o755, 0o4755, 0o2711, 0o444][rng.below(6) as usize];
+                let perm =
+                    [0o644, 0o600, 0o755, 0o4755, 0o2711, 0o444][rng.gen_range(0..6) as usize];
                 fs::set_permissions(&p, fs::Permissions::from_mode(perm)).unwrap();
                 last_files.push(p.clone());
             }
             60..=67 => {
-                if let Some(t) = last_files.get(rng.below(last_files.len() as u64) as usize) {
+                if let Some(t) = last_files.choose(&mut rng) {
                     fs::hard_link(t, &p).unwrap();
                 } else {
                     fs::write(&p, b"x").unwrap();
                 }
             }
             68..=79 => {
-                let cap = if rng.below(10) == 0 { 3000 } else { 60 };
-                let len = 1 + rng.below(cap) as usize;
+                let cap = if rng.gen_range(0..10) == 0 { 3000 } else { 60 };
+                let len = 1 + rng.gen_range(0..cap) as usize;
                 let target: String = (0..len).map(|k| (b'a' + (k % 26) as u8) as char).collect();
                 std::os::unix::fs::symlink(target, &p).unwrap();
             }
             80..=83 => common::mknod(
                 &p,
                 libc::S_IFCHR | 0o620,
-                rng.below(300) as u32,
-                rng.below(70_000) as u32,
+                rng.gen_range(0..300) as u32,
+                rng.gen_range(0..70_000) as u32,
             )
             .unwrap(),
-            84..=86 => common::mknod(&p, libc::S_IFBLK | 0o660, 8, rng.below(256) as u32).unwrap(),
+            84..=86 => {
+                common::mknod(&p, libc::S_IFBLK | 0o660, 8, rng.gen_range(0..256) as u32).unwrap()
+            }
             87..=90 => common::mknod(&p, libc::S_IFIFO | 0o644, 0, 0).unwrap(),
             // mknod makes sockets whatever the path length (bind has a limit).
             91 => common::mknod(&p, libc::S_IFSOCK | 0o755, 0, 0).unwrap(),
@@ -179,40 +184,40 @@ fn build_tree(root: &Path) {
                 fs::create_dir(&p).unwrap();
                 fs::set_permissions(
                     &p,
-                    fs::Permissions::from_mode(0o1777 & !(rng.below(2) as u32 * 0o1000)),
+                    fs::Permissions::from_mode(0o1777 & !(rng.gen_range(0..2) as u32 * 0o1000)),
                 )
                 .unwrap();
             }
         }
         // Owners other than root, some beyond 16 bits (extended inodes).
-        if rng.below(3) > 0 {
-            let uid = [1000, 65534, 123_456, 1][rng.below(4) as usize];
-            let gid = [100, 50_000, 200_000][rng.below(3) as usize];
+        if rng.gen_range(0..3) > 0 {
+            let uid = [1000, 65534, 123_456, 1][rng.gen_range(0..4) as usize];
+            let gid = [100, 50_000, 200_000][rng.gen_range(0..3) as usize];
             std::os::unix::fs::lchown(&p, Some(uid), Some(gid)).unwrap();
         }
         // user.* attributes exist only on regular files and directories.
         let md = fs::symlink_metadata(&p).unwrap();
         let user_ok = md.is_file() || md.is_dir();
-        if rng.below(8) == 0 && user_ok {
-            set_xattr(&p, &format!("user.k{}", rng.below(5)), &{
-                let n = rng.below(100) as usize;
-                rng.bytes(n)
+        if rng.gen_range(0..8) == 0 && user_ok {
+            set_xattr(&p, &format!("user.k{}", rng.gen_range(0..5)), &{
+                let n = rng.gen_range(0..100) as usize;
+                common::random_bytes(&mut rng, n)
             });
         }
-        if rng.below(10) == 0 && !name.starts_with("long") {
+        if rng.gen_range(0..10) == 0 && !name.starts_with("long") {
             // Used by many inodes: mkfs puts it in the shared area.
             if user_ok {
                 set_xattr(&p, "user.shared", b"one value for many inodes");
             }
             set_xattr(&p, "trusted.overlay.opaque", b"y");
         }
-        if rng.below(40) == 0 {
-            let n = 1 + rng.below(200) as usize;
-            set_xattr(&p, "security.test", &rng.bytes(n));
+        if rng.gen_range(0..40) == 0 {
+            let n = 1 + rng.gen_range(0..200) as usize;
+            set_xattr(&p, "security.test", &common::random_bytes(&mut rng, n));
         }
         // POSIX ACLs (name indexes 2 and 3): user 1000 gets rw.
-        if user_ok && rng.below(30) == 0 {
-            let name = if md.is_dir() && rng.below(2) == 0 {
+        if user_ok && rng.gen_range(0..30) == 0 {
+            let name = if md.is_dir() && rng.gen_range(0..2) == 0 {
                 "system.posix_acl_default"
             } else {
                 "system.posix_acl_access"
@@ -691,8 +696,12 @@ fn chunk_holes_read_as_zeros() {
         .unwrap();
     let src = tmp.path().join("src");
     fs::create_dir_all(&src).unwrap();
-    let mut rng = common::Rng::new(4);
-    fs::write(src.join("f"), rng.bytes(20 * 4096 + 123)).unwrap();
+    let mut rng = common::rng(4);
+    fs::write(
+        src.join("f"),
+        common::random_bytes(&mut rng, 20 * 4096 + 123),
+    )
+    .unwrap();
     let img = tmp.path().join("image.erofs");
     common::mkfs_erofs(&["-T0", "--chunksize=4096"], &img, &src);
     let mut bytes = fs::read(&img).unwrap();

@@ -17,30 +17,32 @@ use std::time::Duration;
 use foliofs_block::OpenOptions;
 use foliofs_erofs::{Erofs, Inode, Layout};
 use foliofs_vfs::{FileSystem, FileType};
+use rand::rngs::StdRng;
+use rand::{Rng, RngCore};
 
 /// Address space allowed to each checker run: far above what a sound reader
 /// needs for these images, far below what an unbounded allocation would take.
 const MEMORY_LIMIT: u64 = 1 << 30;
 
 fn source(dir: &Path) {
-    let mut rng = common::Rng::new(77);
+    let mut rng = common::rng(77);
     for d in 0..4 {
         let sub = dir.join(format!("dir{d}"));
         fs::create_dir_all(&sub).unwrap();
         // Enough names that directories span several blocks.
         for i in 0..120 {
             let name = format!("entry-{i:04}-{}", "x".repeat(i % 40));
-            let size = [0, 10, 3000, 5000, 70_000, 300_000][rng.below(6) as usize];
-            let data = if rng.below(2) == 0 {
-                rng.bytes(size)
+            let size = [0, 10, 3000, 5000, 70_000, 300_000][rng.gen_range(0..6) as usize];
+            let data = if rng.gen_range(0..2) == 0 {
+                common::random_bytes(&mut rng, size)
             } else {
                 // Words in random order: compresses, but not to nothing.
                 let mut v = Vec::with_capacity(size + 16);
                 while v.len() < size {
-                    let w =
-                        ["alpha ", "beta ", "gamma ", "delta ", "epsilon "][rng.below(5) as usize];
+                    let w = ["alpha ", "beta ", "gamma ", "delta ", "epsilon "]
+                        [rng.gen_range(0..5) as usize];
                     v.extend_from_slice(w.as_bytes());
-                    v.extend_from_slice(&rng.bytes(1));
+                    v.extend_from_slice(&common::random_bytes(&mut rng, 1));
                 }
                 v.truncate(size);
                 v
@@ -151,17 +153,11 @@ fn fsck_bounded(img: &Path, what: &str) -> bool {
 
 /// Writes `count` random bytes at random places inside `range` of a copy of
 /// `img`; returns the copy.
-fn damage(
-    img: &[u8],
-    range: (u64, u64),
-    count: usize,
-    rng: &mut common::Rng,
-    out: &Path,
-) -> PathBuf {
+fn damage(img: &[u8], range: (u64, u64), count: usize, rng: &mut StdRng, out: &Path) -> PathBuf {
     let mut bytes = img.to_vec();
     let (start, len) = (range.0 as usize, (range.1 as usize).max(1));
     for _ in 0..count {
-        let at = (start + rng.below(len as u64) as usize).min(bytes.len() - 1);
+        let at = (start + rng.gen_range(0..len)).min(bytes.len() - 1);
         let old = bytes[at];
         let mut new = rng.next_u64() as u8;
         if new == old {
@@ -202,15 +198,15 @@ fn corpus(args: &[&str]) {
     if !r.lz4_data.is_empty() {
         classes.push(("LZ4 data", r.lz4_data));
     }
-    let mut rng = common::Rng::new(0xBAD_E20F5);
+    let mut rng = common::rng(0xBAD_E20F5);
     let bad = tmp.path().join("bad.erofs");
     let mount = have!("fuse");
     let mut mounted_once = Vec::new();
     for (class, ranges) in &classes {
         let mut detected = 0;
         for v in 0..16 {
-            let range = ranges[rng.below(ranges.len() as u64) as usize];
-            let count = 1 + rng.below(8) as usize;
+            let range = ranges[rng.gen_range(0..ranges.len())];
+            let count = 1 + rng.gen_range(0..8) as usize;
             damage(&good, range, count, &mut rng, &bad);
             let what = format!("{args:?} {class} variant {v} ({count} bytes in {range:?})");
             if fsck_bounded(&bad, &what) {

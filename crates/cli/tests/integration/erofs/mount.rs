@@ -9,16 +9,18 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use rand::Rng;
+
 /// About 6 MiB that LZ4 compresses to roughly half: words, then noise.
 fn content() -> Vec<u8> {
-    let mut rng = common::Rng::new(99);
+    let mut rng = common::rng(99);
     let mut v = Vec::with_capacity(6 << 20);
     while v.len() < 4 << 20 {
-        let w = ["foliofs ", "erofs ", "cluster ", "extent ", "lz4 "][rng.below(5) as usize];
+        let w = ["foliofs ", "erofs ", "cluster ", "extent ", "lz4 "][rng.gen_range(0..5) as usize];
         v.extend_from_slice(w.as_bytes());
-        v.push(b'a' + rng.below(26) as u8);
+        v.push(b'a' + rng.gen_range(0..26) as u8);
     }
-    v.extend(rng.bytes(2 << 20));
+    v.extend(common::random_bytes(&mut rng, 2 << 20));
     v
 }
 
@@ -29,11 +31,11 @@ fn random_reads(file: &Path, want: Arc<Vec<u8>>) {
             let file = file.to_owned();
             std::thread::spawn(move || {
                 let f = fs::File::open(&file).unwrap();
-                let mut rng = common::Rng::new(1000 + t);
+                let mut rng = common::rng(1000 + t);
                 let mut buf = vec![0u8; 600_000];
                 for _ in 0..150 {
-                    let off = rng.below(want.len() as u64 + 1000) as usize;
-                    let len = 1 + rng.below(buf.len() as u64) as usize;
+                    let off = rng.gen_range(0..want.len() + 1000);
+                    let len = 1 + rng.gen_range(0..buf.len());
                     let n = f.read_at(&mut buf[..len], off as u64).unwrap();
                     let expect = &want[off.min(want.len())..(off + len).min(want.len())];
                     assert_eq!(n, expect.len(), "short read at {off}+{len}");

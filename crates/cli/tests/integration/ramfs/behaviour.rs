@@ -9,7 +9,9 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use common::{drop_caches, foliofs_ok, Mount, Rng};
+use rand::Rng;
+
+use common::{drop_caches, foliofs_ok, Mount};
 
 fn ramfs(opts: &str) -> Mount {
     Mount::new(Path::new("none"), Some("ramfs"), opts)
@@ -116,10 +118,10 @@ fn holes_take_no_blocks_and_statfs_counts_use() {
 /// it (short writes included).
 fn fill(p: &Path, seed: u64) -> (u64, std::io::Error) {
     let mut f = File::create(p).unwrap();
-    let mut rng = Rng::new(seed);
+    let mut rng = common::rng(seed);
     let mut acked = 0u64;
     loop {
-        let chunk = rng.bytes(1 << 20);
+        let chunk = common::random_bytes(&mut rng, 1 << 20);
         let mut off = 0;
         while off < chunk.len() {
             match f.write(&chunk[off..]) {
@@ -141,8 +143,8 @@ fn size_limit_gives_enospc_and_keeps_earlier_data() {
     for bs in ["4K", "2M"] {
         let m = ramfs(&format!("size=24M,blocksize={bs}"));
         let keep = m.path().join("keep");
-        let mut rng = Rng::new(7);
-        let kept = rng.bytes(5 << 20);
+        let mut rng = common::rng(7);
+        let kept = common::random_bytes(&mut rng, 5 << 20);
         let mut f = File::create(&keep).unwrap();
         f.write_all(&kept).unwrap();
         f.sync_all().unwrap();
@@ -166,10 +168,10 @@ fn size_limit_gives_enospc_and_keeps_earlier_data() {
         // Every byte write(2) acknowledged in the file that ran out is
         // there too: the refusal came at the write, not later.
         let got = read_fresh(&m.path().join("fill"));
-        let mut rng = Rng::new(9);
+        let mut rng = common::rng(9);
         let mut want = Vec::new();
         while (want.len() as u64) < done {
-            want.extend(rng.bytes(1 << 20));
+            want.extend(common::random_bytes(&mut rng, 1 << 20));
         }
         assert_eq!(&got[..done as usize], &want[..done as usize], "bs {bs}");
         // Freeing space makes room again.
@@ -225,11 +227,12 @@ fn concurrent_writers_to_different_files_and_to_one_file() {
                 let own = m.path().join(format!("own{t}"));
                 let shared = shared.clone();
                 s.spawn(move || {
-                    let mut rng = Rng::new(100 + t);
+                    let mut rng = common::rng(100 + t);
                     let mut f = File::create(&own).unwrap();
                     let g = OpenOptions::new().write(true).open(&shared).unwrap();
                     for r in 0..ROUNDS {
-                        f.write_all(&rng.bytes(70_001)).unwrap();
+                        f.write_all(&common::random_bytes(&mut rng, 70_001))
+                            .unwrap();
                         let stripe = vec![(t * ROUNDS + r) as u8; STRIPE as usize];
                         g.write_all_at(&stripe, (r * THREADS + t) * STRIPE).unwrap();
                     }
@@ -240,8 +243,10 @@ fn concurrent_writers_to_different_files_and_to_one_file() {
         });
         assert!(drop_caches());
         for t in 0..THREADS {
-            let mut rng = Rng::new(100 + t);
-            let want: Vec<u8> = (0..ROUNDS).flat_map(|_| rng.bytes(70_001)).collect();
+            let mut rng = common::rng(100 + t);
+            let want: Vec<u8> = (0..ROUNDS)
+                .flat_map(|_| common::random_bytes(&mut rng, 70_001))
+                .collect();
             let mut got = Vec::new();
             File::open(m.path().join(format!("own{t}")))
                 .unwrap()
@@ -586,7 +591,7 @@ fn huge_always_makes_2m_blocks_huge_pages() {
     let m = ramfs(opts);
     assert!(mounts_line(m.path()).contains("huge=always"));
     let before = server_huge_kb(m.path());
-    let data = Rng::new(0x4u64).bytes(8 << 20);
+    let data = common::random_bytes(&mut common::rng(4), 8 << 20);
     let p = m.path().join("f");
     fs::write(&p, &data).unwrap();
     let after = server_huge_kb(m.path());
@@ -666,10 +671,10 @@ fn readers_during_direct_writes_see_the_new_bytes_after() {
             .map(|t| {
                 let (r, stop) = (reader.clone(), stop.clone());
                 std::thread::spawn(move || {
-                    let mut rng = Rng::new(u64::from(trial) * 2 + t);
+                    let mut rng = common::rng(u64::from(trial) * 2 + t);
                     let mut page = [0u8; 4096];
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        let at = rng.below((N / 4096) as u64) * 4096;
+                        let at = rng.gen_range(0..(N / 4096) as u64) * 4096;
                         r.read_exact_at(&mut page, at).unwrap();
                     }
                 })
