@@ -7,6 +7,7 @@
 mod common;
 
 mod bench;
+mod cli;
 mod erofs;
 mod harness;
 mod ramfs;

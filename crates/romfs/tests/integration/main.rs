@@ -2,6 +2,7 @@
 
 use std::io::Write;
 
+mod damage;
 mod mutations;
 mod smoke_walk;
 
