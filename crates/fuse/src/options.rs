@@ -171,10 +171,8 @@ impl MountOptions {
             "gid" => self.gid = Some(parse_id(key, need(key, value)?)?),
             "umask" => {
                 let v = need(key, value)?;
-                let m = u32::from_str_radix(v, 8)
-                    .ok()
-                    .filter(|m| *m <= 0o7777)
-                    .ok_or_else(|| OptionError::bad(key, format!("`{v}` is not an octal mode")))?;
+                let m = foliofs_vfs::options::parse_mode(v)
+                    .map_err(|e| OptionError::bad(key, format!("`{v}`: {e}")))?;
                 self.umask = Some(m);
             }
             "fsname" => self.fsname = Some(need(key, value)?.to_owned()),
@@ -380,6 +378,9 @@ mod tests {
             ("uid=abc", "uid"),
             ("uid", "uid"),
             ("umask=9", "umask"),
+            ("umask=10000", "umask"),
+            ("umask=+22", "umask"),
+            ("umask=", "umask"),
             ("ro=1", "ro"),
             ("largeblocks=yes", "largeblocks"),
             ("fsname=", "fsname"),

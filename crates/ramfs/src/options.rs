@@ -156,12 +156,8 @@ impl Options {
             }
             "mode" => {
                 let v = need()?;
-                let m = u32::from_str_radix(v.trim(), 8)
-                    .map_err(|_| format!("mode={v}: expected an octal number"))?;
-                if m > 0o7777 {
-                    return Err(format!("mode={v}: more than the permission bits (07777)"));
-                }
-                self.mode = m;
+                self.mode = foliofs_vfs::options::parse_mode(v.trim())
+                    .map_err(|e| format!("{key}={v}: {e}"))?;
             }
             "uid" => self.uid = parse_id(key, need()?)?,
             "gid" => self.gid = parse_id(key, need()?)?,
@@ -347,6 +343,16 @@ mod tests {
         assert_eq!(o.mode, 0o1777);
         assert!(o.set("mode", Some("8")).is_err());
         assert!(o.set("mode", Some("17777")).is_err());
+        // The shared octal rules, with the blanks ramfs always allowed.
+        assert_eq!(o.set("mode", Some(" 0700 ")), Ok(true));
+        assert_eq!(o.mode, 0o700);
+        let e = o.set("mode", Some("17777")).unwrap_err();
+        assert!(e.contains("mode=17777") && e.contains("7777"), "{e}");
+        let e = o.set("mode", Some("0x1ff")).unwrap_err();
+        assert!(e.contains("mode=0x1ff") && e.contains("octal"), "{e}");
+        assert!(o.set("mode", Some("")).is_err());
+        assert!(o.set("mode", Some("+700")).is_err());
+        assert_eq!(o.mode, 0o700);
         assert_eq!(o.set("uid", Some("1000")), Ok(true));
         assert_eq!(o.set("gid", Some("100")), Ok(true));
         assert_eq!(o.set("size", Some("10M")), Ok(true));

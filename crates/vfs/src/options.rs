@@ -14,6 +14,10 @@
 //! Ids (`uid=`, `gid=`): decimal digits, 0 to 4294967294. 4294967295 is
 //! `(uid_t)-1`, which `chown(2)` and the kernel's mount parsers read as "no
 //! change", never as an owner, so it is refused here as `-1` is.
+//!
+//! Modes (`umask=`, ramfs `mode=`): octal digits, 0 to 7777 (the permission
+//! bits with set-user-ID, set-group-ID and sticky). No sign, no blanks, no
+//! `0o`; leading zeros are fine (`0022`).
 
 /// A refused `-o` option.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -61,6 +65,15 @@ pub enum IdError {
     NotAnId,
     #[error("-1 (4294967295 as an unsigned id) means \"no change\" to the kernel, never an owner")]
     NoChange,
+}
+
+/// Why a mode was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModeError {
+    #[error("not an octal mode: expected octal digits from 0 to 7777")]
+    NotOctal,
+    #[error("more than the permission bits: a mode is at most 7777")]
+    TooLarge,
 }
 
 /// The suffixes a size may carry, smallest first, with their shifts.
@@ -115,6 +128,19 @@ pub fn parse_id(v: &str) -> Result<u32, IdError> {
         Some(Ok(u32::MAX)) => Err(IdError::NoChange),
         Some(Ok(id)) => Ok(id),
         _ => Err(IdError::NotAnId),
+    }
+}
+
+/// Parses a permission mode or mask by the rules in the module
+/// documentation.
+pub fn parse_mode(v: &str) -> Result<u32, ModeError> {
+    if v.is_empty() || !v.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return Err(ModeError::NotOctal);
+    }
+    // All octal digits: the only failure left is overflow.
+    match u32::from_str_radix(v, 8) {
+        Ok(m) if m <= 0o7777 => Ok(m),
+        _ => Err(ModeError::TooLarge),
     }
 }
 
@@ -217,6 +243,25 @@ mod tests {
             assert_eq!(parse_id(v), Err(IdError::NotAnId), "{v:?}");
         }
         assert!(IdError::NoChange.to_string().contains("no change"));
+    }
+
+    #[test]
+    fn modes_are_octal_permission_bits() {
+        assert_eq!(parse_mode("0"), Ok(0));
+        assert_eq!(parse_mode("022"), Ok(0o22));
+        assert_eq!(parse_mode("755"), Ok(0o755));
+        assert_eq!(parse_mode("1777"), Ok(0o1777));
+        assert_eq!(parse_mode("7777"), Ok(0o7777));
+        assert_eq!(parse_mode("00000755"), Ok(0o755));
+        // Too large, also past what 32 bits hold.
+        for v in ["10000", "17777", "77777777777777777777"] {
+            assert_eq!(parse_mode(v), Err(ModeError::TooLarge), "{v:?}");
+        }
+        for v in [
+            "", "8", "9", "0o755", "0x1ff", "+755", "-1", " 755", "755 ", "7a", "u+x", "٧",
+        ] {
+            assert_eq!(parse_mode(v), Err(ModeError::NotOctal), "{v:?}");
+        }
     }
 
     #[test]
