@@ -58,7 +58,7 @@ fn ramfs_options_refused(opts: &str) -> Option<String> {
     // left is why this machine cannot have them, which is the note.
     Some(match refused.downcast_ref::<OptionError>() {
         Some(OptionError::Conflict(why)) => why.clone(),
-        _ => format!("{refused:#}"),
+        _ => crate::error_line(&refused),
     })
 }
 
@@ -77,7 +77,7 @@ fn build_images(env: &BenchEnv, src: &Path, cfg: &Config) -> Images {
         .arg(src)
         .arg(&romfs))
     .map(|_| romfs)
-    .map_err(|e| format!("{e:#}"));
+    .map_err(|e| crate::error_line(&e));
     let erofs = if have("mkfs.erofs") {
         let img = env.dir.join("image.erofs");
         run(Command::new("mkfs.erofs")
@@ -86,7 +86,7 @@ fn build_images(env: &BenchEnv, src: &Path, cfg: &Config) -> Images {
             .arg(&img)
             .arg(src))
         .map(|_| img)
-        .map_err(|e| format!("{e:#}"))
+        .map_err(|e| crate::error_line(&e))
     } else {
         Err("mkfs.erofs is not installed (erofs-utils)".into())
     };
@@ -102,7 +102,7 @@ fn build_images(env: &BenchEnv, src: &Path, cfg: &Config) -> Images {
             "-no-progress",
         ]))
         .map(|_| img)
-        .map_err(|e| format!("{e:#}"))
+        .map_err(|e| crate::error_line(&e))
     } else {
         Err("mksquashfs is not installed (squashfs-tools)".into())
     };
@@ -263,7 +263,7 @@ fn measure_rows(
                 Ok(())
             })();
             if let Err(e) = result {
-                row.note = Some(format!("{e:#}"));
+                row.note = Some(crate::error_line(&e));
                 row.failed = true;
             }
         }
@@ -331,7 +331,7 @@ pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             .arg(&img)
             .arg(&lz4src))
         .map(|_| img)
-        .map_err(|e| format!("{e:#}"))
+        .map_err(|e| crate::error_line(&e))
     } else {
         Err("mkfs.erofs is not installed (erofs-utils)".into())
     };
@@ -674,7 +674,7 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             Ok(())
         })();
         if let Err(e) = r {
-            row.note = Some(format!("{e:#}"));
+            row.note = Some(crate::error_line(&e));
             row.failed = true;
         }
         rows.push(row);
@@ -701,7 +701,7 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         Ok(())
     })();
     if let Err(e) = r {
-        row.note = Some(format!("{e:#}"));
+        row.note = Some(crate::error_line(&e));
         row.failed = true;
     }
     rows.push(row);
