@@ -165,20 +165,33 @@ fn describe(head: &[u8]) -> String {
 pub struct ImageArgs {
     /// The image file or block device.
     pub image: PathBuf,
-    /// Mount options, as `foliofs mount` takes them: `largeblocks`,
-    /// `blocksize=N`, `directio`, `device=PATH` for an EROFS extra device
-    /// (comma-separated; may be repeated).
+    /// The mount options that change how an image is read, as `foliofs
+    /// mount` takes them: `largeblocks`, `blocksize=N`, `directio` or
+    /// `nodirectio`, `device=PATH` for an EROFS extra device (comma-separated;
+    /// may be repeated). Other mount options are refused.
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
 }
 
 impl ImageArgs {
-    /// The `-o` options, parsed as `foliofs mount` parses them for an image;
-    /// the mount-only ones (owners, `allow_other`, ...) are accepted and
-    /// change nothing here, so one option string serves both commands.
+    /// The `-o` options, parsed as `foliofs mount` parses them for an image.
+    /// Only the keys that change how an image is read
+    /// ([`MountOptions::READING_KEYS`]) are taken: the mount-only ones
+    /// (owners, `allow_other`, `ro`, ramfs's keys, ...) would change nothing
+    /// here, so they are refused by name rather than ignored.
     pub fn mount_options(&self) -> anyhow::Result<MountOptions> {
         let o = parse_mount_options("auto", &self.options)?;
-        o.refuse_extra()?;
+        // A key no foliofs mount takes is unknown, not mount-only.
+        o.refuse_extra_except(&foliofs_ramfs::Options::is_key)?;
+        if let Some(key) = o
+            .keys
+            .iter()
+            .find(|k| !MountOptions::READING_KEYS.contains(&k.as_str()))
+        {
+            bail!(
+                "mount option `{key}` only applies to `foliofs mount`: it does not change how an image is read"
+            );
+        }
         Ok(o)
     }
 
@@ -224,4 +237,53 @@ pub fn ramfs_options(o: &MountOptions) -> anyhow::Result<foliofs_ramfs::Options>
         }
     }
     Ok(ro)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image_args(options: &[&str]) -> ImageArgs {
+        ImageArgs {
+            image: PathBuf::from("img"),
+            options: options.iter().map(|&o| o.to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn inspection_takes_only_the_options_that_change_reading() {
+        let o = image_args(&["directio,blocksize=64K", "nodirectio,largeblocks,device=/d"])
+            .mount_options()
+            .unwrap();
+        assert_eq!(o.io_mode, IoMode::Buffered);
+        assert_eq!(o.block_size, BlockSizeChoice::LargeBlocks);
+        assert_eq!(o.devices, [PathBuf::from("/d")]);
+        for (opts, key) in [
+            ("uid=5", "uid"),
+            ("directio,allow_other", "allow_other"),
+            ("ro", "ro"),
+            ("umask=022", "umask"),
+            ("writeback", "writeback"),
+            ("threads=2", "threads"),
+            ("suid", "suid"),
+            ("defaults", "defaults"),
+            ("size=1M", "size"),
+            ("mode=700", "mode"),
+        ] {
+            let e = image_args(&[opts]).mount_options().unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!("mount option `{key}` only applies to `foliofs mount`: it does not change how an image is read"),
+                "{opts}"
+            );
+        }
+        // Unknown keys and bad values keep their own errors.
+        let e = image_args(&["uid=5,bogus=1"]).mount_options().unwrap_err();
+        assert_eq!(e.to_string(), "unknown mount option `bogus=1`");
+        let e = image_args(&["uid=x"]).mount_options().unwrap_err();
+        assert!(
+            e.to_string().contains("bad value for mount option `uid`"),
+            "{e}"
+        );
+    }
 }

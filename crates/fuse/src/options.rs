@@ -72,6 +72,10 @@ pub struct MountOptions {
     pub flags: MountFlags,
     /// Options this parser does not know, `(key, value)`, in the order given.
     pub extra: Vec<(String, Option<String>)>,
+    /// Every key given, in order, whichever field took it (also those left
+    /// in `extra` and those passed over): a command that honours only some
+    /// options refuses the rest by these.
+    pub keys: Vec<String>,
 }
 
 /// Most server threads `threads=` accepts.
@@ -126,6 +130,7 @@ impl MountOptions {
                 Some((k, v)) => (k, Some(v)),
                 None => (item, None),
             };
+            o.keys.push(key.to_owned());
             if claimed(key) {
                 o.extra.push((key.to_owned(), value.map(ToOwned::to_owned)));
             } else {
@@ -260,7 +265,15 @@ impl MountOptions {
     /// Refuses any option left in [`MountOptions::extra`] (for formats
     /// that take no options of their own).
     pub fn refuse_extra(&self) -> Result<(), OptionError> {
-        match self.extra.first() {
+        self.refuse_extra_except(&|_| false)
+    }
+
+    /// Refuses the first option left in [`MountOptions::extra`] for which
+    /// `known` returns false: a caller that has its own answer for some
+    /// keys (ramfs's, say) gives them that, and names no key as unknown
+    /// that some foliofs command takes.
+    pub fn refuse_extra_except(&self, known: &dyn Fn(&str) -> bool) -> Result<(), OptionError> {
+        match self.extra.iter().find(|(k, _)| !known(k)) {
             Some((k, v)) => Err(OptionError::Unknown(match v {
                 Some(v) => format!("{k}={v}"),
                 None => k.clone(),
@@ -268,6 +281,19 @@ impl MountOptions {
             None => Ok(()),
         }
     }
+
+    /// The keys that change how an image is read: what
+    /// [`MountOptions::open_options`] and [`MountOptions::devices`] are made
+    /// of. Every other key changes only what a mount serves or how it is
+    /// mounted, so a command that reads an image without mounting it refuses
+    /// them rather than ignore them.
+    pub const READING_KEYS: &'static [&'static str] = &[
+        "directio",
+        "nodirectio",
+        "blocksize",
+        "largeblocks",
+        "device",
+    ];
 
     /// How to open an image's backing store under these options. This is
     /// the one place where `-o` options become [`OpenOptions`]: the mount
@@ -453,6 +479,63 @@ mod tests {
         ] {
             let e = MountOptions::parse(s).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains("blocksize"), "{s}: {e}");
+        }
+    }
+
+    #[test]
+    fn keys_are_recorded_in_order_wherever_they_went() {
+        let o =
+            MountOptions::parse_claiming("ro,,size=1M,defaults,uid=5,x-a=b,directio,ro", &|k| {
+                k == "size"
+            })
+            .unwrap();
+        assert_eq!(
+            o.keys,
+            ["ro", "size", "defaults", "uid", "x-a", "directio", "ro"]
+        );
+        assert_eq!(MountOptions::parse("").unwrap().keys, Vec::<String>::new());
+    }
+
+    #[test]
+    fn reading_keys_are_exactly_what_open_options_and_devices_hold() {
+        let read = |o: &MountOptions| (o.open_options(), o.devices.clone());
+        let default = read(&MountOptions::default());
+        for s in ["directio", "blocksize=64K", "largeblocks", "device=/d"] {
+            let o = MountOptions::parse(s).unwrap();
+            assert!(MountOptions::READING_KEYS.contains(&o.keys[0].as_str()));
+            assert_ne!(read(&o), default, "{s}");
+        }
+        // `nodirectio` is the default, but undoes an earlier `directio`.
+        let o = MountOptions::parse("directio,nodirectio").unwrap();
+        assert_eq!(read(&o), default);
+        assert!(MountOptions::READING_KEYS.contains(&"nodirectio"));
+        for s in [
+            "ro",
+            "rw",
+            "allow_other",
+            "uid=5",
+            "gid=5",
+            "umask=022",
+            "fsname=x",
+            "debug",
+            "writeback",
+            "nowriteback",
+            "threads=2",
+            "noexec",
+            "noatime",
+            "sync",
+            "dirsync",
+            "suid",
+            "dev",
+            "subtype=foliofs",
+            "defaults",
+        ] {
+            let o = MountOptions::parse(s).unwrap();
+            assert!(
+                !MountOptions::READING_KEYS.contains(&o.keys[0].as_str()),
+                "{s}"
+            );
+            assert_eq!(read(&o), default, "{s}");
         }
     }
 

@@ -138,3 +138,27 @@ fn errors_name_each_cause_once() {
         assert_cause_once(&foliofs(&args), "No such file or directory");
     }
 }
+
+#[test]
+fn inspection_refuses_options_that_only_a_mount_honours() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"x").unwrap();
+    let img = t.path().join("img").to_str().unwrap().to_owned();
+    stdout_ok(&["mkfs", "romfs", "-q", src.to_str().unwrap(), &img]);
+
+    for cmd in ["info", "ls"] {
+        let out = foliofs(&[cmd, "-o", "uid=5", &img]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{cmd} -o uid=5 succeeded");
+        assert_eq!(
+            err,
+            "foliofs: mount option `uid` only applies to `foliofs mount`: it does not change how an image is read\n"
+        );
+    }
+    // Options that change how the image is read are taken.
+    assert!(stdout_ok(&["info", "-o", "directio", &img]).contains("romfs"));
+    let ls = stdout_ok(&["ls", "-o", "blocksize=1K,nodirectio", &img]);
+    assert!(ls.lines().any(|l| l == "f"), "{ls}");
+}
