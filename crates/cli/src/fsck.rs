@@ -15,11 +15,12 @@ pub struct FsckArgs {
 /// `foliofs fsck IMAGE`: exit 0 when clean, 1 with one line per defect.
 pub fn run(args: FsckArgs) -> anyhow::Result<i32> {
     let path = &args.image.image;
-    let opts = args.image.open_options()?;
+    let format = open::detect(path)?;
+    let opts = args.image.open_options(format)?;
     // The checkers report nothing until they are done: a spinner shows a
     // long check is alive.
     let bar = progress::spinner(format!("checking {}", path.display()));
-    let report: Box<dyn CheckReport> = match open::detect(path)? {
+    let report: Box<dyn CheckReport> = match format {
         Format::Romfs => Box::new(
             foliofs_romfs::check::check(path, &opts)
                 .with_context(|| format!("{}: cannot read", path.display()))?,

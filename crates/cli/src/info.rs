@@ -14,8 +14,9 @@ pub struct InfoArgs {
 /// `foliofs info IMAGE`.
 pub fn run(args: InfoArgs) -> anyhow::Result<i32> {
     let path = &args.image.image;
-    let opts = args.image.open_options()?;
-    match open::detect(path)? {
+    let format = open::detect(path)?;
+    let opts = args.image.open_options(format)?;
+    match format {
         Format::Romfs => {
             let r = foliofs_romfs::check::check(path, &opts)
                 .with_context(|| format!("{}: cannot read", path.display()))?;

@@ -94,13 +94,7 @@ pub fn open_with_devices(
     devices: &[PathBuf],
 ) -> anyhow::Result<Image> {
     let format = detect(path)?;
-    if !devices.is_empty() && format != Format::Erofs {
-        bail!(
-            "{}: option `device` is only for EROFS images ({} has no extra devices)",
-            path.display(),
-            format.name()
-        );
-    }
+    refuse_devices(path, format, devices)?;
     let ctx = || format!("{}: cannot open {} image", path.display(), format.name());
     Ok(match format {
         Format::Romfs => Image::Romfs(Arc::new(RomFs::open(path, opts).with_context(ctx)?)),
@@ -108,6 +102,18 @@ pub fn open_with_devices(
             Erofs::open(path, opts, devices).with_context(ctx)?,
         )),
     })
+}
+
+/// Refuses `device=` for a format that has no extra devices.
+fn refuse_devices(path: &Path, format: Format, devices: &[PathBuf]) -> anyhow::Result<()> {
+    if !devices.is_empty() && format != Format::Erofs {
+        bail!(
+            "{}: option `device` is only for EROFS images ({} has no extra devices)",
+            path.display(),
+            format.name()
+        );
+    }
+    Ok(())
 }
 
 fn probe(path: &Path) -> anyhow::Result<Vec<u8>> {
@@ -195,9 +201,13 @@ impl ImageArgs {
         Ok(o)
     }
 
-    /// The open options these arguments ask for.
-    pub fn open_options(&self) -> anyhow::Result<OpenOptions> {
-        Ok(self.mount_options()?.open_options())
+    /// The open options these arguments ask for, for a reader of `format`
+    /// that is handed no extra devices: `device=` is refused unless the
+    /// format has none to take.
+    pub fn open_options(&self, format: Format) -> anyhow::Result<OpenOptions> {
+        let o = self.mount_options()?;
+        refuse_devices(&self.image, format, &o.devices)?;
+        Ok(o.open_options())
     }
 
     /// Detects and opens the image, with the extra devices `device=PATH`

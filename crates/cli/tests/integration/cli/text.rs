@@ -157,6 +157,10 @@ fn inspection_refuses_options_that_only_a_mount_honours() {
             "foliofs: mount option `uid` only applies to `foliofs mount`: it does not change how an image is read\n"
         );
     }
+    // `device=` is for EROFS: romfs has nowhere to take it.
+    let out = foliofs(&["info", "-o", "device=/dev/null", &img]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only for EROFS"));
     // Options that change how the image is read are taken.
     assert!(stdout_ok(&["info", "-o", "directio", &img]).contains("romfs"));
     let ls = stdout_ok(&["ls", "-o", "blocksize=1K,nodirectio", &img]);
