@@ -14,7 +14,12 @@ pub enum Error {
     /// backing device) where the bad structure sits, `kind` what is wrong
     /// with it.
     #[error("corrupt image at offset {offset:#x}: {kind}")]
-    Corrupt { offset: u64, kind: Corruption },
+    Corrupt {
+        /// Byte offset of the damaged structure in the image or device.
+        offset: u64,
+        /// The format's own account of the damage.
+        kind: Corruption,
+    },
 
     /// The image uses a feature this reader does not implement.
     #[error("unsupported feature: {0}")]
@@ -23,33 +28,51 @@ pub enum Error {
     /// Reading or writing the backing store failed.
     #[error("I/O error at offset {offset:#x}: {source}")]
     Io {
+        /// Byte offset in the image or device of the read or write that
+        /// failed.
         offset: u64,
+        /// The system call's error.
         #[source]
         source: io::Error,
     },
 
+    /// No entry of that name, or the inode is gone (`ENOENT`).
     #[error("no such file or directory")]
     NotFound,
+    /// A directory operation on an inode that is not a directory (`ENOTDIR`).
     #[error("not a directory")]
     NotDir,
+    /// A file operation, such as a write or `unlink`, on a directory (`EISDIR`).
     #[error("is a directory")]
     IsDir,
+    /// `readlink` of an inode that is not a symbolic link (`EINVAL`, as
+    /// readlink(2) reports it).
     #[error("not a symbolic link")]
     NotSymlink,
+    /// A change to a read-only file system (`EROFS`); the default of every
+    /// mutating [`FileSystem`](crate::FileSystem) method.
     #[error("read-only file system")]
     ReadOnly,
+    /// A name longer than the format allows (`ENAMETOOLONG`).
     #[error("file name too long")]
     NameTooLong,
+    /// The name to create is taken (`EEXIST`).
     #[error("file exists")]
     Exists,
+    /// Removing or replacing a directory that still has entries (`ENOTEMPTY`).
     #[error("directory not empty")]
     NotEmpty,
+    /// The file system's size, inode or xattr limit is reached (`ENOSPC`).
     #[error("no space left on device")]
     NoSpace,
+    /// An argument the operation cannot take (`EINVAL`).
     #[error("invalid argument")]
     Invalid,
+    /// An operation refused whatever the caller's rights, such as a hard
+    /// link to a directory (`EPERM`).
     #[error("operation not permitted")]
     NotPermitted,
+    /// The caller's permissions do not allow it (`EACCES`).
     #[error("permission denied")]
     AccessDenied,
     /// `getxattr` or `removexattr` of a name the inode does not have
@@ -61,10 +84,13 @@ pub enum Error {
     /// offset (`ENXIO`).
     #[error("no data at or after this offset")]
     NoDataPastOffset,
+    /// A size or write end past the largest file the format holds (`EFBIG`).
     #[error("file too large")]
     TooBig,
+    /// One more hard link would pass the format's link count limit (`EMLINK`).
     #[error("too many links")]
     TooManyLinks,
+    /// A value does not fit, such as an xattr name over 255 bytes (`ERANGE`).
     #[error("result out of range")]
     Range,
     /// The file system does not offer this operation, or this variant of
@@ -72,8 +98,10 @@ pub enum Error {
     /// be confused with [`Error::Incompatible`], an image feature.
     #[error("operation not supported")]
     OperationNotSupported,
+    /// A link or rename across file systems (`EXDEV`).
     #[error("cross-device link")]
     CrossDevice,
+    /// Too many symbolic links on the way (`ELOOP`).
     #[error("too many levels of symbolic links")]
     Loop,
     /// Any other errno.

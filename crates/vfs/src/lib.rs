@@ -9,6 +9,9 @@
 //! Read-only formats implement the reading half and inherit the defaults for
 //! every mutating call, which fail with [`Error::ReadOnly`] (`EROFS`).
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 mod defect;
 mod error;
 pub mod options;

@@ -27,7 +27,12 @@ pub enum OptionError {
     Unknown(String),
     /// The key is known but its value is missing or wrong.
     #[error("bad value for mount option `{key}`: {why}")]
-    BadValue { key: String, why: String },
+    BadValue {
+        /// The option's key, as given.
+        key: String,
+        /// What is wrong with the value, for the message.
+        why: String,
+    },
     /// Each option is fine on its own, but together, or on this machine,
     /// they cannot be honoured.
     #[error("bad mount options: {0}")]
@@ -48,12 +53,17 @@ impl OptionError {
 /// caller names it (`blocksize=3X: ...`, `--align 3X: ...`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SizeError {
+    /// The value is empty.
     #[error("no size given")]
     Empty,
+    /// Not decimal digits (a sign, blanks, `0x`, a fraction, or digits that
+    /// are missing before the suffix).
     #[error("not a size: expected decimal digits with an optional K, M, G, T, P or E")]
     NotASize,
+    /// A letter that is not one of the six suffixes.
     #[error("unknown size suffix `{0}`: expected K, M, G, T, P or E (powers of 1024)")]
     BadSuffix(char),
+    /// 2^64 bytes or more.
     #[error("too large: a size must stay below 16E (2^64 bytes)")]
     TooLarge,
 }
@@ -61,8 +71,11 @@ pub enum SizeError {
 /// Why an id was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {
+    /// Not decimal digits, or more than fits in 32 bits.
     #[error("not a numeric id: expected a decimal number from 0 to 4294967294")]
     NotAnId,
+    /// `-1` or 4294967295 (`(uid_t)-1`), which mean "no change" rather than
+    /// an id.
     #[error("-1 (4294967295 as an unsigned id) means \"no change\" to the kernel, never an owner")]
     NoChange,
 }

@@ -6,12 +6,19 @@ use crate::Ino;
 /// The kind of an inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FileType {
+    /// A regular file (`S_IFREG`).
     RegularFile,
+    /// A directory (`S_IFDIR`).
     Directory,
+    /// A symbolic link (`S_IFLNK`); its target is read with `readlink`.
     Symlink,
+    /// A block device node (`S_IFBLK`); the device is in [`Attr::rdev`].
     BlockDevice,
+    /// A character device node (`S_IFCHR`); the device is in [`Attr::rdev`].
     CharDevice,
+    /// A named pipe (`S_IFIFO`).
     Fifo,
+    /// A Unix socket node (`S_IFSOCK`).
     Socket,
 }
 
@@ -82,13 +89,19 @@ impl FileType {
 /// A point in time, seconds and nanoseconds since the Unix epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timespec {
+    /// Whole seconds; negative before 1970.
     pub sec: i64,
+    /// Nanoseconds added to `sec`, always forward in time: below
+    /// 1,000,000,000 (so 0.5 s before the epoch is `sec: -1, nsec: 500_000_000`).
     pub nsec: u32,
 }
 
 impl Timespec {
+    /// The epoch itself, 1970-01-01 00:00:00 UTC.
     pub const ZERO: Timespec = Timespec { sec: 0, nsec: 0 };
 
+    /// From seconds and nanoseconds as the fields hold them (`nsec` below
+    /// 1,000,000,000; not checked).
     pub fn new(sec: i64, nsec: u32) -> Self {
         Timespec { sec, nsec }
     }
@@ -98,6 +111,7 @@ impl Timespec {
         Self::from_system(std::time::SystemTime::now())
     }
 
+    /// From a `SystemTime`, before the epoch included.
     pub fn from_system(t: std::time::SystemTime) -> Self {
         match t.duration_since(std::time::UNIX_EPOCH) {
             Ok(d) => Timespec::new(d.as_secs() as i64, d.subsec_nanos()),
@@ -112,6 +126,7 @@ impl Timespec {
         }
     }
 
+    /// To a `SystemTime`, the inverse of [`Timespec::from_system`].
     pub fn to_system(self) -> std::time::SystemTime {
         use std::time::{Duration, UNIX_EPOCH};
         if self.sec >= 0 {
@@ -125,11 +140,14 @@ impl Timespec {
 /// A device number, as major and minor.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Rdev {
+    /// The major number: which driver.
     pub major: u32,
+    /// The minor number: which device of that driver.
     pub minor: u32,
 }
 
 impl Rdev {
+    /// From a major and a minor number.
     pub fn new(major: u32, minor: u32) -> Self {
         Rdev { major, minor }
     }
@@ -161,18 +179,28 @@ impl Rdev {
 pub struct Attr {
     /// The inode number reported in `st_ino` (the format's own numbering).
     pub ino: Ino,
+    /// Length in bytes: a file's data, a symlink's target; for a
+    /// directory, whatever the format reports.
     pub size: u64,
     /// Allocated space in 512-byte units.
     pub blocks: u64,
+    /// The file type, the `S_IFMT` part of `st_mode`.
     pub kind: FileType,
     /// Permission bits including setuid, setgid and sticky (`0o7777`).
     pub perm: u16,
+    /// Number of hard links (names) to the inode.
     pub nlink: u32,
+    /// Owner's user id.
     pub uid: u32,
+    /// Owner's group id.
     pub gid: u32,
+    /// The device a device node stands for; zero for other types.
     pub rdev: Rdev,
+    /// Last access.
     pub atime: Timespec,
+    /// Last change of the contents.
     pub mtime: Timespec,
+    /// Last change of the inode (contents or attributes).
     pub ctime: Timespec,
     /// Preferred I/O size reported in `st_blksize`.
     pub blksize: u32,
@@ -188,10 +216,14 @@ impl Attr {
 /// One directory entry handed to a `readdir` sink.
 #[derive(Clone, Copy, Debug)]
 pub struct DirEntry<'a> {
+    /// The entry's inode, in the file system's own numbering.
     pub ino: Ino,
     /// The cookie that resumes the listing just after this entry.
     pub next: u64,
+    /// The entry's file type.
     pub kind: FileType,
+    /// The entry's name: one path component, no `/` (`.` and `..` included
+    /// when the format lists them).
     pub name: &'a OsStr,
 }
 
@@ -200,12 +232,19 @@ pub struct DirEntry<'a> {
 pub struct StatFs {
     /// Total blocks, in units of `frsize`.
     pub blocks: u64,
+    /// Free blocks, in units of `frsize`.
     pub bfree: u64,
+    /// Free blocks an unprivileged user may fill, in units of `frsize`.
     pub bavail: u64,
+    /// Total inodes.
     pub files: u64,
+    /// Free inodes.
     pub ffree: u64,
+    /// Preferred I/O size in bytes (`f_bsize`).
     pub bsize: u32,
+    /// The unit of `blocks`, `bfree` and `bavail`, in bytes (`f_frsize`).
     pub frsize: u32,
+    /// Longest name, in bytes.
     pub namelen: u32,
 }
 
@@ -218,6 +257,8 @@ pub struct FsInfo {
     pub block_size: u32,
     /// Longest name a directory entry may have, in bytes.
     pub name_max: u32,
+    /// True when the format cannot change at all: every mutating call
+    /// fails with [`Error::ReadOnly`](crate::Error::ReadOnly).
     pub read_only: bool,
 }
 
@@ -226,6 +267,7 @@ pub struct FsInfo {
 pub enum TimeSet {
     /// `UTIME_NOW`: the server's current time.
     Now,
+    /// This time, as the caller gave it.
     At(Timespec),
 }
 
@@ -234,11 +276,19 @@ pub enum TimeSet {
 pub struct SetAttr {
     /// New permission bits (`0o7777`).
     pub mode: Option<u32>,
+    /// New owner.
     pub uid: Option<u32>,
+    /// New group.
     pub gid: Option<u32>,
+    /// New length in bytes: truncates, or extends with zeros.
     pub size: Option<u64>,
+    /// New access time.
     pub atime: Option<TimeSet>,
+    /// New modification time.
     pub mtime: Option<TimeSet>,
+    /// The change time to record, when the kernel sends one; without it the
+    /// format uses the current time, since every `setattr` changes the
+    /// inode.
     pub ctime: Option<Timespec>,
     /// The handle the change came through (`ftruncate`), if any.
     pub fh: Option<u64>,
@@ -247,8 +297,12 @@ pub struct SetAttr {
 /// Who is asking: the caller of the system call behind a request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Ctx {
+    /// The caller's effective user id (file system uid).
     pub uid: u32,
+    /// The caller's effective group id (file system gid).
     pub gid: u32,
+    /// The calling thread's id as the kernel sent it (0 for requests no
+    /// process made, such as writeback); for logs, not for permissions.
     pub pid: u32,
     /// The caller's umask, where the kernel sent it (already applied to
     /// modes when the kernel does it; kept for formats that need it).
@@ -275,6 +329,7 @@ impl std::fmt::Debug for Scratch {
 }
 
 impl Scratch {
+    /// An empty buffer; it grows on first use.
     pub fn new() -> Self {
         Scratch::default()
     }
