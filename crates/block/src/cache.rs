@@ -74,6 +74,8 @@ impl BlockCache {
         &self.shards[(index % SHARDS as u64) as usize]
     }
 
+    /// Block `index` (the offset divided by the block size), if cached;
+    /// counts as a use for the LRU order.
     pub fn get(&self, index: u64) -> Option<Arc<Block>> {
         let mut s = self.shard(index).lock().unwrap_or_else(|e| e.into_inner());
         s.get(&index).cloned()

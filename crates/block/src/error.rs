@@ -12,7 +12,14 @@ use std::path::PathBuf;
 pub enum Corrupt {
     /// `len` bytes at `offset` do not fit the `size`-byte image.
     #[error("{len} bytes at {offset:#x} lie beyond the end of the {size}-byte image")]
-    ReadPastEnd { offset: u64, len: u64, size: u64 },
+    ReadPastEnd {
+        /// Byte offset in the image where the read starts.
+        offset: u64,
+        /// Bytes asked for.
+        len: u64,
+        /// The image size in bytes.
+        size: u64,
+    },
 }
 
 /// A block size the store cannot serve.
@@ -25,8 +32,12 @@ pub enum Incompatible {
         path.display()
     )]
     BlockSizeBelowDirectIo {
+        /// The image or device opened for direct I/O.
         path: PathBuf,
+        /// The block size asked for, in bytes.
         block_size: u32,
+        /// The offset and memory alignment direct I/O needs on `path`, in
+        /// bytes.
         align: u32,
     },
 }

@@ -8,6 +8,9 @@
 //! per contiguous range and only cache the partial blocks at their edges, so a
 //! sequential reader costs one copy per byte at any block size.
 
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
 mod cache;
 mod error;
 mod store;
@@ -98,7 +101,9 @@ pub fn page_size() -> u32 {
 /// How to open an image: the options every image format shares.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenOptions {
+    /// How to pick the block size: the unit of caching and of small reads.
     pub block_size: BlockSizeChoice,
+    /// Buffered reads through the page cache, or `O_DIRECT`.
     pub io_mode: IoMode,
     /// Bytes of block cache.
     pub cache_bytes: usize,
@@ -159,6 +164,7 @@ impl BlockDev {
         BlockDev::new(store, bs, opts.cache_bytes)
     }
 
+    /// The block size in bytes: a power of two from 1 KiB to 2 MiB.
     pub fn block_size(&self) -> u32 {
         self.block_size
     }
@@ -168,6 +174,8 @@ impl BlockDev {
         self.store.size()
     }
 
+    /// The store under the blocks (its path, I/O mode and direct-I/O
+    /// alignment).
     pub fn store(&self) -> &Store {
         &self.store
     }

@@ -194,10 +194,12 @@ impl Store {
 /// The offset alignment `O_DIRECT` needs on this file, from `statx`
 /// (`STATX_DIOALIGN`, Linux 6.1+); 4096 when the kernel does not say.
 fn dio_alignment(file: &File) -> u32 {
-    // SAFETY: statx only writes into `stx`, a plain-data struct we own, and
-    // reads the empty, NUL-terminated path; the descriptor is open.
+    // SAFETY: `libc::statx` is integers only, for which all-zero bytes are a
+    // valid value.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; all pointers are valid for the call's duration.
+    // SAFETY: statx only writes into `stx`, which we own and which outlives
+    // the call, and reads the empty, NUL-terminated path; the descriptor is
+    // open.
     let rc = unsafe {
         libc::statx(
             file.as_raw_fd(),
