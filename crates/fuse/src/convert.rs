@@ -10,8 +10,11 @@ use fuser::{Errno, INodeNo, Request, TimeOrNow};
 /// Owner and permission overrides (`uid=`, `gid=`, `umask=`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Overrides {
+    /// Owner reported for every inode (`uid=`).
     pub uid: Option<u32>,
+    /// Group reported for every inode (`gid=`).
     pub gid: Option<u32>,
+    /// Permission bits cleared, as [`Overrides::apply`] describes (`umask=`).
     pub umask: Option<u32>,
 }
 

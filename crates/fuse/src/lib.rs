@@ -6,6 +6,9 @@
 //! until the mount goes away. The file system's root is node 1 to the kernel,
 //! while `st_ino` stays the format's own inode number.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 mod convert;
 mod ids;
 pub mod options;

@@ -18,11 +18,17 @@ pub use foliofs_vfs::options::{format_size, parse_size, OptionError};
 /// Mount flags that map onto `MS_*` bits of `mount(2)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MountFlags {
+    /// `MS_NOSUID`: set-user-ID and set-group-ID bits are not honoured.
     pub nosuid: bool,
+    /// `MS_NODEV`: device nodes cannot be opened.
     pub nodev: bool,
+    /// `MS_NOEXEC`: programs cannot be run from the mount.
     pub noexec: bool,
+    /// `MS_NOATIME`: reads do not update access times.
     pub noatime: bool,
+    /// `MS_SYNCHRONOUS`: writes are synchronous.
     pub sync: bool,
+    /// `MS_DIRSYNC`: directory changes are synchronous.
     pub dirsync: bool,
 }
 
@@ -45,6 +51,7 @@ impl Default for MountFlags {
 pub struct MountOptions {
     /// `ro` (Some(true)) or `rw` (Some(false)) as given last; `None` when neither.
     pub read_only: Option<bool>,
+    /// `allow_other`: users other than the mounting one may use the mount.
     pub allow_other: bool,
     /// Owner reported for every inode (`uid=`), overriding the image's.
     pub uid: Option<u32>,
@@ -69,6 +76,9 @@ pub struct MountOptions {
     pub threads: Option<usize>,
     /// Extra devices (`device=PATH`, repeatable), in order.
     pub devices: Vec<PathBuf>,
+    /// `noexec`/`exec`, `noatime`/`atime`, `sync` and `dirsync`. `nosuid`
+    /// and `nodev` stay set whatever `suid` or `dev` says: an image is
+    /// untrusted data.
     pub flags: MountFlags,
     /// Options this parser does not know, `(key, value)`, in the order given.
     pub extra: Vec<(String, Option<String>)>,

@@ -33,6 +33,7 @@ pub struct ServerConfig {
     /// Refuse every change with `EROFS`, and let the kernel keep file and
     /// directory pages across opens (the image cannot change under it).
     pub read_only: bool,
+    /// Owner and permission overrides applied to every reported attribute.
     pub overrides: Overrides,
     /// Log every request to stderr.
     pub debug: bool,

@@ -23,20 +23,30 @@ pub const FS_TYPE: &str = "fuse.foliofs";
 /// Why a mount failed.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
+    /// The mount point cannot be resolved or is not a directory.
     #[error("{path}: {source}")]
     Mountpoint {
+        /// The mount point as given.
         path: PathBuf,
+        /// Why it cannot be used.
         #[source]
         source: io::Error,
     },
+    /// `/dev/fuse` cannot be opened (no FUSE module, or no permission).
     #[error("cannot open /dev/fuse: {0}")]
     DevFuse(#[source] io::Error),
+    /// `mount(2)` refused, or the new mount did not show up in
+    /// `/proc/self/mountinfo`; nothing is left mounted.
     #[error("mount(2) of {path} failed: {source}")]
     Mount {
+        /// The resolved mount point.
         path: PathBuf,
+        /// The system call's error.
         #[source]
         source: io::Error,
     },
+    /// Blocking the exit signals or the FUSE `INIT` exchange with the
+    /// kernel failed; a mount already made has been detached.
     #[error("FUSE handshake failed: {0}")]
     Handshake(#[source] io::Error),
 }
@@ -44,17 +54,24 @@ pub enum MountError {
 /// Everything about one mount besides the file system itself.
 #[derive(Clone, Debug)]
 pub struct MountConfig {
+    /// The directory to mount on; resolved to an absolute path first.
     pub mountpoint: PathBuf,
     /// Source shown in `/proc/mounts`.
     pub fsname: String,
+    /// `MS_*` flags for `mount(2)`.
     pub flags: MountFlags,
+    /// Mount with `MS_RDONLY`, and leave the bdi's dirty-page limits alone.
+    /// The server's own refusal of changes is [`ServerConfig::read_only`].
     pub read_only: bool,
+    /// Let users other than the mounting one in (`allow_other`); otherwise
+    /// the session serves only the owner.
     pub allow_other: bool,
     /// Server threads (each with its own cloned `/dev/fuse` descriptor).
     pub threads: usize,
     /// Readahead set on the mount's bdi once it is live, in KiB; `None`
     /// keeps the kernel's.
     pub read_ahead_kb: Option<u32>,
+    /// How the server answers requests once the mount is live.
     pub server: ServerConfig,
 }
 
@@ -77,11 +94,18 @@ impl std::fmt::Debug for Mounted {
 /// One line of `/proc/self/mountinfo`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountInfo {
+    /// The mount's unique id (field 1).
     pub mount_id: u64,
+    /// Major number of the superblock's device (`st_dev`); with `minor` it
+    /// names the bdi in `/sys/class/bdi/MAJOR:MINOR`.
     pub major: u32,
+    /// Minor number of the superblock's device.
     pub minor: u32,
+    /// Where it is mounted, with mountinfo's escapes decoded.
     pub mountpoint: PathBuf,
+    /// The file-system type, `fuse.foliofs` for ours (see [`FS_TYPE`]).
     pub fs_type: String,
+    /// The mount source (`fsname=` for a FUSE mount).
     pub source: String,
     /// Per-mount options (`rw,nosuid,nodev,...`).
     pub mount_options: String,
