@@ -69,6 +69,7 @@
 //! # Ok(())
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod check;
