@@ -14,6 +14,8 @@
 //! [`Error::Corrupt`]: foliofs_vfs::Error::Corrupt
 //! [`Error::Incompatible`]: foliofs_vfs::Error::Incompatible
 
+#![forbid(unsafe_code)]
+
 // The on-disk structures have a public module each. Reading an image is
 // split by job, much as Linux splits its driver: opening the image and its
 // devices (`mount`), mapping and reading plain data (`data`), decoding
