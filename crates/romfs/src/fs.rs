@@ -492,7 +492,7 @@ impl FileSystem for RomFs {
 
     /// At a READDIRPLUS from the start of a directory, reads and caches its
     /// subdirectories' entry chains, side by side (see
-    /// [`RomFs::read_subdirs`]): a walker such as `find` lists them next.
+    /// `RomFs::read_subdirs`): a walker such as `find` lists them next.
     /// This directory's own entries need nothing more, since a header holds
     /// all of an entry's attributes. Only with buffered I/O, where the
     /// kernel can have many reads in flight for one thread.
