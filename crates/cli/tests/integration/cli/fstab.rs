@@ -11,10 +11,11 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::common::{run_timeout, try_run_timeout};
 
 /// The longest any one command may take (an install copies the binary).
 const STEP: Duration = Duration::from_secs(60);
@@ -25,47 +26,6 @@ fn bin() -> &'static str {
 
 fn install_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install")
-}
-
-/// Runs `cmd`, killing it after `timeout`.
-fn run_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output, String> {
-    let desc = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start {desc}: {e}"))?;
-    // Read both pipes on threads so a chatty child cannot block on one.
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let to = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let te = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
-            break s;
-        }
-        if start.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("{desc} did not finish within {timeout:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Ok(Output {
-        status,
-        stdout: to.join().unwrap(),
-        stderr: te.join().unwrap(),
-    })
 }
 
 fn which(name: &str) -> Option<PathBuf> {
@@ -222,7 +182,7 @@ impl Namespace {
             .arg("--")
             .arg(prog)
             .args(args);
-        run_timeout(&mut cmd, STEP)
+        try_run_timeout(&mut cmd, STEP)
     }
 
     /// Like [`Namespace::run`], but an error unless it exits 0; returns
@@ -331,8 +291,7 @@ impl Setup {
                 .arg(&src)
                 .arg(&image),
             STEP,
-        )
-        .unwrap();
+        );
         assert!(
             out.status.success(),
             "foliofs mkfs romfs: {}",

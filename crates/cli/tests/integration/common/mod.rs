@@ -145,15 +145,22 @@ macro_rules! require {
     };
 }
 
-/// Runs `cmd` to completion, killing it after `timeout`.
+/// Runs `cmd` to completion, killing it after `timeout`; panics if it
+/// cannot start or does not finish in time.
 pub fn run_timeout(cmd: &mut Command, timeout: Duration) -> Output {
+    try_run_timeout(cmd, timeout).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Like [`run_timeout`], but says why in an `Err` instead of panicking, for
+/// callers that turn a failure into a skip or clean up first.
+pub fn try_run_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output, String> {
     let desc = format!("{cmd:?}");
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {desc}: {e}"));
+        .map_err(|e| format!("cannot start {desc}: {e}"))?;
     // Drain pipes on threads so a chatty child cannot block on a full pipe.
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
@@ -169,21 +176,24 @@ pub fn run_timeout(cmd: &mut Command, timeout: Duration) -> Output {
     });
     let start = Instant::now();
     let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
+        if let Some(s) = child
+            .try_wait()
+            .map_err(|e| format!("waiting for {desc}: {e}"))?
+        {
             break s;
         }
         if start.elapsed() > timeout {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{desc} did not finish within {timeout:?}");
+            return Err(format!("{desc} did not finish within {timeout:?}"));
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    Output {
+    Ok(Output {
         status,
         stdout: to.join().unwrap(),
         stderr: te.join().unwrap(),
-    }
+    })
 }
 
 /// Runs `foliofs ARGS` with a 120 s bound.
