@@ -355,6 +355,18 @@ impl Setup {
         }
     }
 
+    /// mount(8)'s arguments to mount the image read-only with `-t fuse.foliofs`.
+    fn mount_t(&self) -> [&OsStr; 6] {
+        [
+            OsStr::new("-t"),
+            OsStr::new("fuse.foliofs"),
+            self.image.as_os_str(),
+            self.mnt.as_os_str(),
+            OsStr::new("-o"),
+            OsStr::new("ro"),
+        ]
+    }
+
     fn unmount(&self) {
         self.ns.ok("umount", &[&self.mnt]);
         assert!(
@@ -398,17 +410,7 @@ fn fstab_and_mount_t_after_install() {
     s.check_mounted(&["allow_other"]);
     s.unmount();
 
-    s.ns.ok(
-        "mount",
-        &[
-            OsStr::new("-t"),
-            OsStr::new("fuse.foliofs"),
-            s.image.as_os_str(),
-            s.mnt.as_os_str(),
-            OsStr::new("-o"),
-            OsStr::new("ro"),
-        ],
-    );
+    s.ns.ok("mount", &s.mount_t());
     s.check_mounted(&[]);
     s.unmount();
 }
@@ -426,14 +428,7 @@ fn mount_t_with_another_prefix_then_uninstall() {
         out.contains(&format!("installed {prefix}/bin/foliofs")),
         "{out}"
     );
-    let mount_t = [
-        OsStr::new("-t"),
-        OsStr::new("fuse.foliofs"),
-        s.image.as_os_str(),
-        s.mnt.as_os_str(),
-        OsStr::new("-o"),
-        OsStr::new("ro"),
-    ];
+    let mount_t = s.mount_t();
     s.ns.ok("mount", &mount_t);
     s.check_mounted(&[]);
     s.unmount();
