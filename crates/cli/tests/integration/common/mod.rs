@@ -223,32 +223,14 @@ where
     out.stdout
 }
 
-/// Mount points listed in /proc/self/mountinfo, unescaped.
+/// Mount points listed in /proc/self/mountinfo, unescaped (read by the
+/// library's own parser).
 pub fn mount_points() -> Vec<PathBuf> {
-    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(|p| PathBuf::from(OsStr::from_bytes(&unescape_mount_path(p))))
+    foliofs_fuse::mount_table()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| m.mountpoint)
         .collect()
-}
-
-fn unescape_mount_path(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    out
 }
 
 /// True if `dir` is a mount point now.
