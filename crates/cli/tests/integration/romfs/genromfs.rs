@@ -5,11 +5,12 @@ use crate::common;
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::util::{genromfs, ls_r_paths};
-use common::{assert_same_tree, every_type_tree, walk, write_random_file, Fields};
+use super::util::{
+    assert_hard_link_extracted, assert_same_romfs_tree, extract, genromfs, ls_r_paths,
+};
+use common::{every_type_tree, walk, write_random_file};
 use foliofs_block::OpenOptions;
 use foliofs_romfs::RomFs;
 use foliofs_vfs::FileType;
@@ -40,18 +41,9 @@ fn check_image_against(img: &Path, src: &Path, scratch: &Path) {
         assert!(out == want, "cat {} differs from the source", p.display());
     }
     let dest = scratch.join("extracted");
-    common::foliofs_ok([OsStr::new("extract"), img.as_os_str(), dest.as_os_str()]);
-    assert_same_tree(
-        &expected,
-        &walk(&dest),
-        Fields {
-            exec: true,
-            ..Fields::default()
-        },
-    );
-    let a = std::fs::metadata(dest.join("k1025")).unwrap();
-    let b = std::fs::metadata(dest.join("hardlink-to-k1025")).unwrap();
-    assert_eq!(a.ino(), b.ino(), "hard link extracted as a hard link");
+    extract(img, &dest);
+    assert_same_romfs_tree(&expected, &walk(&dest));
+    assert_hard_link_extracted(&dest);
     std::fs::remove_dir_all(&dest).unwrap();
 }
 

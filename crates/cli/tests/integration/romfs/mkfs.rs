@@ -5,25 +5,30 @@ use crate::common;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::util::{genromfs, library_walk, ls_r_paths, mkfs, without_ino, Edit};
-use common::{assert_same_tree, every_type_tree, walk, Fields};
+use super::util::{
+    assert_hard_link_extracted, assert_same_romfs_tree, extract, genromfs, library_walk,
+    ls_r_paths, mkfs, without_ino, Edit,
+};
+use common::{every_type_tree, walk};
 use foliofs_block::OpenOptions;
 use foliofs_romfs::{EntryType, RomFs};
 
-fn extract(img: &Path, dest: &Path) {
-    common::foliofs_ok([OsStr::new("extract"), img.as_os_str(), dest.as_os_str()]);
+/// `every_type_tree` at DIR/src and its `foliofs mkfs romfs` image at DIR/img.
+fn every_type_image(dir: &Path) -> (PathBuf, PathBuf) {
+    let src = dir.join("src");
+    every_type_tree(&src);
+    let img = dir.join("img");
+    mkfs(&src, &img, &[]);
+    (src, img)
 }
 
 #[test]
 fn mkfs_round_trip_gives_back_the_source_tree() {
     require!("root");
     let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("src");
-    every_type_tree(&src);
-    let img = t.path().join("img");
-    mkfs(&src, &img, &[]);
+    let (src, img) = every_type_image(t.path());
     assert_eq!(
         std::fs::metadata(&img).unwrap().len() % 1024,
         0,
@@ -39,17 +44,8 @@ fn mkfs_round_trip_gives_back_the_source_tree() {
     assert_eq!(listed, want);
     let dest = t.path().join("out");
     extract(&img, &dest);
-    assert_same_tree(
-        &expected,
-        &walk(&dest),
-        Fields {
-            exec: true,
-            ..Fields::default()
-        },
-    );
-    let a = std::fs::metadata(dest.join("k1025")).unwrap();
-    let b = std::fs::metadata(dest.join("hardlink-to-k1025")).unwrap();
-    assert_eq!(a.ino(), b.ino());
+    assert_same_romfs_tree(&expected, &walk(&dest));
+    assert_hard_link_extracted(&dest);
     let fsck = common::foliofs([OsStr::new("fsck"), img.as_os_str()]);
     assert!(
         fsck.status.success(),
@@ -163,14 +159,7 @@ fn mkfs_aligns_file_data_but_not_hard_links() {
     let dest = t.path().join("out");
     extract(&img, &dest);
     std::fs::remove_dir_all(src.join("deep")).unwrap();
-    assert_same_tree(
-        &walk(&src),
-        &walk(&dest),
-        Fields {
-            exec: true,
-            ..Fields::default()
-        },
-    );
+    assert_same_romfs_tree(&walk(&src), &walk(&dest));
     for bad in ["3", "8", "4M", "x"] {
         let out = common::foliofs([
             OsStr::new("mkfs"),
@@ -298,10 +287,7 @@ fn mkfs_shows_progress_on_a_terminal() {
 fn extract_a_subtree_or_one_file_and_cat_at_any_block_size() {
     require!("root");
     let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("src");
-    every_type_tree(&src);
-    let img = t.path().join("img");
-    mkfs(&src, &img, &[]);
+    let (src, img) = every_type_image(t.path());
     let dest = t.path().join("sub");
     common::foliofs_ok([
         OsStr::new("extract"),
@@ -309,14 +295,7 @@ fn extract_a_subtree_or_one_file_and_cat_at_any_block_size() {
         dest.as_os_str(),
         OsStr::new("deep/level0"),
     ]);
-    assert_same_tree(
-        &walk(&src.join("deep/level0")),
-        &walk(&dest),
-        Fields {
-            exec: true,
-            ..Fields::default()
-        },
-    );
+    assert_same_romfs_tree(&walk(&src.join("deep/level0")), &walk(&dest));
     let one = t.path().join("one");
     common::foliofs_ok([
         OsStr::new("extract"),

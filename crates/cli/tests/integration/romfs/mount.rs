@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use super::util::assert_same_romfs_tree;
 use common::{Fields, Mount};
 
 /// A source tree and the genromfs image of it.
@@ -109,14 +110,7 @@ fn check_every_block_size(img: &Path, src: &Path) {
         let m = Mount::new(img, None, opts).unwrap_or_else(|e| panic!("mount -o {opts:?}: {e}"));
         let actual = common::walk(m.path());
         assert_eq!(actual.len(), expected.len(), "-o {opts:?}");
-        common::assert_same_tree(
-            &expected,
-            &actual,
-            Fields {
-                exec: true,
-                ..Fields::default()
-            },
-        );
+        assert_same_romfs_tree(&expected, &actual);
         let bs = expected_block_size(opts, size);
         let (bsize, frsize, blocks, namemax) = stat_f(m.path());
         assert_eq!((bsize, frsize), (bs, bs), "-o {opts:?}: stat -f block size");

@@ -3,9 +3,10 @@
 //! oracle's line format, and an editor for crafting damaged images.
 #![allow(dead_code)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use crate::common;
 use crate::common::oracle::walk;
+use crate::common::{Entry, Fields};
 
 /// Runs genromfs with a fixed volume name.
 pub fn genromfs(src: &Path, img: &Path, extra: &[&str]) {
@@ -43,6 +45,35 @@ pub fn mkfs(src: &Path, img: &Path, extra: &[&str]) {
     args.push(src.as_os_str());
     args.push(img.as_os_str());
     common::foliofs_ok(args);
+}
+
+/// Runs `foliofs extract IMG DEST`.
+pub fn extract(img: &Path, dest: &Path) {
+    common::foliofs_ok([OsStr::new("extract"), img.as_os_str(), dest.as_os_str()]);
+}
+
+/// Asserts two walks hold the same tree as far as romfs keeps it: of a
+/// mode, only the owner-exec bit.
+pub fn assert_same_romfs_tree(
+    expected: &BTreeMap<PathBuf, Entry>,
+    actual: &BTreeMap<PathBuf, Entry>,
+) {
+    common::assert_same_tree(
+        expected,
+        actual,
+        Fields {
+            exec: true,
+            ..Fields::default()
+        },
+    );
+}
+
+/// Asserts that [`common::every_type_tree`]'s hard link, extracted to
+/// `dest`, is one file with its target again.
+pub fn assert_hard_link_extracted(dest: &Path) {
+    let a = std::fs::metadata(dest.join("k1025")).unwrap();
+    let b = std::fs::metadata(dest.join("hardlink-to-k1025")).unwrap();
+    assert_eq!(a.ino(), b.ino(), "hard link extracted as a hard link");
 }
 
 /// The walk of `img` as the library sees it, in the oracle's line format
