@@ -462,13 +462,14 @@ fn foreground_server_serves_until_interrupted() {
     drop(reap);
 }
 
-/// Removes a temporary helper symlink and any mount left, even on failure.
-struct HelperGuard<'a> {
+/// Unmounts whatever is left at `mnt`, and removes a temporary helper
+/// symlink, even on failure.
+struct Cleanup<'a> {
     mnt: &'a Path,
     link: Option<PathBuf>,
 }
 
-impl Drop for HelperGuard<'_> {
+impl Drop for Cleanup<'_> {
     fn drop(&mut self) {
         common::force_unmount(self.mnt);
         if let Some(l) = self.link.take() {
@@ -520,7 +521,7 @@ fn mount_fuse3_helper_and_plain_umount() {
     require!("fuse", "genromfs", "mount.fuse3", "fusermount3");
     let fx = genromfs_fixture();
     let mnt = tempfile::tempdir().unwrap();
-    let mut guard = HelperGuard {
+    let mut guard = Cleanup {
         mnt: mnt.path(),
         link: None,
     };
@@ -568,13 +569,10 @@ fn debug_option_logs_requests() {
             .arg(mnt.path()),
         Duration::from_secs(60),
     );
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            common::force_unmount(self.0);
-        }
-    }
-    let _guard = Unmount(mnt.path());
+    let _guard = Cleanup {
+        mnt: mnt.path(),
+        link: None,
+    };
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
     let log = stderr
