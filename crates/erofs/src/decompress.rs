@@ -102,5 +102,6 @@ pub fn decompress_into(
             }
             Err(bad(Decode::Lz4NoEnd))
         }
+        ZFormat::Fragment => Err(bad(Decode::NotInCluster)),
     }
 }

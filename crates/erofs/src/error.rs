@@ -45,6 +45,28 @@ pub enum Corrupt {
     /// The long prefix table runs past the end of the packed inode.
     #[error("long xattr prefix lies beyond the packed inode")]
     XattrPrefixOutOfPacked,
+
+    // ---- the packed inode and its fragments
+    /// A file keeps data in a fragment but the superblock names no packed
+    /// inode.
+    #[error("inode {nid}: data kept in a fragment but the image has no packed inode")]
+    NoPackedInode { nid: u64 },
+    /// The packed inode is not a regular file.
+    #[error("packed inode {nid} is not a regular file")]
+    PackedNotRegular { nid: u64 },
+    /// The packed inode keeps its own data in fragments, i.e. in itself.
+    #[error("packed inode {nid} keeps its own data in a fragment")]
+    PackedInodeFragment { nid: u64 },
+    /// A fragment that runs past the end of the packed inode.
+    #[error(
+        "inode {nid}: {len}-byte fragment at {offset} runs past the {packed_size}-byte packed inode"
+    )]
+    FragmentOutOfPacked {
+        nid: u64,
+        offset: u64,
+        len: u64,
+        packed_size: u64,
+    },
     /// The root is not a directory.
     #[error("root nid {nid} is not a directory")]
     RootNotDirectory { nid: u64 },
@@ -255,6 +277,10 @@ pub enum Decode {
     /// No end of the (left-aligned) LZ4 stream decodes to the extent.
     #[error("LZ4 data does not decode to the extent length")]
     Lz4NoEnd,
+    /// The extent is kept in a fragment of the packed inode, not in a
+    /// physical cluster.
+    #[error("extent is kept in a fragment, not in a cluster")]
+    NotInCluster,
 }
 
 /// What an EROFS image uses that this reader does not implement, or extra
@@ -283,13 +309,6 @@ pub enum Incompatible {
     /// Chunk format bits this reader does not know.
     #[error("inode {nid}: chunk format {format:#x}")]
     ChunkFormat { nid: u64, format: u16 },
-    /// Data (or, with `tail_only`, its last cluster) kept in the packed
-    /// inode's fragments.
-    #[error(
-        "inode {nid}: {} kept in a fragment (fragments feature)",
-        if *tail_only { "tail" } else { "data" }
-    )]
-    Fragment { nid: u64, tail_only: bool },
     /// 2-byte compact indexes with logical clusters above 4 KiB.
     #[error("inode {nid}: 2-byte compact indexes with 2^{lclusterbits} logical clusters")]
     CompactIndexes2B { nid: u64, lclusterbits: u32 },

@@ -7,6 +7,7 @@ use foliofs_vfs::Result;
 use crate::chunk::ChunkFormat;
 use crate::data::Phys;
 use crate::inode::{Inode, Layout};
+use crate::zmap::ZFormat;
 use crate::Erofs;
 
 /// One extent of a file.
@@ -17,7 +18,7 @@ pub struct Extent {
     /// Length in the file.
     pub length: u64,
     /// Device (0 = the image, n = extra device n) and byte position; `None`
-    /// for a hole.
+    /// for a hole or a fragment.
     pub physical: Option<(usize, u64)>,
     /// Bytes stored on disk for this extent.
     pub physical_len: u64,
@@ -25,6 +26,8 @@ pub struct Extent {
     pub compressed: bool,
     /// Stored inline in the metadata, after the inode.
     pub inline: bool,
+    /// Kept in the packed inode, from this byte offset of its data on.
+    pub fragment: Option<u64>,
 }
 
 impl Erofs {
@@ -36,13 +39,15 @@ impl Erofs {
             let z = self.zinfo(inode)?;
             while pos < inode.size {
                 let e = self.zmap(inode, &z, pos)?;
+                let fragment = (e.format == ZFormat::Fragment).then_some(e.pa);
                 out.push(Extent {
                     logical: e.la,
                     length: e.llen,
-                    physical: Some((0, e.pa)),
-                    physical_len: e.plen,
-                    compressed: e.format == crate::zmap::ZFormat::Lz4,
+                    physical: fragment.is_none().then_some((0, e.pa)),
+                    physical_len: if fragment.is_some() { 0 } else { e.plen },
+                    compressed: e.format == ZFormat::Lz4,
                     inline: e.inline,
+                    fragment,
                 });
                 pos = e.la + e.llen;
             }
@@ -62,6 +67,7 @@ impl Erofs {
                 compressed: false,
                 inline: inode.layout == Layout::FlatInline
                     && physical == Some((0, inode.trailer_pos())),
+                fragment: None,
             });
             pos = r.la + r.len;
         }
@@ -79,6 +85,9 @@ impl Erofs {
             }
             Layout::CompressedFull | Layout::CompressedCompact => {
                 let z = self.zinfo(inode)?;
+                if z.fragment.is_some_and(|f| f.header_only) {
+                    return Ok(Some((z.header_pos, 8)));
+                }
                 let lclusters = inode.size.div_ceil(1u64 << z.lclusterbits);
                 let len = if inode.layout == Layout::CompressedFull {
                     16 + 8 * lclusters

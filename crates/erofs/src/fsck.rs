@@ -7,6 +7,7 @@ use foliofs_vfs::{CheckReport, Defect, Error, FileType, Scratch};
 
 use crate::data::Phys;
 use crate::inode::Inode;
+use crate::zdata::Piece;
 use crate::{Corrupt, Erofs};
 
 /// What a check found.
@@ -73,7 +74,15 @@ impl Erofs {
         if inode.layout.is_compressed() {
             let z = self.zinfo(inode)?;
             while pos < inode.size {
-                let (ext, _) = self.extent_data(inode, &z, pos)?;
+                let ext = match self.extent_data(inode, &z, pos)? {
+                    Piece::Decoded(ext, _) => ext,
+                    // The packed inode's bytes are checked once, on their
+                    // own; here only that the fragment lies inside them.
+                    Piece::Fragment(ext) => {
+                        self.fragment_source(inode, &ext)?;
+                        ext
+                    }
+                };
                 pos = ext.la + ext.llen;
             }
             return Ok(inode.size);
@@ -271,6 +280,18 @@ impl Erofs {
                     }
                 }
                 _ => r.specials += 1,
+            }
+        }
+        // No directory names the packed inode; its data (every fragment)
+        // is read here.
+        if self.sb.packed_nid != 0 {
+            let path = "<packed inode>";
+            match self.inode(self.sb.packed_nid) {
+                Ok(packed) => match self.check_data(&packed, &mut scratch) {
+                    Ok(n) => r.data_bytes += n,
+                    Err(e) => note(&mut r, path, e),
+                },
+                Err(e) => note(&mut r, path, e),
             }
         }
         for (nid, (count, nlink, path)) in links {

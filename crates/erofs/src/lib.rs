@@ -29,6 +29,7 @@ mod dir;
 pub mod dirent;
 mod error;
 pub mod extent;
+mod fragment;
 mod fs;
 pub mod fsck;
 pub mod inode;

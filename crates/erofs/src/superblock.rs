@@ -44,6 +44,7 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_LZ4_0PADDING
     | INCOMPAT_CHUNKED_FILE
     | INCOMPAT_DEVICE_TABLE
     | INCOMPAT_ZTAILPACKING
+    | INCOMPAT_FRAGMENTS
     | INCOMPAT_XATTR_PREFIXES;
 
 /// Compression algorithm numbers (bit positions in the algorithm bitmap).
@@ -305,14 +306,14 @@ mod tests {
     fn parses_minimal_and_refuses_unknown_features() {
         let raw = minimal();
         assert_eq!(Superblock::parse(&raw).unwrap().block_size(), 4096);
-        let mut fragments = raw.clone();
-        fragments[0x50..0x54]
-            .copy_from_slice(&(INCOMPAT_FRAGMENTS | INCOMPAT_LZ4_0PADDING).to_le_bytes());
-        let e = Superblock::parse(&fragments).unwrap_err();
+        let mut metabox = raw.clone();
+        metabox[0x50..0x54]
+            .copy_from_slice(&(INCOMPAT_METABOX | INCOMPAT_LZ4_0PADDING).to_le_bytes());
+        let e = Superblock::parse(&metabox).unwrap_err();
         assert_eq!(
             e.incompatibility::<Incompatible>(),
             Some(&Incompatible::Features {
-                bits: INCOMPAT_FRAGMENTS
+                bits: INCOMPAT_METABOX
             })
         );
         let mut future = raw.clone();

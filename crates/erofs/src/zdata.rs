@@ -18,6 +18,14 @@ const ZCACHE_ENTRIES: usize = 32;
 /// A decompressed extent: owning nid, logical start, bytes.
 pub(crate) type CachedExtent = (u64, u64, Arc<Vec<u8>>);
 
+/// The extent holding an offset, with its bytes unless they are a fragment
+/// (read from the packed inode where they are needed, never copied whole:
+/// a whole-file fragment is as long as the file).
+pub(crate) enum Piece {
+    Fragment(ZExtent),
+    Decoded(ZExtent, Arc<Vec<u8>>),
+}
+
 impl Erofs {
     /// Reads `offset..end` of compressed `inode` (`end` within its size and
     /// past `offset`), for [`Erofs::read_inode`].
@@ -30,7 +38,11 @@ impl Erofs {
     ) -> Result<&'a [u8]> {
         let total = (end - offset) as usize;
         let z = self.zinfo(inode)?;
-        let (ext, data) = self.extent_data(inode, &z, offset)?;
+        let (ext, data) = match self.extent_data(inode, &z, offset)? {
+            // A fragment runs to the end of the file.
+            Piece::Fragment(ext) => return self.read_fragment(inode, &ext, offset, total, scratch),
+            Piece::Decoded(ext, data) => (ext, data),
+        };
         if ext.la + ext.llen >= end {
             let within = (offset - ext.la) as usize;
             return Ok(&scratch.hold(data)[within..within + total]);
@@ -49,7 +61,10 @@ impl Erofs {
             // next request.
             while pos < end && self.cached_extent(inode.nid, pos).is_none() {
                 let next = self.map_extent(inode, &z, pos)?;
-                if next.la != pos || next.la + next.llen > end {
+                if next.la != pos
+                    || next.la + next.llen > end
+                    || next.format == zmap::ZFormat::Fragment
+                {
                     break;
                 }
                 let at = (pos - offset) as usize;
@@ -64,7 +79,23 @@ impl Erofs {
             if pos >= end {
                 break;
             }
-            (ext, data) = self.extent_data(inode, &z, pos)?;
+            (ext, data) = match self.extent_data(inode, &z, pos)? {
+                Piece::Decoded(ext, data) => (ext, data),
+                Piece::Fragment(ext) => {
+                    if ext.la > pos {
+                        return Err(Error::corrupt(
+                            inode.pos,
+                            Corrupt::NoExtent {
+                                nid: inode.nid,
+                                offset: pos,
+                            },
+                        ));
+                    }
+                    let at = (pos - offset) as usize;
+                    self.fragment_into(inode, &ext, pos, &mut out[at..])?;
+                    break;
+                }
+            };
             if ext.la > pos || ext.la + ext.llen <= pos {
                 return Err(Error::corrupt(
                     inode.pos,
@@ -78,17 +109,16 @@ impl Erofs {
         Ok(out)
     }
 
-    /// The decompressed extent holding `ofs`, from the cache or decoded now.
-    pub(crate) fn extent_data(
-        &self,
-        inode: &Inode,
-        z: &ZInfo,
-        ofs: u64,
-    ) -> Result<(ZExtent, Arc<Vec<u8>>)> {
-        if let Some(hit) = self.cached_extent(inode.nid, ofs) {
-            return Ok(hit);
+    /// The extent holding `ofs`: decompressed (from the cache or decoded
+    /// now), or a fragment.
+    pub(crate) fn extent_data(&self, inode: &Inode, z: &ZInfo, ofs: u64) -> Result<Piece> {
+        if let Some((ext, data)) = self.cached_extent(inode.nid, ofs) {
+            return Ok(Piece::Decoded(ext, data));
         }
         let ext = self.map_extent(inode, z, ofs)?;
+        if ext.format == zmap::ZFormat::Fragment {
+            return Ok(Piece::Fragment(ext));
+        }
         let mut data = vec![0u8; ext.llen as usize + (1usize << z.lclusterbits)];
         self.decode_extent(inode, &ext, &mut data)?;
         data.truncate(ext.llen as usize);
@@ -98,7 +128,7 @@ impl Erofs {
             cache.remove(0);
         }
         cache.push((inode.nid, ext.la, data.clone()));
-        Ok((ext, data))
+        Ok(Piece::Decoded(ext, data))
     }
 
     /// The cached decompressed extent of `nid` holding `ofs`, if any.

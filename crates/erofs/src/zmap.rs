@@ -23,6 +23,8 @@ pub const TYPE_HEAD2: u8 = 3;
 
 /// `Z_EROFS_LI_D0_CBLKCNT`: delta[0] holds a compressed block count.
 const D0_CBLKCNT: u32 = 1 << 11;
+/// Map header bit 63: the whole file is one fragment of the packed inode.
+const FRAGMENT_INODE: u64 = 1 << 63;
 
 /// Map header advice: 2-byte compact indexes are used.
 pub const ADVISE_COMPACTED_2B: u16 = 0x1;
@@ -60,6 +62,20 @@ pub struct ZInfo {
     /// For ztailpacking: the head logical cluster of the last extent and
     /// where its inline data sits.
     tail: Option<(u64, u64)>,
+    /// The file's data from some extent on lives in the packed inode.
+    pub fragment: Option<Fragment>,
+}
+
+/// Where a file's tail (or whole data) lies in the packed inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fragment {
+    /// Head logical cluster of the extent kept in the fragment; 0 means
+    /// the whole file.
+    pub head_lcn: u64,
+    /// Byte offset in the packed inode of the extent's first byte.
+    pub offset: u64,
+    /// Set by the map header alone, which then has no indexes after it.
+    pub header_only: bool,
 }
 
 /// One decoded logical-cluster index.
@@ -87,6 +103,9 @@ pub enum ZFormat {
     Interlaced,
     /// LZ4-compressed.
     Lz4,
+    /// Kept in the packed inode: `pa` is the byte offset there of the
+    /// extent's first byte.
+    Fragment,
 }
 
 /// A decompressed extent and where its source lies.
@@ -114,18 +133,33 @@ impl Erofs {
         self.meta(header_pos, &mut h)?;
         let nid = inode.nid;
         let bad = |kind: Corrupt| Error::corrupt(header_pos, kind);
-        if h[7] & 0x80 != 0 {
-            return Err(Error::incompatible(Incompatible::Fragment {
-                nid,
-                tail_only: false,
-            }));
-        }
+        let word = u64::from_le_bytes(h);
         let advise = u16::from_le_bytes([h[4], h[5]]);
-        if advise & ADVISE_FRAGMENT_PCLUSTER != 0 {
-            return Err(Error::incompatible(Incompatible::Fragment {
-                nid,
-                tail_only: true,
-            }));
+        let whole_fragment = word & FRAGMENT_INODE != 0;
+        let uses_fragment = whole_fragment || advise & ADVISE_FRAGMENT_PCLUSTER != 0;
+        // Fragments live in the packed inode: one of its own would make
+        // reading it read itself.
+        if uses_fragment && self.sb.packed_nid == nid {
+            return Err(bad(Corrupt::PackedInodeFragment { nid }));
+        }
+        if whole_fragment {
+            // Nothing else in the header means anything, and no indexes
+            // follow.
+            return Ok(ZInfo {
+                advise: 0,
+                algorithms: [0; 2],
+                lclusterbits: u32::from(self.sb.blkszbits),
+                idata_size: 0,
+                header_pos,
+                compact: false,
+                total: 0,
+                tail: None,
+                fragment: Some(Fragment {
+                    head_lcn: 0,
+                    offset: word & !FRAGMENT_INODE,
+                    header_only: true,
+                }),
+            });
         }
         let algorithms = [h[6] & 15, h[6] >> 4];
         let lclusterbits = u32::from(self.sb.blkszbits) + u32::from(h[7] & 15);
@@ -146,7 +180,9 @@ impl Erofs {
         if compact && lclusterbits > 14 {
             return Err(bad(Corrupt::CompactLclusterTooLarge { nid, lclusterbits }));
         }
-        let idata_size = if advise & ADVISE_INLINE_PCLUSTER != 0 {
+        // The first word holds the fragment offset when there is a
+        // fragment, so a fragment rules out an inline tail.
+        let idata_size = if advise & ADVISE_INLINE_PCLUSTER != 0 && !uses_fragment {
             u16::from_le_bytes([h[2], h[3]])
         } else {
             0
@@ -174,7 +210,25 @@ impl Erofs {
             compact,
             total,
             tail: None,
+            fragment: None,
         };
+        if uses_fragment && inode.size > 0 {
+            // The extent holding the last byte is the fragment; full
+            // indexes keep the offset's high word in that head's block
+            // address.
+            let last = (inode.size - 1) >> lclusterbits;
+            let m = self.load_lcluster(inode, &z, last, false)?;
+            let head = self.lookback_from(inode, &z, m, inode.size - 1)?;
+            let mut offset = u64::from(u32::from_le_bytes(h[..4].try_into().expect("4 bytes")));
+            if !compact {
+                offset |= head.pblk << 32;
+            }
+            z.fragment = Some(Fragment {
+                head_lcn: head.lcn,
+                offset,
+                header_only: false,
+            });
+        }
         if idata_size != 0 && inode.size > 0 {
             // The inline tail sits right after the index pack holding the
             // last logical cluster.
@@ -448,10 +502,30 @@ impl Erofs {
 
     /// Maps byte `ofs` (< size) of compressed `inode` to its whole extent.
     pub(crate) fn zmap(&self, inode: &Inode, z: &ZInfo, ofs: u64) -> Result<ZExtent> {
+        let fragment = |la: u64, offset: u64| ZExtent {
+            la,
+            llen: inode.size - la,
+            pa: offset,
+            plen: inode.size - la,
+            inline: false,
+            format: ZFormat::Fragment,
+        };
+        if let Some(f) = z.fragment.filter(|f| f.head_lcn == 0) {
+            return Ok(fragment(0, f.offset));
+        }
         let bits = z.lclusterbits;
         let first = self.load_lcluster(inode, z, ofs >> bits, false)?;
         let head = self.lookback_from(inode, z, first, ofs)?;
         let la = (head.lcn << bits) | u64::from(head.clusterofs);
+        if let Some(f) = z.fragment.filter(|f| f.head_lcn == head.lcn) {
+            if la >= inode.size {
+                return Err(Error::corrupt(
+                    head.pos,
+                    Corrupt::EmptyExtent { nid: inode.nid, la },
+                ));
+            }
+            return Ok(fragment(la, f.offset));
+        }
         let tail_inline = matches!(z.tail, Some((lcn, _)) if lcn == head.lcn);
         let (pa, plen, inline) = if tail_inline {
             let pos = z.tail.map(|t| t.1).unwrap_or(0);
