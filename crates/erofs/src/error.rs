@@ -303,7 +303,8 @@ pub enum Incompatible {
     /// A data layout number EROFS does not define yet.
     #[error("inode {nid}: data layout {layout}")]
     DataLayout { nid: u64, layout: u16 },
-    /// A compressed inode that is not a regular file.
+    /// A compressed inode that is neither a regular file, a directory nor a
+    /// symlink.
     #[error("inode {nid}: compressed {}", kind.short_name())]
     CompressedNonRegular { nid: u64, kind: FileType },
     /// Chunk format bits this reader does not know.
