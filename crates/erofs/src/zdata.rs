@@ -63,6 +63,7 @@ impl Erofs {
                 let next = self.map_extent(inode, &z, pos)?;
                 if next.la != pos
                     || next.la + next.llen > end
+                    || next.partial
                     || next.format == zmap::ZFormat::Fragment
                 {
                     break;
@@ -119,9 +120,22 @@ impl Erofs {
         if ext.format == zmap::ZFormat::Fragment {
             return Ok(Piece::Fragment(ext));
         }
-        let mut data = vec![0u8; ext.llen as usize + (1usize << z.lclusterbits)];
+        // A stream may run past its extent: by up to a logical cluster in
+        // legacy images, and for a partial reference (dedupe) by whatever
+        // the rest of the cluster decodes to, bounded only by the most one
+        // cluster can expand to. The zeroed buffer is not touched past
+        // what the stream writes.
+        let room = if ext.partial {
+            (ext.plen * 255 + 64).clamp(ext.llen, zmap::MAX_EXTENT) as usize
+        } else {
+            ext.llen as usize + (1usize << z.lclusterbits)
+        };
+        let mut data = vec![0u8; room];
         self.decode_extent(inode, &ext, &mut data)?;
         data.truncate(ext.llen as usize);
+        if ext.partial {
+            data.shrink_to_fit();
+        }
         let data = Arc::new(data);
         let mut cache = self.zcache.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= ZCACHE_ENTRIES {
@@ -146,6 +160,7 @@ impl Erofs {
                     plen: 0,
                     inline: false,
                     format: zmap::ZFormat::Shifted,
+                    partial: false,
                 };
                 (ext, data.clone())
             })

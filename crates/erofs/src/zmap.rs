@@ -23,6 +23,9 @@ pub const TYPE_HEAD2: u8 = 3;
 
 /// `Z_EROFS_LI_D0_CBLKCNT`: delta[0] holds a compressed block count.
 const D0_CBLKCNT: u32 = 1 << 11;
+/// `Z_EROFS_LI_PARTIAL_REF` (full indexes, head types): the extent is a
+/// prefix of its physical cluster's output (dedupe).
+const LI_PARTIAL_REF: u16 = 1 << 15;
 /// Map header bit 63: the whole file is one fragment of the packed inode.
 const FRAGMENT_INODE: u64 = 1 << 63;
 
@@ -92,6 +95,8 @@ struct Lcluster {
     nextpackoff: u64,
     /// Image position of the index, for error messages.
     pos: u64,
+    /// A head whose extent is a prefix of its cluster's output.
+    partial: bool,
 }
 
 /// How an extent's bytes are stored.
@@ -123,6 +128,9 @@ pub struct ZExtent {
     pub inline: bool,
     /// How the cluster stores the extent.
     pub format: ZFormat,
+    /// The extent is a prefix of what the cluster decodes to (dedupe): the
+    /// stream goes on past `llen` and is cut there.
+    pub partial: bool,
 }
 
 impl Erofs {
@@ -277,6 +285,7 @@ impl Erofs {
             kind: (advise & 3) as u8,
             nextpackoff: pos + 8,
             pos,
+            partial: advise & LI_PARTIAL_REF != 0,
             ..Default::default()
         };
         if m.kind == TYPE_NONHEAD {
@@ -509,6 +518,7 @@ impl Erofs {
             plen: inode.size - la,
             inline: false,
             format: ZFormat::Fragment,
+            partial: false,
         };
         if let Some(f) = z.fragment.filter(|f| f.head_lcn == 0) {
             return Ok(fragment(0, f.offset));
@@ -607,6 +617,7 @@ impl Erofs {
             plen,
             inline,
             format,
+            partial: head.partial,
         })
     }
 
