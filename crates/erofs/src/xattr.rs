@@ -10,6 +10,9 @@ use crate::{Corrupt, Erofs};
 const IBODY_HEADER: u64 = 12;
 /// Bit of `e_name_index` selecting a long prefix.
 pub const LONG_PREFIX: u8 = 0x80;
+/// Compat bit: the long prefix table is in the image itself even when the
+/// image has a packed inode.
+const COMPAT_PLAIN_XATTR_PFX: u32 = 0x10;
 
 /// The name prefix of a built-in index, as the kernel lists it. Index 5
 /// (Lustre) has no handler in Linux and is neither listed nor found.
@@ -45,14 +48,16 @@ pub struct XattrEntry {
 }
 
 impl Erofs {
-    /// Loads the long-prefix table named by the superblock.
+    /// Loads the long-prefix table where the superblock says: in the image
+    /// when it is marked plain or there is no packed inode, else in the
+    /// packed inode's data.
     pub(crate) fn load_prefixes(&self) -> Result<Vec<LongPrefix>> {
         let count = self.sb.xattr_prefix_count;
         let mut out = Vec::with_capacity(usize::from(count));
         if count == 0 {
             return Ok(out);
         }
-        let packed = if self.sb.packed_nid != 0 {
+        let packed = if self.sb.packed_nid != 0 && !self.sb.has_compat(COMPAT_PLAIN_XATTR_PFX) {
             Some(self.inode(self.sb.packed_nid)?)
         } else {
             None
