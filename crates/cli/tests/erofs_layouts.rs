@@ -23,7 +23,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use foliofs_block::OpenOptions;
-use foliofs_erofs::{Erofs, Layout};
+use foliofs_erofs::superblock::{COMPAT_SB_CHKSUM, SUPER_OFFSET};
+use foliofs_erofs::{Corrupt, Erofs, Layout};
 use foliofs_vfs::{FileSystem, FileType, Scratch};
 use sha2::{Digest, Sha256};
 
@@ -676,4 +677,116 @@ fn long_prefixes_plain_with_fragments() {
         return;
     };
     assert_ne!(features(&img).0 & 0x10, 0, "prefixes not stored plain");
+}
+
+/// A small all-fragments image of `f` (whole-file fragment) and `g`,
+/// with its bytes (superblock checksum dropped, so the damage made is the
+/// only one), `f`'s nid and the packed inode.
+fn fragment_image(test: &str) -> Option<(tempfile::TempDir, PathBuf, Vec<u8>, u64)> {
+    let Some(bin) = erofs_utils() else {
+        println!("skip: {test}: needs erofs-utils 1.9.3 (../shared/tools/erofs-utils.sh)");
+        return None;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), text(10_000, 1)).unwrap();
+    fs::write(src.join("g"), text(30_000, 2)).unwrap();
+    let img = t.path().join("img");
+    let out = Command::new(bin.join("mkfs.erofs"))
+        .args(["--quiet", "-zlz4", "-Eall-fragments"])
+        .arg(&img)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fs = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();
+    let nid = fs.lookup(fs.root(), OsStr::new("f")).unwrap().ino;
+    let mut bytes = fs::read(&img).unwrap();
+    bytes[SUPER_OFFSET as usize + 8] &= !(COMPAT_SB_CHKSUM as u8);
+    Some((t, img, bytes, nid))
+}
+
+/// Where the compression map header of an inode sits.
+fn map_header(fs: &Erofs, nid: u64) -> usize {
+    let inode = fs.inode(nid).unwrap();
+    assert!(inode.layout.is_compressed(), "nid {nid} is not compressed");
+    ((inode.pos + inode.inode_size() + inode.xattr_size()).div_ceil(8) * 8) as usize
+}
+
+#[test]
+fn a_fragment_past_the_packed_inode_is_corruption_of_its_file() {
+    let Some((_t, img, mut bytes, nid)) = fragment_image("fragment_past_packed") else {
+        return;
+    };
+    let (inode, packed_size, h) = {
+        let fs = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();
+        let packed = fs.inode(fs.superblock().packed_nid).unwrap();
+        (fs.inode(nid).unwrap(), packed.size, map_header(&fs, nid))
+    };
+    let word = u64::from_le_bytes(bytes[h..h + 8].try_into().unwrap());
+    assert_ne!(word >> 63, 0, "f is not a whole-file fragment");
+    let offset = packed_size - 100;
+    bytes[h..h + 8].copy_from_slice(&(offset | 1 << 63).to_le_bytes());
+    fs::write(&img, &bytes).unwrap();
+
+    let fs = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();
+    let e = fs.read(nid, 0, 4096, &mut Scratch::new()).unwrap_err();
+    assert_eq!(e.offset(), Some(inode.pos));
+    assert_eq!(
+        e.corruption::<Corrupt>(),
+        Some(&Corrupt::FragmentOutOfPacked {
+            nid,
+            offset,
+            len: inode.size,
+            packed_size,
+        })
+    );
+    let r = fs.fsck();
+    assert_eq!(r.errors.len(), 1, "{:#?}", r.errors);
+    assert_eq!(r.errors[0].path.as_deref(), Some("/f"));
+    assert!(matches!(
+        r.errors[0].error.corruption::<Corrupt>(),
+        Some(Corrupt::FragmentOutOfPacked { .. })
+    ));
+}
+
+#[test]
+fn a_packed_inode_with_fragments_of_its_own_is_corrupt() {
+    let Some((_t, img, mut bytes, nid)) = fragment_image("packed_inode_fragment") else {
+        return;
+    };
+    let (packed_nid, h) = {
+        let fs = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();
+        let packed_nid = fs.superblock().packed_nid;
+        (packed_nid, map_header(&fs, packed_nid))
+    };
+    bytes[h + 7] |= 0x80;
+    fs::write(&img, &bytes).unwrap();
+
+    let fs = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();
+    let e = fs.read(nid, 0, 4096, &mut Scratch::new()).unwrap_err();
+    assert_eq!(e.offset(), Some(h as u64));
+    assert_eq!(
+        e.corruption::<Corrupt>(),
+        Some(&Corrupt::PackedInodeFragment { nid: packed_nid })
+    );
+    let r = fs.fsck();
+    assert!(!r.errors.is_empty());
+    assert!(
+        r.errors.iter().all(|d| matches!(
+            d.error.corruption::<Corrupt>(),
+            Some(Corrupt::PackedInodeFragment { .. })
+        )),
+        "{:#?}",
+        r.errors
+    );
+    assert!(r
+        .errors
+        .iter()
+        .any(|d| d.path.as_deref() == Some("<packed inode>")));
 }
