@@ -1,7 +1,8 @@
 //! Read EROFS images: the superblock, compact and extended inodes, flat,
-//! inline, chunk-based and LZ4-compressed data, directories, symlinks,
-//! device nodes and extended attributes, served through
-//! [`foliofs_vfs::FileSystem`].
+//! inline, chunk-based and LZ4-compressed data (dedupe's partial references
+//! and fragments in the packed inode included), directories (compressed
+//! ones too), symlinks, device nodes and extended attributes, served
+//! through [`foliofs_vfs::FileSystem`].
 //!
 //! Inode numbers are EROFS nids, as the kernel reports them in `st_ino`.
 //! Every structure is bounds-checked where it is read: a damaged image gives
@@ -19,8 +20,9 @@
 // The on-disk structures have a public module each. Reading an image is
 // split by job, much as Linux splits its driver: opening the image and its
 // devices (`mount`), mapping and reading plain data (`data`), decoding
-// compressed extents (`zdata`), directories (`dir`), name lookup (`namei`),
-// and the `FileSystem` trait on top of them (`fs`).
+// compressed extents (`zdata`), fragments in the packed inode (`fragment`),
+// directories (`dir`), name lookup (`namei`), and the `FileSystem` trait
+// on top of them (`fs`).
 
 pub mod chunk;
 mod data;
