@@ -9,14 +9,11 @@
 //! Without erofs-utils 1.9.3 (a clone with no `../shared`) each test says
 //! so on one line and passes.
 
-mod common;
+use crate::common;
 
-use std::collections::BTreeMap;
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::fs;
-use std::io::Read;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -26,89 +23,9 @@ use foliofs_block::OpenOptions;
 use foliofs_erofs::superblock::{COMPAT_SB_CHKSUM, SUPER_OFFSET};
 use foliofs_erofs::{Corrupt, Erofs, Layout};
 use foliofs_vfs::{FileSystem, FileType, Scratch};
-use sha2::{Digest, Sha256};
+use rand::Rng;
 
-/// Everything compared for one path.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Node {
-    /// `st_ino`: the EROFS nid, as the kernel reports it.
-    ino: u64,
-    kind: &'static str,
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    size: u64,
-    mtime: (i64, i64),
-    nlink: u64,
-    rdev: (u32, u32),
-    target: Option<Vec<u8>>,
-    xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
-    sha256: Option<String>,
-}
-
-type Tree = BTreeMap<PathBuf, Node>;
-
-fn cstr(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap()
-}
-
-fn set_xattr(path: &Path, name: &str, value: &[u8]) {
-    let n = CString::new(name).unwrap();
-    // SAFETY: valid NUL-terminated strings and a live buffer for the call.
-    let rc = unsafe {
-        libc::lsetxattr(
-            cstr(path).as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    assert_eq!(rc, 0, "setxattr {name} on {}", path.display());
-}
-
-fn set_mtime(path: &Path, sec: i64, nsec: i64) {
-    let ts = [
-        libc::timespec {
-            tv_sec: sec,
-            tv_nsec: nsec,
-        },
-        libc::timespec {
-            tv_sec: sec,
-            tv_nsec: nsec,
-        },
-    ];
-    // SAFETY: valid path and a two-element timespec array.
-    let rc = unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            cstr(path).as_ptr(),
-            ts.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    assert_eq!(rc, 0, "utimensat {}", path.display());
-}
-
-/// The bin directory of erofs-utils 1.9.3, built once by the shared script;
-/// `None` when it cannot be had.
-fn erofs_utils() -> Option<&'static Path> {
-    static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let script = common::shared_dir().join("tools/erofs-utils.sh");
-        if !script.exists() {
-            return None;
-        }
-        let out = common::run_timeout(Command::new("bash").arg(&script), Duration::from_secs(1800));
-        if !out.status.success() {
-            eprintln!("{}", String::from_utf8_lossy(&out.stderr).trim_end());
-            return None;
-        }
-        let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        bin.join("mkfs.erofs").exists().then_some(bin)
-    })
-    .as_deref()
-}
+use super::walk::{assert_same, set_mtime, set_xattr, walk_library, walk_mounted, KernelMount};
 
 /// Words for compressible text.
 const WORDS: &[&str] = &[
@@ -132,11 +49,15 @@ const WORDS: &[&str] = &[
 ];
 
 fn text(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = common::Rng::new(seed);
+    let mut rng = common::rng(seed);
     let mut v = Vec::with_capacity(len + 16);
     while v.len() < len {
-        v.extend_from_slice(WORDS[rng.below(WORDS.len() as u64) as usize].as_bytes());
-        v.push(if rng.below(12) == 0 { b'\n' } else { b' ' });
+        v.extend_from_slice(WORDS[rng.gen_range(0..WORDS.len())].as_bytes());
+        v.push(if rng.gen_range(0..12) == 0 {
+            b'\n'
+        } else {
+            b' '
+        });
     }
     v.truncate(len);
     v
@@ -149,7 +70,7 @@ fn source_tree() -> &'static Path {
     TREE.get_or_init(|| {
         let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
         let root = base.join("erofs-layouts-tree");
-        let done = base.join("erofs-layouts-tree.v1.done");
+        let done = base.join("erofs-layouts-tree.v2.done");
         if !done.exists() {
             let _ = fs::remove_dir_all(&root);
             build_tree(&root);
@@ -180,7 +101,7 @@ fn build_tree(root: &Path) {
         common::write_random_file(&root.join(format!("rand_{len}")), len, 100 + i as u64);
     }
     let mut mixed = text(200_000, 7);
-    mixed.extend(common::Rng::new(8).bytes(50_000));
+    mixed.extend(common::random_bytes(&mut common::rng(8), 50_000));
     mixed.extend(text(33_333, 9));
     fs::write(root.join("mixed"), &mixed).unwrap();
     // Dedupe: one long shared run, whole and cut short, behind different
@@ -238,242 +159,11 @@ fn build_tree(root: &Path) {
     set_mtime(&root.join("dup_c"), 1_700_000_000, 999_999_999);
 }
 
-fn host_xattrs(path: &Path) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let p = cstr(path);
-    let mut names = vec![0u8; 1 << 16];
-    // SAFETY: valid path and a buffer of the stated size.
-    let n = unsafe { libc::llistxattr(p.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-    assert!(
-        n >= 0,
-        "listxattr {}: {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    );
-    let mut out = BTreeMap::new();
-    for name in names[..n as usize]
-        .split(|&b| b == 0)
-        .filter(|s| !s.is_empty())
-    {
-        let cn = CString::new(name).unwrap();
-        let mut v = vec![0u8; 1 << 16];
-        // SAFETY: as above.
-        let m = unsafe { libc::lgetxattr(p.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
-        assert!(
-            m >= 0,
-            "getxattr {} {:?}: {}",
-            path.display(),
-            String::from_utf8_lossy(name),
-            std::io::Error::last_os_error()
-        );
-        v.truncate(m as usize);
-        out.insert(name.to_vec(), v);
-    }
-    out
-}
-
-/// Walks a mounted directory through the system calls a user would make.
-fn walk_mounted(root: &Path) -> Tree {
-    let mut out = Tree::new();
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let p = root.join(&rel);
-        let md = fs::symlink_metadata(&p).unwrap_or_else(|e| panic!("lstat {}: {e}", p.display()));
-        let ft = md.file_type();
-        let kind = foliofs_vfs::FileType::from_std(ft)
-            .map_or("unknown", foliofs_vfs::FileType::short_name);
-        let mut sha256 = None;
-        if ft.is_file() {
-            let mut h = Sha256::new();
-            let mut f = fs::File::open(&p).unwrap_or_else(|e| panic!("open {}: {e}", p.display()));
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = f
-                    .read(&mut buf)
-                    .unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
-                if n == 0 {
-                    break;
-                }
-                h.update(&buf[..n]);
-            }
-            sha256 = Some(format!("{:x}", h.finalize()));
-        }
-        let target = ft
-            .is_symlink()
-            .then(|| fs::read_link(&p).unwrap().as_os_str().as_bytes().to_vec());
-        out.insert(
-            rel.clone(),
-            Node {
-                ino: md.ino(),
-                kind,
-                mode: md.mode(),
-                uid: md.uid(),
-                gid: md.gid(),
-                size: md.size(),
-                mtime: (md.mtime(), md.mtime_nsec()),
-                nlink: md.nlink(),
-                rdev: (libc::major(md.rdev()), libc::minor(md.rdev())),
-                target,
-                xattrs: host_xattrs(&p),
-                sha256,
-            },
-        );
-        if ft.is_dir() {
-            for e in fs::read_dir(&p).unwrap() {
-                stack.push(rel.join(e.unwrap().file_name()));
-            }
-        }
-    }
-    out
-}
-
-/// Walks the library directly, through the `FileSystem` trait.
-fn walk_library(fs: &Erofs) -> Tree {
-    let mut out = Tree::new();
-    let mut stack = vec![(PathBuf::new(), fs.root())];
-    let mut scratch = Scratch::new();
-    while let Some((rel, ino)) = stack.pop() {
-        let a = fs
-            .getattr(ino)
-            .unwrap_or_else(|e| panic!("getattr {}: {e}", rel.display()));
-        let mut sha256 = None;
-        let mut target = None;
-        match a.kind {
-            FileType::RegularFile => {
-                let mut h = Sha256::new();
-                let mut off = 0u64;
-                loop {
-                    let got = fs
-                        .read(ino, off, 1 << 17, &mut scratch)
-                        .unwrap_or_else(|e| panic!("read {}: {e}", rel.display()));
-                    if got.is_empty() {
-                        break;
-                    }
-                    h.update(got);
-                    off += got.len() as u64;
-                }
-                assert_eq!(off, a.size, "{}: read length", rel.display());
-                sha256 = Some(format!("{:x}", h.finalize()));
-            }
-            FileType::Symlink => target = Some(fs.readlink(ino).unwrap()),
-            FileType::Directory => {
-                let mut children = Vec::new();
-                fs.readdir(ino, 0, &mut |e| {
-                    children.push((e.name.to_owned(), e.ino, e.kind));
-                    false
-                })
-                .unwrap();
-                for (name, child, kind) in children {
-                    let looked = fs.lookup(ino, &name).unwrap();
-                    assert_eq!((looked.ino, looked.kind), (child, kind), "lookup {name:?}");
-                    stack.push((rel.join(name), child));
-                }
-            }
-            _ => {}
-        }
-        let mut xattrs = BTreeMap::new();
-        for n in fs.listxattr(ino).unwrap() {
-            let v = fs.getxattr(ino, OsStr::from_bytes(&n)).unwrap();
-            xattrs.insert(n, v);
-        }
-        out.insert(
-            rel,
-            Node {
-                ino: a.ino,
-                kind: a.kind.short_name(),
-                mode: a.mode(),
-                uid: a.uid,
-                gid: a.gid,
-                size: a.size,
-                mtime: (a.mtime.sec, i64::from(a.mtime.nsec)),
-                nlink: u64::from(a.nlink),
-                rdev: (a.rdev.major, a.rdev.minor),
-                target,
-                xattrs,
-                sha256,
-            },
-        );
-    }
-    out
-}
-
-fn assert_same(what: &str, want: &Tree, got: &Tree) {
-    let mut diffs = Vec::new();
-    for (p, w) in want {
-        match got.get(p) {
-            None => diffs.push(format!("missing: {}", p.display())),
-            Some(g) if g != w => {
-                diffs.push(format!("{}:\n  kernel {w:?}\n  {what} {g:?}", p.display()))
-            }
-            _ => {}
-        }
-    }
-    for p in got.keys().filter(|p| !want.contains_key(*p)) {
-        diffs.push(format!("unexpected: {}", p.display()));
-    }
-    let n = diffs.len();
-    diffs.truncate(20);
-    assert!(
-        n == 0,
-        "{what} differs from the kernel in {n} place(s):\n{}",
-        diffs.join("\n")
-    );
-}
-
-/// A kernel EROFS mount of an image file (file-backed, no loop device),
-/// detached when dropped.
-struct KernelMount {
-    dir: tempfile::TempDir,
-}
-
-impl KernelMount {
-    fn new(image: &Path, data: &str) -> KernelMount {
-        let dir = tempfile::Builder::new()
-            .prefix("foliofs-kerofs.")
-            .tempdir()
-            .unwrap();
-        let data = CString::new(data).unwrap();
-        let fstype = CString::new("erofs").unwrap();
-        // SAFETY: every pointer is a valid NUL-terminated string for the call.
-        let rc = unsafe {
-            libc::mount(
-                cstr(image).as_ptr(),
-                cstr(dir.path()).as_ptr(),
-                fstype.as_ptr(),
-                libc::MS_RDONLY,
-                data.as_ptr().cast(),
-            )
-        };
-        assert_eq!(
-            rc,
-            0,
-            "kernel file-backed mount of {}: {}",
-            image.display(),
-            std::io::Error::last_os_error()
-        );
-        KernelMount { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for KernelMount {
-    fn drop(&mut self) {
-        // SAFETY: a valid NUL-terminated path.
-        unsafe { libc::umount2(cstr(self.dir.path()).as_ptr(), libc::MNT_DETACH) };
-    }
-}
-
-/// Builds the image with mkfs.erofs 1.9.3 `args`, then checks kernel ==
-/// library == FUSE mounts, and the two fsck verdicts. Returns the image (and
-/// the directory holding it) for checks of its layout, or `None` when
-/// erofs-utils 1.9.3 cannot be had.
-fn layouts(test: &str, args: &[&str]) -> Option<(tempfile::TempDir, PathBuf)> {
-    let Some(bin) = erofs_utils() else {
-        println!("skip: {test}: needs erofs-utils 1.9.3 (../shared/tools/erofs-utils.sh)");
-        return None;
-    };
+/// Builds the image with `mkfs.erofs` 1.9.3 (in `bin`) and `args`, then
+/// checks kernel == library == FUSE mounts, and the two fsck verdicts.
+/// Returns the image (and the directory holding it) for checks of its
+/// layout.
+fn layouts(bin: &Path, args: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let src = source_tree();
     let tmp = tempfile::Builder::new()
         .prefix("foliofs-erofs-layouts.")
@@ -528,7 +218,7 @@ fn layouts(test: &str, args: &[&str]) -> Option<(tempfile::TempDir, PathBuf)> {
         String::from_utf8_lossy(&o.stderr)
     );
 
-    if common::fuse_available() {
+    if have!("fuse") {
         for opts in ["", "directio"] {
             let m = common::Mount::new(&img, None, opts)
                 .unwrap_or_else(|e| panic!("foliofs mount -o {opts}: {e}"));
@@ -537,7 +227,7 @@ fn layouts(test: &str, args: &[&str]) -> Option<(tempfile::TempDir, PathBuf)> {
             assert_same(&format!("foliofs mount -o {opts:?}"), &kernel, &fuse);
         }
     }
-    Some((tmp, img))
+    (tmp, img)
 }
 
 /// The image's superblock feature words (compat, incompat).
@@ -577,58 +267,73 @@ const FRAGMENTS: u32 = 0x20;
 
 #[test]
 fn lz4_fragments() {
-    let Some((_t, img)) = layouts("lz4_fragments", &["-zlz4", "-Efragments"]) else {
+    require!("root", "kernel-erofs");
+    let Some(bin) = erofs_utils_193!() else {
         return;
     };
+    let (_t, img) = layouts(&bin, &["-zlz4", "-Efragments"]);
     assert_ne!(features(&img).1 & FRAGMENTS, 0);
     assert!(any_fragment(&img), "no file uses a fragment");
 }
 
 #[test]
 fn lz4_all_fragments() {
-    let Some((_t, img)) = layouts("lz4_all_fragments", &["-zlz4", "-Eall-fragments"]) else {
+    require!("root", "kernel-erofs");
+    let Some(bin) = erofs_utils_193!() else {
         return;
     };
+    let (_t, img) = layouts(&bin, &["-zlz4", "-Eall-fragments"]);
     assert!(any_fragment(&img), "no file uses a fragment");
 }
 
 #[test]
 fn lz4_fragments_dedupe() {
-    layouts("lz4_fragments_dedupe", &["-zlz4", "-Efragments,dedupe"]);
+    require!("root", "kernel-erofs");
+    let Some(bin) = erofs_utils_193!() else {
+        return;
+    };
+    layouts(&bin, &["-zlz4", "-Efragments,dedupe"]);
 }
 
 #[test]
 fn lz4_dedupe() {
-    let Some((_t, img)) = layouts("lz4_dedupe", &["-zlz4", "-Ededupe"]) else {
+    require!("root", "kernel-erofs");
+    let Some(bin) = erofs_utils_193!() else {
         return;
     };
+    let (_t, img) = layouts(&bin, &["-zlz4", "-Ededupe"]);
     assert_ne!(features(&img).1 & FRAGMENTS, 0);
 }
 
 #[test]
 fn lz4hc_dedupe_big_pclusters() {
-    layouts(
-        "lz4hc_dedupe_big_pclusters",
-        &["-zlz4hc", "-C16384", "-Ededupe"],
-    );
+    require!("root", "kernel-erofs");
+    let Some(bin) = erofs_utils_193!() else {
+        return;
+    };
+    layouts(&bin, &["-zlz4hc", "-C16384", "-Ededupe"]);
 }
 
 #[test]
 fn lz4hc_all_fragments_fragdedupe_1m() {
-    let Some((_t, img)) = layouts(
-        "lz4hc_all_fragments_fragdedupe_1m",
-        &["-zlz4hc", "-Eall-fragments,fragdedupe=inode", "-C1048576"],
-    ) else {
+    require!("root", "kernel-erofs");
+    let Some(bin) = erofs_utils_193!() else {
         return;
     };
+    let (_t, img) = layouts(
+        &bin,
+        &["-zlz4hc", "-Eall-fragments,fragdedupe=inode", "-C1048576"],
+    );
     assert!(any_fragment(&img), "no file uses a fragment");
 }
 
 #[test]
 fn lz4_compressed_directories() {
-    let Some((_t, img)) = layouts("lz4_compressed_directories", &["-zlz4", "--zD"]) else {
+    require!("root", "kernel-erofs");
+    let Some(bin) = erofs_utils_193!() else {
         return;
     };
+    let (_t, img) = layouts(&bin, &["-zlz4", "--zD"]);
     let fs = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();
     let many = fs.lookup(fs.root(), OsStr::new("many")).unwrap().ino;
     let layout = fs.inode(many).unwrap().layout;
@@ -640,25 +345,28 @@ fn lz4_compressed_directories() {
 
 #[test]
 fn lz4_ztailpacking_fragments() {
-    layouts(
-        "lz4_ztailpacking_fragments",
-        &["-zlz4", "-Eztailpacking,fragments"],
-    );
+    require!("root", "kernel-erofs");
+    let Some(bin) = erofs_utils_193!() else {
+        return;
+    };
+    layouts(&bin, &["-zlz4", "-Eztailpacking,fragments"]);
 }
 
 #[test]
 fn long_prefixes_in_packed_inode() {
-    let Some((_t, img)) = layouts(
-        "long_prefixes_in_packed_inode",
+    require!("root", "kernel-erofs");
+    let Some(bin) = erofs_utils_193!() else {
+        return;
+    };
+    let (_t, img) = layouts(
+        &bin,
         &[
             "-zlz4",
             "-Efragments",
             "--xattr-prefix=user.com.example.project.",
             "--xattr-prefix=trusted.overlay.",
         ],
-    ) else {
-        return;
-    };
+    );
     let (compat, incompat) = features(&img);
     assert_eq!(compat & 0x10, 0, "prefixes stored plain");
     assert_ne!(incompat & 0x40, 0, "no long prefixes");
@@ -666,27 +374,25 @@ fn long_prefixes_in_packed_inode() {
 
 #[test]
 fn long_prefixes_plain_with_fragments() {
-    let Some((_t, img)) = layouts(
-        "long_prefixes_plain_with_fragments",
+    require!("root", "kernel-erofs");
+    let Some(bin) = erofs_utils_193!() else {
+        return;
+    };
+    let (_t, img) = layouts(
+        &bin,
         &[
             "-zlz4",
             "-Efragments,plain-xattr-prefixes",
             "--xattr-prefix=user.com.example.project.",
         ],
-    ) else {
-        return;
-    };
+    );
     assert_ne!(features(&img).0 & 0x10, 0, "prefixes not stored plain");
 }
 
 /// A small all-fragments image of `f` (whole-file fragment) and `g`,
 /// with its bytes (superblock checksum dropped, so the damage made is the
 /// only one), `f`'s nid and the packed inode.
-fn fragment_image(test: &str) -> Option<(tempfile::TempDir, PathBuf, Vec<u8>, u64)> {
-    let Some(bin) = erofs_utils() else {
-        println!("skip: {test}: needs erofs-utils 1.9.3 (../shared/tools/erofs-utils.sh)");
-        return None;
-    };
+fn fragment_image(bin: &Path) -> (tempfile::TempDir, PathBuf, Vec<u8>, u64) {
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
     fs::create_dir_all(&src).unwrap();
@@ -708,7 +414,7 @@ fn fragment_image(test: &str) -> Option<(tempfile::TempDir, PathBuf, Vec<u8>, u6
     let nid = fs.lookup(fs.root(), OsStr::new("f")).unwrap().ino;
     let mut bytes = fs::read(&img).unwrap();
     bytes[SUPER_OFFSET as usize + 8] &= !(COMPAT_SB_CHKSUM as u8);
-    Some((t, img, bytes, nid))
+    (t, img, bytes, nid)
 }
 
 /// Where the compression map header of an inode sits.
@@ -720,9 +426,10 @@ fn map_header(fs: &Erofs, nid: u64) -> usize {
 
 #[test]
 fn a_fragment_past_the_packed_inode_is_corruption_of_its_file() {
-    let Some((_t, img, mut bytes, nid)) = fragment_image("fragment_past_packed") else {
+    let Some(bin) = erofs_utils_193!() else {
         return;
     };
+    let (_t, img, mut bytes, nid) = fragment_image(&bin);
     let (inode, packed_size, h) = {
         let fs = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();
         let packed = fs.inode(fs.superblock().packed_nid).unwrap();
@@ -757,9 +464,10 @@ fn a_fragment_past_the_packed_inode_is_corruption_of_its_file() {
 
 #[test]
 fn a_packed_inode_with_fragments_of_its_own_is_corrupt() {
-    let Some((_t, img, mut bytes, nid)) = fragment_image("packed_inode_fragment") else {
+    let Some(bin) = erofs_utils_193!() else {
         return;
     };
+    let (_t, img, mut bytes, nid) = fragment_image(&bin);
     let (packed_nid, h) = {
         let fs = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();
         let packed_nid = fs.superblock().packed_nid;
