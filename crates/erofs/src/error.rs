@@ -36,9 +36,12 @@ pub enum Corrupt {
     /// The superblock's crc32c does not match.
     #[error("superblock checksum {stored:#010x} does not match its contents ({computed:#010x})")]
     SuperblockChecksum { stored: u32, computed: u32 },
-    /// An LZ4 configuration record of the wrong size.
-    #[error("LZ4 configuration record of {len} bytes (expected 14)")]
-    CompressionConfig { len: u64 },
+    /// A compression configuration record the kernel refuses.
+    #[error("{} configuration record: {problem}", algorithm_name(*algorithm))]
+    CompressionConfig {
+        algorithm: u8,
+        problem: ConfigProblem,
+    },
     /// A long xattr name prefix of a size the kernel refuses.
     #[error("long xattr prefix {index} is {len} bytes (1 to 256 allowed)")]
     XattrPrefixLength { index: u8, len: usize },
@@ -255,6 +258,33 @@ pub enum Corrupt {
     XattrOverrun { nid: u64 },
 }
 
+/// What is wrong with a compression configuration record.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigProblem {
+    /// A record shorter (or, for MicroLZMA, other) than its fields.
+    #[error("{len} bytes (expected {expected})")]
+    Size { len: u16, expected: u16 },
+    /// LZ4 physical clusters above the 1 MiB the kernel takes.
+    #[error("physical clusters of {blocks} blocks exceed 1 MiB")]
+    Lz4PclusterBlocks { blocks: u16 },
+    /// A MicroLZMA format other than 0.
+    #[error("unknown format {format}")]
+    LzmaFormat { format: u16 },
+    /// A dictionary outside 4 KiB..8 MiB.
+    #[error("dictionary of {dict_size} bytes is outside 4 KiB..8 MiB")]
+    LzmaDictSize { dict_size: u32 },
+    /// A DEFLATE window above 2^15.
+    #[error("window of 2^{windowbits} bytes is above 2^15")]
+    DeflateWindowBits { windowbits: u8 },
+    /// A Zstd format other than 0.
+    #[error("unknown format {format}")]
+    ZstdFormat { format: u8 },
+    /// A Zstd window above 1 MiB.
+    #[error("window log {windowlog} (2^{} bytes) is above 2^20", *windowlog as u32 + 10)]
+    ZstdWindowLog { windowlog: u8 },
+}
+
 /// Why a physical cluster does not decode to its extent.
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -294,7 +324,8 @@ pub enum Incompatible {
     /// Directory blocks larger than the block size.
     #[error("EROFS directory block size 2^{dirblkbits} above the block size")]
     DirBlockBits { dirblkbits: u8 },
-    /// The superblock lists a compression algorithm other than LZ4.
+    /// The superblock lists a compression algorithm this reader does not
+    /// know (the lowest such number).
     #[error("EROFS image uses {} compression", algorithm_name(*algorithm))]
     Algorithm { algorithm: u8 },
     /// An extent of inode `nid` uses a compression algorithm other than LZ4.

@@ -42,7 +42,7 @@ pub mod xattr;
 mod zdata;
 pub mod zmap;
 
-pub use error::{Corrupt, Decode, Incompatible};
+pub use error::{ConfigProblem, Corrupt, Decode, Incompatible};
 pub use extent::Extent;
 pub use fsck::FsckReport;
 pub use inode::{Inode, Layout};

@@ -7,7 +7,9 @@ use std::sync::Mutex;
 use foliofs_block::{BlockDev, BlockSizeChoice, OpenOptions, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use foliofs_vfs::{Error, FileType, Result, StatFs};
 
-use crate::superblock::{self, DeviceSlot, Superblock, DEVT_SLOT_SIZE, SUPER_OFFSET, SUPER_SIZE};
+use crate::superblock::{
+    self, CompressionConfigs, DeviceSlot, Superblock, DEVT_SLOT_SIZE, SUPER_OFFSET, SUPER_SIZE,
+};
 use crate::xattr::LongPrefix;
 use crate::zdata::CachedExtent;
 use crate::{Corrupt, Incompatible};
@@ -31,6 +33,8 @@ pub struct Erofs {
     pub(crate) devices: Vec<ExtraDevice>,
     pub(crate) device_id_mask: u16,
     pub(crate) prefixes: Vec<LongPrefix>,
+    /// Each listed compression algorithm's configuration record.
+    pub(crate) configs: CompressionConfigs,
     /// Recently decompressed extents: (nid, logical start, bytes).
     pub(crate) zcache: Mutex<Vec<CachedExtent>>,
     pub(crate) path: PathBuf,
@@ -74,6 +78,7 @@ impl Erofs {
             devices: Vec::new(),
             device_id_mask: 0,
             prefixes: Vec::new(),
+            configs: CompressionConfigs::default(),
             zcache: Mutex::new(Vec::new()),
             path: path.to_owned(),
         };
@@ -110,36 +115,20 @@ impl Erofs {
         self.devices.iter().map(|d| d.slot.clone()).collect()
     }
 
-    pub(crate) fn check_superblock(&self) -> Result<()> {
+    pub(crate) fn check_superblock(&mut self) -> Result<()> {
         if self.sb.has_compat(superblock::COMPAT_SB_CHKSUM) {
             let mut block = vec![0u8; superblock::checksum_len(&self.sb)];
             self.meta(SUPER_OFFSET, &mut block)?;
             superblock::verify_checksum(&self.sb, &block)?;
         }
-        if self.sb.has_incompat(superblock::INCOMPAT_COMPR_CFGS) {
-            let algs = self.sb.available_algorithms();
-            let mut pos = SUPER_OFFSET + self.sb.size();
-            for alg in 0..16u8 {
-                if algs & (1 << alg) == 0 {
-                    continue;
-                }
-                if alg != superblock::ALG_LZ4 {
-                    return Err(Error::incompatible(Incompatible::Algorithm {
-                        algorithm: alg,
-                    }));
-                }
-                pos = pos.div_ceil(4) * 4;
-                let mut len = [0u8; 2];
-                self.meta(pos, &mut len)?;
-                let len = u64::from(u16::from_le_bytes(len));
-                if len < 14 {
-                    return Err(Error::corrupt(pos, Corrupt::CompressionConfig { len }));
-                }
-                self.dev.check_range(pos + 2, len)?;
-                pos += 2 + len;
-            }
-        }
+        self.configs =
+            CompressionConfigs::load(&self.sb, |pos, buf| self.dev.read_exact(pos, buf))?;
         Ok(())
+    }
+
+    /// The configuration of each compression algorithm the image lists.
+    pub fn compression_configs(&self) -> &CompressionConfigs {
+        &self.configs
     }
 
     pub(crate) fn open_devices(&mut self, opts: &OpenOptions, paths: &[PathBuf]) -> Result<()> {
