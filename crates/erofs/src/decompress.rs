@@ -1,42 +1,124 @@
 //! Turning a physical cluster into its decompressed extent.
+//!
+//! Every algorithm's data is right-aligned in its physical cluster behind
+//! zero padding (LZ4 only with the 0PADDING feature) and has no length of
+//! its own: the map says how many bytes the extent has, and decoding stops
+//! there. A full decode must produce exactly that many; a partial one (an
+//! extent that deduplication points into the front of a longer stream)
+//! keeps the first bytes of a stream that goes on.
+//!
+//! Decoders are handed bounded input and output only: the input is the
+//! physical cluster (at most 1 MiB), the output the extent (at most
+//! [`MAX_DECODED`]), and a decoder's own memory is held to the window or
+//! dictionary the image's configuration records allow, so no stream, however
+//! hostile, can make one allocate more, loop or panic.
+
+use std::io::Read;
 
 use foliofs_vfs::{Error, Result};
 
 use crate::error::Decode;
+use crate::superblock::{self, CompressionConfigs, INCOMPAT_LZ4_0PADDING};
 use crate::zmap::{ZExtent, ZFormat};
-use crate::Corrupt;
+use crate::{Corrupt, Erofs};
 
 /// How many trailing-zero trims are tried on an LZ4 cluster written without
 /// 0PADDING before it is declared corrupt.
 const MAX_TRIMS: usize = 64;
 
-/// Decompresses `src` (the physical cluster, `ext.plen` bytes) into a new
-/// vector of the extent's `ext.llen` bytes. `zero_padding` says the LZ4
-/// stream is right-aligned behind zeros; `block_size` bounds that zero run
-/// as the kernel does. A stream may encode up to `slack` bytes more than its
-/// extent (mkfs's legacy mode starts the next extent at a cluster boundary
-/// inside it); like the kernel's partial decoding, the excess is dropped.
-pub fn decompress(
-    ext: &ZExtent,
-    src: &[u8],
-    zero_padding: bool,
-    block_size: u64,
-    slack: usize,
-) -> Result<Vec<u8>> {
-    let mut out = vec![0u8; ext.llen as usize + slack];
-    decompress_into(ext, src, zero_padding, block_size, &mut out)?;
-    out.truncate(ext.llen as usize);
-    Ok(out)
+/// Largest extent the kernel decodes from one physical cluster
+/// (`Z_EROFS_PCLUSTER_MAX_DSIZE`).
+pub const MAX_DECODED: usize = 12 << 20;
+
+/// A compression algorithm, by the number EROFS gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// LZ4 block format (0).
+    Lz4,
+    /// MicroLZMA (1): LZMA1 without a header or end marker.
+    MicroLzma,
 }
 
-/// As [`decompress`], into `out` (at least `ext.llen` bytes; room beyond
-/// that takes a stream's excess). The extent's bytes are `out[..ext.llen]`.
+impl Algorithm {
+    /// The algorithm numbered `n` on disk, if this reader knows it.
+    pub fn from_number(n: u8) -> Option<Algorithm> {
+        match n {
+            superblock::ALG_LZ4 => Some(Algorithm::Lz4),
+            superblock::ALG_LZMA => Some(Algorithm::MicroLzma),
+            _ => None,
+        }
+    }
+
+    /// The on-disk number.
+    pub fn number(self) -> u8 {
+        match self {
+            Algorithm::Lz4 => superblock::ALG_LZ4,
+            Algorithm::MicroLzma => superblock::ALG_LZMA,
+        }
+    }
+}
+
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&superblock::algorithm_name(self.number()))
+    }
+}
+
+impl From<Algorithm> for ZFormat {
+    fn from(alg: Algorithm) -> ZFormat {
+        match alg {
+            Algorithm::Lz4 => ZFormat::Lz4,
+            Algorithm::MicroLzma => ZFormat::MicroLzma,
+        }
+    }
+}
+
+impl ZFormat {
+    /// The algorithm a compressed format is decoded with (`None` for the
+    /// uncompressed ones).
+    pub fn algorithm(self) -> Option<Algorithm> {
+        match self {
+            ZFormat::Lz4 => Some(Algorithm::Lz4),
+            ZFormat::MicroLzma => Some(Algorithm::MicroLzma),
+            _ => None,
+        }
+    }
+}
+
+/// What decoding needs to know about the image.
+#[derive(Clone, Copy, Debug)]
+pub struct Codec {
+    /// Each listed algorithm's configuration record.
+    pub configs: CompressionConfigs,
+    /// LZ4 data is right-aligned behind zeros (the other algorithms' always is).
+    pub lz4_zero_padding: bool,
+    /// The image's block size, which bounds the zero run.
+    pub block_size: u64,
+}
+
+impl Erofs {
+    /// How this image's extents are decoded.
+    pub(crate) fn codec(&self) -> Codec {
+        Codec {
+            configs: self.configs,
+            lz4_zero_padding: self.sb.has_incompat(INCOMPAT_LZ4_0PADDING),
+            block_size: u64::from(self.sb.block_size()),
+        }
+    }
+}
+
+/// Decompresses `src` (the physical cluster, `ext.plen` bytes) into `out`
+/// (at least `ext.llen` bytes). The extent's bytes are `out[..ext.llen]`;
+/// an LZ4 stream may fill room beyond that (mkfs's legacy mode starts the
+/// next extent at a cluster boundary inside a stream; like the kernel's
+/// partial decoding, the excess is not part of the extent). With `partial`
+/// the stream may go on past the extent. Damage is reported at `ext.pa`.
 pub fn decompress_into(
     ext: &ZExtent,
     src: &[u8],
-    zero_padding: bool,
-    block_size: u64,
+    codec: &Codec,
     out: &mut [u8],
+    partial: bool,
 ) -> Result<()> {
     let llen = ext.llen as usize;
     let bad = |problem: Decode| {
@@ -66,42 +148,210 @@ pub fn decompress_into(
             if src.len() < llen || src.is_empty() {
                 return Err(bad(Decode::PlainOverrun));
             }
-            let start = (ext.la % block_size) as usize % src.len();
+            let start = (ext.la % codec.block_size) as usize % src.len();
             let first = (src.len() - start).min(llen);
             out[..first].copy_from_slice(&src[start..start + first]);
             out[first..llen].copy_from_slice(&src[..llen - first]);
             Ok(())
         }
-        ZFormat::Lz4 => {
-            if zero_padding {
-                let window = src.len().min((block_size - ext.pa % block_size) as usize);
-                let skip = src[..window]
-                    .iter()
-                    .position(|&b| b != 0)
-                    .ok_or_else(|| bad(Decode::Lz4ZeroBlock))?;
-                let n = lz4_flex::block::decompress_into(&src[skip..], out).map_err(|e| {
-                    bad(Decode::Lz4Invalid {
-                        reason: e.to_string(),
-                    })
-                })?;
-                if n < llen {
-                    return Err(bad(Decode::Lz4Short { decoded: n, llen }));
-                }
-                return Ok(());
+        ZFormat::Lz4 if !codec.lz4_zero_padding => lz4_unpadded(src, out, llen).map_err(bad),
+        format => {
+            let alg = format.algorithm().expect("a compressed format");
+            // The zero run ends within the cluster's first block.
+            let window = src
+                .len()
+                .min((codec.block_size - ext.pa % codec.block_size) as usize);
+            let skip = src[..window]
+                .iter()
+                .position(|&b| b != 0)
+                .ok_or_else(|| bad(Decode::ZeroBlock { algorithm: alg }))?;
+            let stream = &src[skip..];
+            if alg == Algorithm::Lz4 && !partial {
+                lz4_full(stream, out, llen).map_err(bad)
+            } else {
+                decode(alg, &codec.configs, stream, &mut out[..llen], partial).map_err(bad)
             }
-            // Without 0PADDING the stream is left-aligned and followed by
-            // zeros; it ends at the first point where a decode yields the
-            // whole extent.
-            let last = src.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
-            for end in (last..=src.len()).take(MAX_TRIMS) {
-                if let Ok(n) = lz4_flex::block::decompress_into(&src[..end], out) {
-                    if n >= llen {
-                        return Ok(());
-                    }
-                }
-            }
-            Err(bad(Decode::Lz4NoEnd))
         }
         ZFormat::Fragment => Err(bad(Decode::NotInCluster)),
     }
 }
+
+/// Decodes `stream` (the compressed bytes after any zero padding) of
+/// algorithm `alg` into all of `dst`: the whole stream when not `partial`,
+/// else its first `dst.len()` bytes.
+pub fn decode(
+    alg: Algorithm,
+    configs: &CompressionConfigs,
+    stream: &[u8],
+    dst: &mut [u8],
+    partial: bool,
+) -> std::result::Result<(), Decode> {
+    if dst.len() > MAX_DECODED {
+        return Err(Decode::TooLong {
+            llen: dst.len(),
+            most: MAX_DECODED,
+        });
+    }
+    let unconfigured = Decode::NoConfig { algorithm: alg };
+    match alg {
+        Algorithm::Lz4 => {
+            if partial {
+                lz4_partial(stream, dst)
+            } else {
+                lz4_full(stream, dst, dst.len())
+            }
+        }
+        Algorithm::MicroLzma => {
+            let cfg = configs.lzma.ok_or(unconfigured)?;
+            micro_lzma(stream, dst, cfg.dict_size, partial)
+        }
+    }
+}
+
+fn lz4_error(e: lz4_flex::block::DecompressError) -> Decode {
+    Decode::Invalid {
+        algorithm: Algorithm::Lz4,
+        reason: e.to_string(),
+    }
+}
+
+/// A right-aligned LZ4 stream that must yield at least `llen` bytes; `out`
+/// may take more.
+fn lz4_full(stream: &[u8], out: &mut [u8], llen: usize) -> std::result::Result<(), Decode> {
+    let n = lz4_flex::block::decompress_into(stream, out).map_err(lz4_error)?;
+    if n < llen {
+        return Err(Decode::Short {
+            algorithm: Algorithm::Lz4,
+            decoded: n,
+            llen,
+        });
+    }
+    Ok(())
+}
+
+/// The first `dst.len()` bytes of an LZ4 stream that may go on. The LZ4
+/// decoder only decodes whole blocks, so the stream's full length is found
+/// by walking its tokens first.
+fn lz4_partial(stream: &[u8], dst: &mut [u8]) -> std::result::Result<(), Decode> {
+    let total = lz4_decoded_len(stream).ok_or(Decode::Invalid {
+        algorithm: Algorithm::Lz4,
+        reason: "the token sequence runs past the stream".into(),
+    })?;
+    if total < dst.len() {
+        return Err(Decode::Short {
+            algorithm: Algorithm::Lz4,
+            decoded: total,
+            llen: dst.len(),
+        });
+    }
+    if total == dst.len() {
+        return lz4_full(stream, dst, total);
+    }
+    if total > MAX_DECODED {
+        return Err(Decode::TooLong {
+            llen: total,
+            most: MAX_DECODED,
+        });
+    }
+    let mut whole = vec![0u8; total];
+    lz4_full(stream, &mut whole, total)?;
+    dst.copy_from_slice(&whole[..dst.len()]);
+    Ok(())
+}
+
+/// How many bytes an LZ4 block decodes to, from its tokens alone (`None`
+/// if they run past its end). Each token costs at least one input byte, so
+/// the walk is bounded by the stream's length.
+fn lz4_decoded_len(stream: &[u8]) -> Option<usize> {
+    let mut at = 0usize;
+    let mut total = 0usize;
+    // A length nibble of 15 continues in bytes until one is below 255.
+    let extend = |at: &mut usize, mut n: usize| -> Option<usize> {
+        loop {
+            let b = *stream.get(*at)?;
+            *at += 1;
+            n = n.checked_add(usize::from(b))?;
+            if b != 255 {
+                return Some(n);
+            }
+        }
+    };
+    loop {
+        let token = *stream.get(at)?;
+        at += 1;
+        let mut literals = usize::from(token >> 4);
+        if literals == 15 {
+            literals = extend(&mut at, literals)?;
+        }
+        at = at.checked_add(literals)?;
+        total = total.checked_add(literals)?;
+        // The last sequence is literals only.
+        if at == stream.len() {
+            return Some(total);
+        }
+        if at + 2 > stream.len() {
+            return None;
+        }
+        at += 2;
+        let mut matched = usize::from(token & 15);
+        if matched == 15 {
+            matched = extend(&mut at, matched)?;
+        }
+        total = total.checked_add(matched + 4)?;
+    }
+}
+
+/// An LZ4 cluster without 0PADDING: the stream is left-aligned and
+/// followed by zeros, and ends at the first point where a decode yields
+/// the whole extent.
+fn lz4_unpadded(src: &[u8], out: &mut [u8], llen: usize) -> std::result::Result<(), Decode> {
+    let last = src.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+    for end in (last..=src.len()).take(MAX_TRIMS) {
+        if let Ok(n) = lz4_flex::block::decompress_into(&src[..end], out) {
+            if n >= llen {
+                return Ok(());
+            }
+        }
+    }
+    Err(Decode::Lz4NoEnd)
+}
+
+/// MicroLZMA: byte 0 is the complement of the LZMA properties byte and
+/// stands in for the range coder's first byte, which is always zero; the
+/// rest is plain LZMA1 with neither sizes nor end marker.
+fn micro_lzma(
+    stream: &[u8],
+    dst: &mut [u8],
+    dict_size: u32,
+    partial: bool,
+) -> std::result::Result<(), Decode> {
+    let invalid = |reason: String| Decode::Invalid {
+        algorithm: Algorithm::MicroLzma,
+        reason,
+    };
+    let Some(&first) = stream.first() else {
+        return Err(invalid("no data".into()));
+    };
+    let props = !first;
+    // lc + lp ≤ 12 is what LZMA1 streams may use; (pb * 5 + lp) * 9 + lc
+    // stays below 225.
+    if props >= 9 * 5 * 5 {
+        return Err(invalid(format!("properties byte {props:#04x}")));
+    }
+    // No match reaches further back than the extent's start, so a
+    // dictionary larger than the extent would only cost memory.
+    let dict = dict_size.min(dst.len().max(4096) as u32);
+    let input = Read::chain(&[0u8][..], &stream[1..]);
+    // A prefix may end inside a match, which a declared size refuses:
+    // partial decodes run with the size unknown and stop when `dst` is full.
+    let size = if partial { u64::MAX } else { dst.len() as u64 };
+    let mut reader = lzma_rust2::LzmaReader::new_with_props(input, size, props, dict, None)
+        .map_err(|e| invalid(e.to_string()))?;
+    // A full decode must end exactly where the extent does, as the kernel's
+    // decoder checks.
+    reader.set_relaxed_end_condition(partial);
+    reader.read_exact(dst).map_err(|e| invalid(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests;

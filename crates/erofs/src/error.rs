@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use foliofs_vfs::FileType;
 
+use crate::decompress::{Algorithm, MAX_DECODED};
 use crate::superblock::{algorithm_name, incompat_name};
 use crate::zmap::{MAX_EXTENT, MAX_PCLUSTER};
 
@@ -191,6 +192,9 @@ pub enum Corrupt {
     /// An extent longer than its cluster could ever decompress to.
     #[error("inode {nid}: extent of {llen} bytes cannot come from a {plen}-byte LZ4 cluster")]
     Lz4Ratio { nid: u64, llen: u64, plen: u64 },
+    /// A compressed extent longer than the kernel decodes from one cluster.
+    #[error("inode {nid}: extent at {la} of {llen} bytes is above the {MAX_DECODED} one cluster may decode to")]
+    DecodedTooLong { nid: u64, la: u64, llen: u64 },
     /// An extent longer than this reader materialises.
     #[error("inode {nid}: extent at {la} decompresses to more than {MAX_EXTENT} bytes")]
     ExtentTooLong { nid: u64, la: u64 },
@@ -295,15 +299,29 @@ pub enum Decode {
     /// An uncompressed extent longer than its cluster.
     #[error("uncompressed extent longer than its cluster")]
     PlainOverrun,
-    /// An LZ4 cluster (with 0PADDING) that is all zeros up to its block's end.
-    #[error("LZ4 cluster starts with a block of zeros")]
-    Lz4ZeroBlock,
-    /// The LZ4 decoder refused the stream.
-    #[error("LZ4 data does not decode: {reason}")]
-    Lz4Invalid { reason: String },
-    /// The LZ4 stream decodes to fewer bytes than the extent has.
-    #[error("LZ4 data decodes to {decoded} bytes, not {llen}")]
-    Lz4Short { decoded: usize, llen: usize },
+    /// A cluster that is all zeros up to its first block's end, where its
+    /// right-aligned data should have started.
+    #[error("{algorithm} cluster starts with a block of zeros")]
+    ZeroBlock { algorithm: Algorithm },
+    /// The decoder refused the stream.
+    #[error("{algorithm} data does not decode: {reason}")]
+    Invalid {
+        algorithm: Algorithm,
+        reason: String,
+    },
+    /// The stream decodes to fewer bytes than the extent has.
+    #[error("{algorithm} data decodes to {decoded} bytes, not {llen}")]
+    Short {
+        algorithm: Algorithm,
+        decoded: usize,
+        llen: usize,
+    },
+    /// More output than one physical cluster may decode to.
+    #[error("{llen} bytes to decode, above the {most} one cluster may hold")]
+    TooLong { llen: usize, most: usize },
+    /// Data of an algorithm the superblock has no configuration for.
+    #[error("{algorithm} data without a {algorithm} configuration record")]
+    NoConfig { algorithm: Algorithm },
     /// No end of the (left-aligned) LZ4 stream decodes to the extent.
     #[error("LZ4 data does not decode to the extent length")]
     Lz4NoEnd,

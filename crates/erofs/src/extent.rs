@@ -45,7 +45,7 @@ impl Erofs {
                     length: e.llen,
                     physical: fragment.is_none().then_some((0, e.pa)),
                     physical_len: if fragment.is_some() { 0 } else { e.plen },
-                    compressed: e.format == ZFormat::Lz4,
+                    compressed: e.format.algorithm().is_some(),
                     inline: e.inline,
                     fragment,
                 });

@@ -8,7 +8,6 @@ use foliofs_vfs::{Error, Result, Scratch};
 use crate::data::{with_scratch, PIECE};
 use crate::decompress;
 use crate::inode::Inode;
-use crate::superblock;
 use crate::zmap::{self, ZExtent, ZInfo};
 use crate::{Corrupt, Erofs};
 
@@ -183,17 +182,16 @@ impl Erofs {
 
     /// Reads `ext`'s physical cluster and decodes it into `out`.
     fn decode_extent(&self, inode: &Inode, ext: &ZExtent, out: &mut [u8]) -> Result<()> {
-        let zero_padding = self.sb.has_incompat(superblock::INCOMPAT_LZ4_0PADDING);
-        let bs = u64::from(self.sb.block_size());
+        let codec = self.codec();
         if ext.inline {
             let mut src = vec![0u8; ext.plen as usize];
             self.meta(ext.pa, &mut src)?;
-            return decompress::decompress_into(ext, &src, zero_padding, bs, out);
+            return decompress::decompress_into(ext, &src, &codec, out, false);
         }
         let (dev, p) = self.resolve(0, ext.pa, inode.pos)?;
         with_scratch(&PIECE, |piece| -> Result<()> {
             let src = self.read_phys(dev, p, ext.plen as usize, piece)?;
-            decompress::decompress_into(ext, src, zero_padding, bs, out)
+            decompress::decompress_into(ext, src, &codec, out, false)
         })
     }
 }

@@ -8,8 +8,9 @@
 
 use foliofs_vfs::{Error, Result};
 
+use crate::decompress::{Algorithm, MAX_DECODED};
 use crate::inode::{Inode, Layout};
-use crate::superblock::{ALG_LZ4, INCOMPAT_COMPR_CFGS};
+use crate::superblock::INCOMPAT_COMPR_CFGS;
 use crate::{Corrupt, Erofs, Incompatible};
 
 /// Logical cluster type: starts an uncompressed extent.
@@ -111,6 +112,8 @@ pub enum ZFormat {
     /// Kept in the packed inode: `pa` is the byte offset there of the
     /// extent's first byte.
     Fragment,
+    /// MicroLZMA-compressed.
+    MicroLzma,
 }
 
 /// A decompressed extent and where its source lies.
@@ -589,26 +592,39 @@ impl Erofs {
                     },
                 ));
             }
-            if alg != ALG_LZ4 {
+            let Some(algorithm) = Algorithm::from_number(alg) else {
                 return Err(Error::incompatible(Incompatible::ExtentAlgorithm {
                     nid: inode.nid,
                     algorithm: alg,
                 }));
-            }
-            // LZ4 expands at most 255-fold: an extent longer than its
-            // cluster could ever decode to is damage, and refusing it keeps
-            // every buffer within what the image backs.
-            if llen > plen * 255 + 64 {
+            };
+            if algorithm == Algorithm::Lz4 {
+                // LZ4 expands at most 255-fold: an extent longer than its
+                // cluster could ever decode to is damage, and refusing it
+                // keeps every buffer within what the image backs.
+                if llen > plen * 255 + 64 {
+                    return Err(Error::corrupt(
+                        head.pos,
+                        Corrupt::Lz4Ratio {
+                            nid: inode.nid,
+                            llen,
+                            plen,
+                        },
+                    ));
+                }
+            } else if llen > MAX_DECODED as u64 {
+                // The other algorithms expand much further; the kernel's
+                // limit on one cluster's output bounds them instead.
                 return Err(Error::corrupt(
                     head.pos,
-                    Corrupt::Lz4Ratio {
+                    Corrupt::DecodedTooLong {
                         nid: inode.nid,
+                        la,
                         llen,
-                        plen,
                     },
                 ));
             }
-            ZFormat::Lz4
+            ZFormat::from(algorithm)
         };
         Ok(ZExtent {
             la,
