@@ -37,6 +37,8 @@ pub enum Algorithm {
     Lz4,
     /// MicroLZMA (1): LZMA1 without a header or end marker.
     MicroLzma,
+    /// A Zstandard frame (3).
+    Zstd,
 }
 
 impl Algorithm {
@@ -45,6 +47,7 @@ impl Algorithm {
         match n {
             superblock::ALG_LZ4 => Some(Algorithm::Lz4),
             superblock::ALG_LZMA => Some(Algorithm::MicroLzma),
+            superblock::ALG_ZSTD => Some(Algorithm::Zstd),
             _ => None,
         }
     }
@@ -54,6 +57,7 @@ impl Algorithm {
         match self {
             Algorithm::Lz4 => superblock::ALG_LZ4,
             Algorithm::MicroLzma => superblock::ALG_LZMA,
+            Algorithm::Zstd => superblock::ALG_ZSTD,
         }
     }
 }
@@ -69,6 +73,7 @@ impl From<Algorithm> for ZFormat {
         match alg {
             Algorithm::Lz4 => ZFormat::Lz4,
             Algorithm::MicroLzma => ZFormat::MicroLzma,
+            Algorithm::Zstd => ZFormat::Zstd,
         }
     }
 }
@@ -80,6 +85,7 @@ impl ZFormat {
         match self {
             ZFormat::Lz4 => Some(Algorithm::Lz4),
             ZFormat::MicroLzma => Some(Algorithm::MicroLzma),
+            ZFormat::Zstd => Some(Algorithm::Zstd),
             _ => None,
         }
     }
@@ -204,6 +210,10 @@ pub fn decode(
         Algorithm::MicroLzma => {
             let cfg = configs.lzma.ok_or(unconfigured)?;
             micro_lzma(stream, dst, cfg.dict_size, partial)
+        }
+        Algorithm::Zstd => {
+            let cfg = configs.zstd.ok_or(unconfigured)?;
+            zstd(stream, dst, cfg.window_size())
         }
     }
 }
@@ -350,6 +360,22 @@ fn micro_lzma(
     // A full decode must end exactly where the extent does, as the kernel's
     // decoder checks.
     reader.set_relaxed_end_condition(partial);
+    reader.read_exact(dst).map_err(|e| invalid(e.to_string()))
+}
+
+/// Zstd: one standard frame. Its window may not exceed the configuration
+/// record's, as the kernel sets its decoder up; that also bounds what the
+/// decoder allocates. Like the kernel, decoding stops when the extent is
+/// full, whether or not the frame ends there.
+fn zstd(stream: &[u8], dst: &mut [u8], window: u64) -> std::result::Result<(), Decode> {
+    let invalid = |reason: String| Decode::Invalid {
+        algorithm: Algorithm::Zstd,
+        reason,
+    };
+    let mut input = stream;
+    let mut reader =
+        ruzstd::decoding::StreamingDecoder::new_with_max_window_size(&mut input, window)
+            .map_err(|e| invalid(e.to_string()))?;
     reader.read_exact(dst).map_err(|e| invalid(e.to_string()))
 }
 

@@ -114,6 +114,8 @@ pub enum ZFormat {
     Fragment,
     /// MicroLZMA-compressed.
     MicroLzma,
+    /// Zstd-compressed.
+    Zstd,
 }
 
 /// A decompressed extent and where its source lies.

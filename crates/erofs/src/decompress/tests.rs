@@ -194,6 +194,36 @@ fn micro_lzma_full_decode_must_end_with_the_extent() {
 }
 
 #[test]
+fn zstd_clusters_decode_full_and_partial() {
+    real_clusters_decode(Algorithm::Zstd, "zstd");
+}
+
+#[test]
+fn zstd_garbage_is_refused() {
+    garbage_is_refused(Algorithm::Zstd, "zstd");
+}
+
+#[test]
+fn zstd_window_above_the_configuration_is_refused() {
+    let r = &records("zstd")[0];
+    let skip = r.cluster.iter().position(|&b| b != 0).unwrap();
+    let mut small = configs();
+    small.zstd = Some(ZstdConfig { windowlog: 0 });
+    let mut out = vec![0u8; r.plain.len()];
+    let e = decode(Algorithm::Zstd, &small, &r.cluster[skip..], &mut out, false).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Decode::Invalid {
+                algorithm: Algorithm::Zstd,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
 fn lz4_token_walk_counts_literals_and_matches() {
     // 5 literals "abcde", a match of 4 + 2 at distance 5, then 3 literals.
     let stream = [
