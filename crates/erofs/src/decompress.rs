@@ -37,6 +37,8 @@ pub enum Algorithm {
     Lz4,
     /// MicroLZMA (1): LZMA1 without a header or end marker.
     MicroLzma,
+    /// Raw DEFLATE (2).
+    Deflate,
     /// A Zstandard frame (3).
     Zstd,
 }
@@ -47,6 +49,7 @@ impl Algorithm {
         match n {
             superblock::ALG_LZ4 => Some(Algorithm::Lz4),
             superblock::ALG_LZMA => Some(Algorithm::MicroLzma),
+            superblock::ALG_DEFLATE => Some(Algorithm::Deflate),
             superblock::ALG_ZSTD => Some(Algorithm::Zstd),
             _ => None,
         }
@@ -57,6 +60,7 @@ impl Algorithm {
         match self {
             Algorithm::Lz4 => superblock::ALG_LZ4,
             Algorithm::MicroLzma => superblock::ALG_LZMA,
+            Algorithm::Deflate => superblock::ALG_DEFLATE,
             Algorithm::Zstd => superblock::ALG_ZSTD,
         }
     }
@@ -73,6 +77,7 @@ impl From<Algorithm> for ZFormat {
         match alg {
             Algorithm::Lz4 => ZFormat::Lz4,
             Algorithm::MicroLzma => ZFormat::MicroLzma,
+            Algorithm::Deflate => ZFormat::Deflate,
             Algorithm::Zstd => ZFormat::Zstd,
         }
     }
@@ -85,6 +90,7 @@ impl ZFormat {
         match self {
             ZFormat::Lz4 => Some(Algorithm::Lz4),
             ZFormat::MicroLzma => Some(Algorithm::MicroLzma),
+            ZFormat::Deflate => Some(Algorithm::Deflate),
             ZFormat::Zstd => Some(Algorithm::Zstd),
             _ => None,
         }
@@ -210,6 +216,10 @@ pub fn decode(
         Algorithm::MicroLzma => {
             let cfg = configs.lzma.ok_or(unconfigured)?;
             micro_lzma(stream, dst, cfg.dict_size, partial)
+        }
+        Algorithm::Deflate => {
+            configs.deflate.ok_or(unconfigured)?;
+            deflate(stream, dst, partial)
         }
         Algorithm::Zstd => {
             let cfg = configs.zstd.ok_or(unconfigured)?;
@@ -377,6 +387,35 @@ fn zstd(stream: &[u8], dst: &mut [u8], window: u64) -> std::result::Result<(), D
         ruzstd::decoding::StreamingDecoder::new_with_max_window_size(&mut input, window)
             .map_err(|e| invalid(e.to_string()))?;
     reader.read_exact(dst).map_err(|e| invalid(e.to_string()))
+}
+
+/// Raw DEFLATE (no zlib or gzip wrapper). A full decode must reach the
+/// final block's end exactly where the extent ends, as the kernel checks; a
+/// partial one stops when the extent is full.
+fn deflate(stream: &[u8], dst: &mut [u8], partial: bool) -> std::result::Result<(), Decode> {
+    let mut inflater = flate2::Decompress::new(false);
+    let status = inflater
+        .decompress(stream, dst, flate2::FlushDecompress::Finish)
+        .map_err(|e| Decode::Invalid {
+            algorithm: Algorithm::Deflate,
+            reason: e.to_string(),
+        })?;
+    let decoded = inflater.total_out() as usize;
+    let ended = status == flate2::Status::StreamEnd;
+    if decoded == dst.len() && (ended || partial) {
+        return Ok(());
+    }
+    if ended || decoded < dst.len() {
+        return Err(Decode::Short {
+            algorithm: Algorithm::Deflate,
+            decoded,
+            llen: dst.len(),
+        });
+    }
+    Err(Decode::Invalid {
+        algorithm: Algorithm::Deflate,
+        reason: "the stream goes on past the extent".into(),
+    })
 }
 
 #[cfg(test)]

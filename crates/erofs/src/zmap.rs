@@ -114,6 +114,8 @@ pub enum ZFormat {
     Fragment,
     /// MicroLZMA-compressed.
     MicroLzma,
+    /// DEFLATE-compressed.
+    Deflate,
     /// Zstd-compressed.
     Zstd,
 }

@@ -194,6 +194,29 @@ fn micro_lzma_full_decode_must_end_with_the_extent() {
 }
 
 #[test]
+fn deflate_clusters_decode_full_and_partial() {
+    real_clusters_decode(Algorithm::Deflate, "deflate");
+}
+
+#[test]
+fn deflate_garbage_is_refused() {
+    garbage_is_refused(Algorithm::Deflate, "deflate");
+}
+
+#[test]
+fn deflate_full_decode_must_end_with_the_extent() {
+    let r = &records("deflate")[0];
+    let short = r.plain.len() - 1000;
+    let e = decode_record(Algorithm::Deflate, &r.cluster, short, false).unwrap_err();
+    assert!(
+        e.to_string().contains("DEFLATE data does not decode"),
+        "{e}"
+    );
+    let part = decode_record(Algorithm::Deflate, &r.cluster, short, true).unwrap();
+    assert!(part == r.plain[..short]);
+}
+
+#[test]
 fn zstd_clusters_decode_full_and_partial() {
     real_clusters_decode(Algorithm::Zstd, "zstd");
 }
