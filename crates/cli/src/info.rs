@@ -110,6 +110,15 @@ fn erofs_info(args: &ImageArgs) -> anyhow::Result<i32> {
     println!("meta block:      {}", sb.meta_blkaddr);
     println!("xattr block:     {}", sb.xattr_blkaddr);
     println!("features:        {}", features.join(" "));
+    let algorithms: Vec<String> = e
+        .compression_configs()
+        .algorithms()
+        .into_iter()
+        .map(sbm::algorithm_name)
+        .collect();
+    if sb.has_incompat(sbm::INCOMPAT_COMPR_CFGS) || sb.has_incompat(sbm::INCOMPAT_LZ4_0PADDING) {
+        println!("compression:     {}", algorithms.join(" "));
+    }
     for (i, d) in e.device_slots().iter().enumerate() {
         println!(
             "device {}:        {} blocks, mapped at {}, tag {:?}",

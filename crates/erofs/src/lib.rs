@@ -1,8 +1,8 @@
 //! Read EROFS images: the superblock, compact and extended inodes, flat,
-//! inline, chunk-based and LZ4-compressed data (dedupe's partial references
-//! and fragments in the packed inode included), directories (compressed
-//! ones too), symlinks, device nodes and extended attributes, served
-//! through [`foliofs_vfs::FileSystem`].
+//! inline, chunk-based and compressed data (LZ4, MicroLZMA, DEFLATE, Zstd;
+//! dedupe's partial references and fragments in the packed inode included),
+//! directories (compressed ones too), symlinks, device nodes and extended
+//! attributes, served through [`foliofs_vfs::FileSystem`].
 //!
 //! Inode numbers are EROFS nids, as the kernel reports them in `st_ino`.
 //! Every structure is bounds-checked where it is read: a damaged image gives
