@@ -4,7 +4,9 @@
 //! mounted by the kernel's own EROFS driver, file-backed (mount(2) on the
 //! image file, no loop device), and compared field by field with the
 //! foliofs library walked directly and with foliofs FUSE mounts (buffered
-//! and O_DIRECT). fsck.erofs and `foliofs fsck` must agree.
+//! and O_DIRECT). fsck.erofs and `foliofs fsck` must agree. Images
+//! compressed with MicroLZMA, DEFLATE and Zstd are built with erofs-utils
+//! 1.9.3 (`../shared/tools/erofs-utils.sh`) and skipped without it.
 
 use crate::common;
 
@@ -205,6 +207,58 @@ fn collect(p: &Path, out: &mut Vec<PathBuf>) {
 /// Builds the image with `args` (and a blob device when asked), then checks
 /// kernel == library == FUSE mount, and the two fsck verdicts.
 fn conformance(args: &[&str], blob: bool) {
+    conformance_with(&Tools::installed(), args, blob);
+}
+
+/// The erofs-utils a conformance run builds and checks images with.
+struct Tools {
+    mkfs: PathBuf,
+    fsck: PathBuf,
+    /// fsck.erofs --extract is trustworthy (1.9.3's is not on every image).
+    extract: bool,
+}
+
+impl Tools {
+    /// The erofs-utils on PATH.
+    fn installed() -> Tools {
+        Tools {
+            mkfs: "mkfs.erofs".into(),
+            fsck: "fsck.erofs".into(),
+            extract: true,
+        }
+    }
+
+    /// erofs-utils 1.9.3 (which writes MicroLZMA, DEFLATE and Zstd), from
+    /// `../shared/tools/erofs-utils.sh` or its cached build; `None` (after a
+    /// skip line naming `test`) when neither is here.
+    fn v1_9_3(test: &str) -> Option<Tools> {
+        let script = common::shared_dir().join("tools/erofs-utils.sh");
+        let cached = Path::new("/var/cache/erofs-utils-1.9.3/bin");
+        let bin = if script.exists() {
+            let out =
+                common::run_timeout(Command::new("bash").arg(&script), Duration::from_secs(1800));
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                script.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+        } else if cached.join("mkfs.erofs").exists() {
+            cached.to_owned()
+        } else {
+            println!("skip: {test}: needs erofs-utils 1.9.3 (../shared/tools/erofs-utils.sh)");
+            return None;
+        };
+        Some(Tools {
+            mkfs: bin.join("mkfs.erofs"),
+            fsck: bin.join("fsck.erofs"),
+            extract: false,
+        })
+    }
+}
+
+fn conformance_with(tools: &Tools, args: &[&str], blob: bool) {
     let src = source_tree();
     let tmp = tempfile::Builder::new()
         .prefix("foliofs-erofs-img.")
@@ -216,7 +270,20 @@ fn conformance(args: &[&str], blob: bool) {
     if blob {
         mkfs_args.push(format!("--blobdev={}", blob_path.display()));
     }
-    common::mkfs_erofs(&mkfs_args, &img, src);
+    let out = common::run_timeout(
+        Command::new(&tools.mkfs)
+            .arg("--quiet")
+            .args(&mkfs_args)
+            .arg(&img)
+            .arg(src),
+        Duration::from_secs(600),
+    );
+    assert!(
+        out.status.success(),
+        "{} {mkfs_args:?}: {}",
+        tools.mkfs.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let data = if blob {
         format!("device={}", blob_path.display())
@@ -238,11 +305,14 @@ fn conformance(args: &[&str], blob: bool) {
     assert_same("library", &kernel, &walk_library(&fs));
 
     // fsck.erofs and foliofs fsck agree on a good image.
-    let mut fsck = Command::new("fsck.erofs");
+    let mut fsck = Command::new(&tools.fsck);
     if blob {
         fsck.arg(format!("--device={}", blob_path.display()));
     }
-    let theirs = common::run_timeout(fsck.arg("--extract").arg(&img), Duration::from_secs(600));
+    if tools.extract {
+        fsck.arg("--extract");
+    }
+    let theirs = common::run_timeout(fsck.arg(&img), Duration::from_secs(600));
     assert!(
         theirs.status.success(),
         "fsck.erofs: {}",
@@ -323,6 +393,46 @@ fn chunked() {
 fn chunked_blobdev() {
     require!("root", "kernel-erofs", "mkfs.erofs", "fsck.erofs");
     conformance(&["--chunksize=65536"], true);
+}
+
+/// Images compressed with every algorithm Linux reads besides LZ4, as
+/// erofs-utils 1.9.3 writes them.
+fn codec_conformance(test: &str, args: &[&str]) {
+    if let Some(tools) = Tools::v1_9_3(test) {
+        conformance_with(&tools, args, false);
+    }
+}
+
+#[test]
+fn micro_lzma() {
+    codec_conformance("micro_lzma", &["-zlzma"]);
+}
+
+#[test]
+fn micro_lzma_big_pclusters() {
+    codec_conformance("micro_lzma_big_pclusters", &["-zlzma", "-C65536"]);
+}
+
+#[test]
+fn deflate() {
+    codec_conformance("deflate", &["-zdeflate"]);
+}
+
+#[test]
+fn zstd() {
+    codec_conformance("zstd", &["-zzstd"]);
+}
+
+#[test]
+fn zstd_big_pclusters() {
+    codec_conformance("zstd_big_pclusters", &["-zzstd", "-C65536"]);
+}
+
+/// Every algorithm listed, each with its configuration record, while the
+/// files use LZ4 only: the image must open and read.
+#[test]
+fn every_algorithm_listed() {
+    codec_conformance("every_algorithm_listed", &["-zlz4:lzma:deflate:zstd"]);
 }
 
 /// Long xattr name prefixes (which mkfs.erofs 1.5 cannot write): an image is
