@@ -166,6 +166,7 @@ pub fn decompress_into(
             out[first..llen].copy_from_slice(&src[..llen - first]);
             Ok(())
         }
+        ZFormat::Fragment => Err(bad(Decode::NotInCluster)),
         ZFormat::Lz4 if !codec.lz4_zero_padding => lz4_unpadded(src, out, llen).map_err(bad),
         format => {
             let alg = format.algorithm().expect("a compressed format");
@@ -184,7 +185,6 @@ pub fn decompress_into(
                 decode(alg, &codec.configs, stream, &mut out[..llen], partial).map_err(bad)
             }
         }
-        ZFormat::Fragment => Err(bad(Decode::NotInCluster)),
     }
 }
 

@@ -119,22 +119,17 @@ impl Erofs {
         if ext.format == zmap::ZFormat::Fragment {
             return Ok(Piece::Fragment(ext));
         }
-        // A stream may run past its extent: by up to a logical cluster in
-        // legacy images, and for a partial reference (dedupe) by whatever
-        // the rest of the cluster decodes to, bounded only by the most one
-        // cluster can expand to. The zeroed buffer is not touched past
-        // what the stream writes.
+        // A stream may run past its extent by up to a logical cluster in
+        // legacy images; a partial reference (dedupe) decodes only the
+        // prefix it keeps of its cluster's output.
         let room = if ext.partial {
-            (ext.plen * 255 + 64).clamp(ext.llen, zmap::MAX_EXTENT) as usize
+            ext.llen as usize
         } else {
             ext.llen as usize + (1usize << z.lclusterbits)
         };
         let mut data = vec![0u8; room];
         self.decode_extent(inode, &ext, &mut data)?;
         data.truncate(ext.llen as usize);
-        if ext.partial {
-            data.shrink_to_fit();
-        }
         let data = Arc::new(data);
         let mut cache = self.zcache.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= ZCACHE_ENTRIES {
@@ -186,12 +181,12 @@ impl Erofs {
         if ext.inline {
             let mut src = vec![0u8; ext.plen as usize];
             self.meta(ext.pa, &mut src)?;
-            return decompress::decompress_into(ext, &src, &codec, out, false);
+            return decompress::decompress_into(ext, &src, &codec, out, ext.partial);
         }
         let (dev, p) = self.resolve(0, ext.pa, inode.pos)?;
         with_scratch(&PIECE, |piece| -> Result<()> {
             let src = self.read_phys(dev, p, ext.plen as usize, piece)?;
-            decompress::decompress_into(ext, src, &codec, out, false)
+            decompress::decompress_into(ext, src, &codec, out, ext.partial)
         })
     }
 }

@@ -62,6 +62,7 @@ fn extent(alg: Algorithm, plen: usize, llen: usize) -> ZExtent {
         plen: plen as u64,
         inline: false,
         format: alg.into(),
+        partial: false,
     }
 }
 
