@@ -228,28 +228,10 @@ impl Tools {
         }
     }
 
-    /// erofs-utils 1.9.3 (which writes MicroLZMA, DEFLATE and Zstd), from
-    /// `../shared/tools/erofs-utils.sh` or its cached build; `None` (after a
-    /// skip line naming `test`) when neither is here.
+    /// erofs-utils 1.9.3 (which writes MicroLZMA, DEFLATE and Zstd);
+    /// `None` (after a skip line naming `test`) when it cannot be had.
     fn v1_9_3(test: &str) -> Option<Tools> {
-        let script = common::shared_dir().join("tools/erofs-utils.sh");
-        let cached = Path::new("/var/cache/erofs-utils-1.9.3/bin");
-        let bin = if script.exists() {
-            let out =
-                common::run_timeout(Command::new("bash").arg(&script), Duration::from_secs(1800));
-            assert!(
-                out.status.success(),
-                "{}: {}",
-                script.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-        } else if cached.join("mkfs.erofs").exists() {
-            cached.to_owned()
-        } else {
-            println!("skip: {test}: needs erofs-utils 1.9.3 (../shared/tools/erofs-utils.sh)");
-            return None;
-        };
+        let bin = super::erofs_utils_193(test)?;
         Some(Tools {
             mkfs: bin.join("mkfs.erofs"),
             fsck: bin.join("fsck.erofs"),
