@@ -83,8 +83,11 @@ pub enum IdError {
 /// Why a mode was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ModeError {
+    /// Empty, or a character other than an octal digit (signs included).
     #[error("not an octal mode: expected octal digits from 0 to 7777")]
     NotOctal,
+    /// Above 7777: bits beyond set-user-ID, set-group-ID, sticky and
+    /// the permissions.
     #[error("more than the permission bits: a mode is at most 7777")]
     TooLarge,
 }
