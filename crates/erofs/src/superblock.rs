@@ -91,7 +91,7 @@ pub fn algorithm_name(alg: u8) -> String {
         1 => "MicroLZMA".into(),
         2 => "DEFLATE".into(),
         3 => "Zstd".into(),
-        n => format!("compression algorithm {n}"),
+        n => format!("unknown algorithm {n}"),
     }
 }
 
@@ -683,7 +683,10 @@ mod tests {
             e.incompatibility::<Incompatible>(),
             Some(&Incompatible::Algorithm { algorithm: 4 })
         );
-        assert!(e.to_string().contains("compression algorithm 4"), "{e}");
+        assert!(
+            e.to_string().contains("unknown algorithm 4 compression"),
+            "{e}"
+        );
     }
 
     #[test]

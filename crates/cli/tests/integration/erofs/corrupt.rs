@@ -309,7 +309,13 @@ fn unsupported_features_are_named() {
             0x40,
             "unknown incompat feature bit 0x40000000",
         ),
-        ("MicroLZMA", &lz4, 0x54, 0x02, "MicroLZMA"),
+        (
+            "an unknown compression algorithm",
+            &lz4,
+            0x54,
+            0x10,
+            "unknown algorithm 4 compression",
+        ),
     ];
     for (what, base, at, bits, words) in cases {
         let mut bytes = base.clone();
