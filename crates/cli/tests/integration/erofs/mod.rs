@@ -22,6 +22,7 @@ macro_rules! erofs_utils_193 {
 }
 
 mod conformance;
+mod corpus;
 mod corrupt;
 mod layouts;
 mod mount;
