@@ -417,6 +417,208 @@ fn every_algorithm_listed() {
     codec_conformance("every_algorithm_listed", &["-zlz4:lzma:deflate:zstd"]);
 }
 
+// Layouts of erofs-utils 1.9.3 that change no feature bit the reader
+// refuses but move structures around: blocks smaller than a page (every
+// "must not cross a block" rule at 512, 1024, 2048 bytes), a metadata
+// zone, the xattr name filter off and on, and images built from a tar,
+// as a copy (tar=f) or as an index into the tar itself (tar=i).
+
+#[test]
+fn block_size_512() {
+    require!("root", "kernel-erofs");
+    codec_conformance("block_size_512", &["-b512"]);
+}
+
+#[test]
+fn block_size_1024() {
+    require!("root", "kernel-erofs");
+    codec_conformance("block_size_1024", &["-b1024"]);
+}
+
+#[test]
+fn block_size_2048() {
+    require!("root", "kernel-erofs");
+    codec_conformance("block_size_2048", &["-b2048"]);
+}
+
+#[test]
+fn lz4_block_size_1024() {
+    require!("root", "kernel-erofs");
+    codec_conformance("lz4_block_size_1024", &["-zlz4", "-b1024"]);
+}
+
+#[test]
+fn metadata_zone() {
+    require!("root", "kernel-erofs");
+    codec_conformance("metadata_zone", &["--MZ"]);
+}
+
+#[test]
+fn lz4_metadata_zone() {
+    require!("root", "kernel-erofs");
+    codec_conformance("lz4_metadata_zone", &["-zlz4", "--MZ"]);
+}
+
+#[test]
+fn xattr_name_filter_off() {
+    require!("root", "kernel-erofs");
+    codec_conformance("xattr_name_filter_off", &["-E^xattr-name-filter"]);
+}
+
+#[test]
+fn xattr_name_filter_on() {
+    require!("root", "kernel-erofs");
+    codec_conformance("xattr_name_filter_on", &["-Exattr-name-filter"]);
+}
+
+#[test]
+fn tar_copy() {
+    require!("root", "kernel-erofs");
+    tar_conformance("tar_copy", &["--tar=f"]);
+}
+
+#[test]
+fn tar_copy_lz4hc_ztailpacking() {
+    require!("root", "kernel-erofs");
+    tar_conformance(
+        "tar_copy_lz4hc_ztailpacking",
+        &["--tar=f", "-zlz4hc", "-Eztailpacking"],
+    );
+}
+
+/// Metadata only: every file's data stays in the tar, the image's device.
+#[test]
+fn tar_index() {
+    require!("root", "kernel-erofs");
+    tar_conformance("tar_index", &["--tar=i"]);
+}
+
+/// The source tree as a pax tar (with xattrs, ACLs and nanosecond mtimes;
+/// sockets cannot be archived), made once beside the tree.
+fn source_tar() -> &'static Path {
+    static TAR: OnceLock<PathBuf> = OnceLock::new();
+    TAR.get_or_init(|| {
+        let src = source_tree();
+        let tar = src.with_extension("v3.tar");
+        if !tar.exists() {
+            let part = src.with_extension("v3.tar.part");
+            let out = common::run_timeout(
+                Command::new("tar")
+                    .arg("-C")
+                    .arg(src)
+                    .args([
+                        "--create",
+                        "--format=pax",
+                        "--sort=name",
+                        "--numeric-owner",
+                        "--xattrs",
+                        "--xattrs-include=*",
+                        "--acls",
+                        "--pax-option=delete=atime,delete=ctime",
+                        "--file",
+                    ])
+                    .arg(&part)
+                    .arg("."),
+                Duration::from_secs(600),
+            );
+            // Exit 1 is tar's "some files were not archived": the sockets.
+            assert!(
+                matches!(out.status.code(), Some(0 | 1)),
+                "tar: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            fs::rename(&part, &tar).unwrap();
+        }
+        tar
+    })
+}
+
+/// [`conformance_with`] for an image built from the source tree's tar:
+/// kernel == library == FUSE mounts, and both checks clean. A `--tar=i`
+/// image keeps its data in the tar, given to each reader as its device.
+fn tar_conformance(test: &str, args: &[&str]) {
+    let Some(tools) = Tools::v1_9_3(test) else {
+        return;
+    };
+    let tar = source_tar();
+    let tmp = tempfile::Builder::new()
+        .prefix("foliofs-erofs-tar.")
+        .tempdir()
+        .unwrap();
+    let img = tmp.path().join("image.erofs");
+    let out = common::run_timeout(
+        Command::new(&tools.mkfs)
+            .arg("--quiet")
+            .args(args)
+            .arg(&img)
+            .arg(tar),
+        Duration::from_secs(600),
+    );
+    assert!(
+        out.status.success(),
+        "{} {args:?}: {}",
+        tools.mkfs.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let device = args.contains(&"--tar=i").then_some(tar);
+
+    // The kernel's file-backed mount takes the device as a file too (it
+    // refuses a loop device beside a file-backed image).
+    let data = device.map_or(String::new(), |d| format!("device={}", d.display()));
+    let kernel = {
+        let km = KernelMount::new(&img, &data);
+        walk_mounted(km.path())
+    };
+    // Everything but the sockets, which tar leaves out.
+    assert!(kernel.len() > 10_000, "only {} entries", kernel.len());
+    assert!(kernel.values().all(|n| n.kind != "sock"));
+
+    let devices: Vec<PathBuf> = device.iter().map(|d| d.to_path_buf()).collect();
+    let fs = Erofs::open(&img, &OpenOptions::default(), &devices).unwrap();
+    assert_same("library", &kernel, &walk_library(&fs));
+    let report = fs.fsck();
+    assert!(report.is_clean(), "library fsck: {:?}", report.errors);
+
+    let mut fsck = Command::new(&tools.fsck);
+    if let Some(d) = device {
+        fsck.arg(format!("--device={}", d.display()));
+    }
+    let theirs = common::run_timeout(fsck.arg(&img), Duration::from_secs(600));
+    assert!(
+        theirs.status.success(),
+        "fsck.erofs: {}",
+        String::from_utf8_lossy(&theirs.stderr)
+    );
+    let mut ours = Command::new(common::bin());
+    ours.arg("fsck").arg(&img);
+    if device.is_some() {
+        ours.args(["-o", &data]);
+    }
+    let o = common::run_timeout(&mut ours, Duration::from_secs(600));
+    assert!(
+        o.status.success(),
+        "foliofs fsck: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    if have!("fuse") {
+        for io in ["", "directio"] {
+            let opts = [data.as_str(), io]
+                .iter()
+                .filter(|s| !s.is_empty())
+                .copied()
+                .collect::<Vec<_>>()
+                .join(",");
+            let m = common::Mount::new(&img, None, &opts)
+                .unwrap_or_else(|e| panic!("foliofs mount -o {opts}: {e}"));
+            let fuse = walk_mounted(m.path());
+            m.unmount().unwrap();
+            assert_same(&format!("foliofs mount -o {opts:?}"), &kernel, &fuse);
+        }
+    }
+}
+
 /// Long xattr name prefixes (which mkfs.erofs 1.5 cannot write): an image is
 /// patched to move one attribute's name onto a long prefix, and the kernel,
 /// the library and a foliofs mount must all show the same new name.

@@ -300,7 +300,8 @@ while IFS='|' read -r name src args; do
 
     opts=ro
     if [ -n "$device" ]; then
-        # The kernel takes an extra device as a block device.
+        # mount(8) puts the image on a loop device; beside a block device
+        # the kernel takes the extra device only as a block device too.
         loop=$(losetup --find --show --read-only "$work/$device")
         loops+=("$loop")
         opts+=",device=$loop"
