@@ -14,8 +14,9 @@
 # IMAGES below with fixed -T and -U; each image mounted by the kernel and
 # walked; the walk checked against the source tree's own walk, where only
 # the differences listed below are allowed; the walk written as
-# NAME.manifest. The images, manifests, the tar (the device of tar_i) and
-# the blob (the device of chunk_blob) are packed into corpus.tar.xz.
+# NAME.manifest. Then small fuzz seeds (seeds/). The images, manifests, the
+# tar (the device of tar_i), the blob (the device of chunk_blob) and the
+# seeds are packed into corpus.tar.xz.
 #
 # Manifest lines, tab-separated:
 #   image  NAME.erofs
@@ -362,7 +363,50 @@ while IFS='|' read -r name src args; do
     echo "make.sh: $name: $(stat -c %s "$name.erofs") bytes, ${#notes[@]} note(s)" >&2
 done <<<"$IMAGES"
 
+# --- fuzz seeds --------------------------------------------------------------
+
+# The layouts the fuzzer cannot reach from Debian's mkfs.erofs, from a tiny
+# tree, each within the fuzzer's 32 KiB input limit (scripts/fuzz-erofs
+# starts from them). No manifest: the kernel's walk must equal the tree's.
+SEEDS='
+lzma|-zlzma -C16384
+deflate|-zdeflate
+zstd|-zzstd
+mixed_cfgs|-zlz4:lzma:deflate:zstd
+lz4_allfrag|-zlz4 -Eall-fragments
+lzma_frag_dedupe|-zlzma -C8192 -Efragments,dedupe
+lz4hc_dedupe|-zlz4hc -C8192 -Ededupe
+zD|-zlz4 --zD
+'
+mkdir -p "$work/seedtree/d" "$work/seeds"
+(
+    cd "$work/seedtree"
+    soup 6000 1 >a
+    { soup 2000 2; head -c 5000 a; } >b
+    prose 20000 3 >c
+    for i in $(seq 1 30); do printf '%d\n' "$i" >"d/file_$i"; done
+    ln -s a link
+    setfattr -n user.x -v seed a
+)
+walk "$work/seedtree" >"$work/seedtree.walk"
+while IFS='|' read -r name args; do
+    [ -n "$name" ] || continue
+    cd "$work"
+    # shellcheck disable=SC2206
+    argv=($args)
+    "$mkfs" --quiet -T1700000000 --mkfs-time -U 11111111-2222-3333-4444-555555555555 \
+        "${argv[@]}" "seeds/$name.erofs" seedtree
+    size=$(stat -c %s "seeds/$name.erofs")
+    [ "$size" -le 32768 ] || { echo "make.sh: seed $name is $size bytes" >&2; exit 1; }
+    mount -t erofs -o ro "seeds/$name.erofs" "$mnt"
+    walk "$mnt" >"$work/kernel.walk"
+    umount "$mnt"
+    diff <(masked "$work/seedtree.walk") <(masked "$work/kernel.walk") ||
+        { echo "make.sh: seed $name differs from its tree" >&2; exit 1; }
+    echo "make.sh: seed $name: $size bytes" >&2
+done <<<"$SEEDS"
+
 cd "$work"
 tar --create --sort=name --owner=0 --group=0 --numeric-owner --mtime=@1700000000 \
-    --format=gnu ./*.erofs ./*.manifest ./*.blob tree.tar | xz -9e -T1 >"$here/corpus.tar.xz"
+    --format=gnu ./*.erofs ./*.manifest ./*.blob tree.tar seeds | xz -9e -T1 >"$here/corpus.tar.xz"
 echo "make.sh: $built images, $(stat -c %s "$here/corpus.tar.xz") bytes in $here/corpus.tar.xz" >&2
