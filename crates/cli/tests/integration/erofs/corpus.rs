@@ -19,7 +19,7 @@ use manifest::{Entry, Walk};
 
 use super::walk::walk_mounted;
 
-fn corpus() -> &'static Path {
+pub(super) fn corpus() -> &'static Path {
     manifest::corpus_dir(
         &common::workspace_root().join("crates/erofs/tests/data/erofs-1.9/corpus.tar.xz"),
         Path::new(env!("CARGO_TARGET_TMPDIR")),

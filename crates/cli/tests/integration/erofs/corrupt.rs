@@ -1,6 +1,8 @@
 //! Damaged EROFS images: random bytes written over the superblock, inodes,
-//! directory blocks, chunk tables, compression indexes and LZ4 data, chosen
-//! deterministically. Every damaged image gives `foliofs fsck` a clear error
+//! directory blocks, chunk tables, compression indexes, compressed data and
+//! the packed inode's clusters (mkfs.erofs images, and the committed
+//! corpus's for every algorithm, fragments, dedupe and compressed
+//! directories), chosen deterministically. Every damaged image gives `foliofs fsck` a clear error
 //! (or a clean bill when the bytes did not matter) within a bounded time and
 //! memory, never a panic; mounted, the damaged files answer EIO and the
 //! server keeps serving.
@@ -64,7 +66,9 @@ struct Regions {
     dir_blocks: Vec<(u64, u64)>,
     chunk_tables: Vec<(u64, u64)>,
     cluster_indexes: Vec<(u64, u64)>,
-    lz4_data: Vec<(u64, u64)>,
+    compressed_data: Vec<(u64, u64)>,
+    /// The packed inode's clusters (fragments, compressed directories).
+    packed: Vec<(u64, u64)>,
 }
 
 fn regions(img: &Path) -> Regions {
@@ -90,7 +94,7 @@ fn regions(img: &Path) -> Regions {
             if inode.kind == FileType::Directory {
                 r.dir_blocks.push((at, e.physical_len));
             } else if e.compressed && !e.inline {
-                r.lz4_data.push((at, e.physical_len));
+                r.compressed_data.push((at, e.physical_len));
             }
         }
         if inode.kind == FileType::Directory {
@@ -99,6 +103,17 @@ fn regions(img: &Path) -> Regions {
                 false
             })
             .unwrap();
+        }
+    }
+    let packed = fs.superblock().packed_nid;
+    if packed != 0 {
+        let inode = fs.inode(packed).unwrap();
+        r.inodes
+            .push((inode.pos, inode.inode_size() + inode.xattr_size()));
+        for e in fs.extents(&inode).unwrap() {
+            if let Some((0, at)) = e.physical {
+                r.packed.push((at, e.physical_len));
+            }
         }
     }
     r
@@ -178,28 +193,38 @@ fn corpus(args: &[&str]) {
     source(&src);
     let img = tmp.path().join("good.erofs");
     common::mkfs_erofs(args, &img, &src);
+    damage_corpus(&img, &format!("{args:?}"), tmp.path());
+}
+
+/// Damage of every class of region of `img`, 16 variants each, checked
+/// with bounded `foliofs fsck` runs (and one mount per class).
+fn damage_corpus(img: &Path, args: &str, tmp: &Path) {
     assert!(
-        !fsck_bounded(&img, "the undamaged image"),
+        !fsck_bounded(img, "the undamaged image"),
         "good image reported damaged"
     );
-    let good = fs::read(&img).unwrap();
-    let r = regions(&img);
-    let mut classes: Vec<(&str, Vec<(u64, u64)>)> = vec![
-        ("superblock", vec![(1024, 128)]),
-        ("inode", r.inodes),
-        ("directory block", r.dir_blocks),
-    ];
+    let good = fs::read(img).unwrap();
+    let r = regions(img);
+    let mut classes: Vec<(&str, Vec<(u64, u64)>)> =
+        vec![("superblock", vec![(1024, 128)]), ("inode", r.inodes)];
+    // Compressed directories are all in the packed inode.
+    if !r.dir_blocks.is_empty() {
+        classes.push(("directory block", r.dir_blocks));
+    }
     if !r.chunk_tables.is_empty() {
         classes.push(("chunk table", r.chunk_tables));
     }
     if !r.cluster_indexes.is_empty() {
         classes.push(("lcluster index", r.cluster_indexes));
     }
-    if !r.lz4_data.is_empty() {
-        classes.push(("LZ4 data", r.lz4_data));
+    if !r.compressed_data.is_empty() {
+        classes.push(("compressed data", r.compressed_data));
+    }
+    if !r.packed.is_empty() {
+        classes.push(("packed inode data", r.packed));
     }
     let mut rng = common::rng(0xBAD_E20F5);
-    let bad = tmp.path().join("bad.erofs");
+    let bad = tmp.join("bad.erofs");
     let mount = have!("fuse");
     let mut mounted_once = Vec::new();
     for (class, ranges) in &classes {
@@ -208,7 +233,7 @@ fn corpus(args: &[&str]) {
             let range = ranges[rng.gen_range(0..ranges.len())];
             let count = 1 + rng.gen_range(0..8) as usize;
             damage(&good, range, count, &mut rng, &bad);
-            let what = format!("{args:?} {class} variant {v} ({count} bytes in {range:?})");
+            let what = format!("{args} {class} variant {v} ({count} bytes in {range:?})");
             if fsck_bounded(&bad, &what) {
                 detected += 1;
                 if mount && !mounted_once.contains(class) {
@@ -217,7 +242,7 @@ fn corpus(args: &[&str]) {
                 }
             }
         }
-        eprintln!("{args:?}: {class}: {detected}/16 variants reported damage");
+        eprintln!("{args}: {class}: {detected}/16 variants reported damage");
     }
 }
 
@@ -271,6 +296,53 @@ fn damaged_lz4_full_index_images() {
 fn damaged_chunked_images() {
     require!("mkfs.erofs");
     corpus(&["--chunksize=8192"]);
+}
+
+/// Images of the committed corpus (mkfs.erofs 1.9.3): clusters of every
+/// algorithm, fragments in the packed inode, deduplicated clusters and
+/// compressed directories, damaged as above.
+fn damaged_corpus_image(name: &str) {
+    let tmp = tempfile::Builder::new()
+        .prefix("foliofs-erofs-bad.")
+        .tempdir()
+        .unwrap();
+    let img = super::corpus::corpus().join(format!("{name}.erofs"));
+    damage_corpus(&img, name, tmp.path());
+}
+
+#[test]
+fn damaged_micro_lzma_images() {
+    damaged_corpus_image("lzma_C64k");
+}
+
+#[test]
+fn damaged_micro_lzma_fragment_images() {
+    damaged_corpus_image("lzma_allfrag_1m");
+}
+
+#[test]
+fn damaged_deflate_images() {
+    damaged_corpus_image("deflate");
+}
+
+#[test]
+fn damaged_zstd_images() {
+    damaged_corpus_image("zstd_C64k");
+}
+
+#[test]
+fn damaged_lz4_fragment_dedupe_images() {
+    damaged_corpus_image("lz4_frag_dedupe");
+}
+
+#[test]
+fn damaged_lz4hc_dedupe_images() {
+    damaged_corpus_image("lz4hc_dedupe");
+}
+
+#[test]
+fn damaged_compressed_directory_images() {
+    damaged_corpus_image("zD_MZ");
 }
 
 /// Features foliofs does not read are refused with their names, before any
