@@ -57,6 +57,10 @@ pub struct BenchArgs {
     /// Where to keep the generated data (default: the temporary directory).
     #[arg(long)]
     pub workdir: Option<PathBuf>,
+    /// The mkfs.erofs to build every EROFS image with (default: the one on
+    /// PATH); the Zstd, MicroLZMA and DEFLATE rows need one that makes them.
+    #[arg(long, value_name = "PATH")]
+    pub mkfs_erofs: Option<PathBuf>,
 }
 
 /// Sizes and switches every section reads.
@@ -70,6 +74,8 @@ pub struct Config {
     pub ramfs_bytes: u64,
     pub startup_files: u64,
     pub startup_bytes: u64,
+    /// The mkfs.erofs to run, `None` when there is none.
+    pub mkfs_erofs: Option<PathBuf>,
     pub tty: bool,
 }
 
@@ -89,6 +95,13 @@ impl Config {
                 bail!("--tree {}: not a directory", t.display());
             }
         }
+        let mkfs_erofs = match &a.mkfs_erofs {
+            Some(p) if !env::is_executable(p) => {
+                bail!("--mkfs-erofs {}: not an executable file", p.display())
+            }
+            Some(p) => Some(p.clone()),
+            None => env::have("mkfs.erofs").then(|| PathBuf::from("mkfs.erofs")),
+        };
         Ok(Config {
             runs,
             seq_size,
@@ -98,6 +111,7 @@ impl Config {
             ramfs_bytes: if q { 256 << 20 } else { 2 << 30 },
             startup_files: if q { 400 } else { 3_000 },
             startup_bytes: if q { 20_000_000 } else { 300_000_000 },
+            mkfs_erofs,
             tty: std::io::stderr().is_terminal(),
         })
     }
@@ -203,6 +217,14 @@ mod tests {
         assert_eq!((c.seq_size, c.runs), (8 << 20, 5));
         assert!(Config::from_args(&T::parse_from(["t", "--runs", "0"]).b).is_err());
         assert!(Config::from_args(&T::parse_from(["t", "--tree", "/no/such/dir"]).b).is_err());
+        let no_mkfs = T::parse_from(["t", "--mkfs-erofs", "/no/such/mkfs.erofs"]).b;
+        assert!(Config::from_args(&no_mkfs).is_err());
+        let mkfs = T::parse_from(["t", "--mkfs-erofs", "/bin/true"]).b;
+        let c = Config::from_args(&mkfs).unwrap();
+        assert_eq!(
+            c.mkfs_erofs.as_deref(),
+            Some(std::path::Path::new("/bin/true"))
+        );
         assert!(T::try_parse_from(["t", "everything"]).is_err());
         assert!(T::try_parse_from(["t", "--size", "lots"]).is_err());
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::stats::{ratio, summarize, Summary};
+use super::stats::{paired_ratio, ratio, summarize, Summary};
 
 /// What a column measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -68,6 +68,9 @@ pub struct Section {
     pub rows: Vec<Row>,
     /// Index of the row every ratio is taken against.
     pub reference: usize,
+    /// Rows compared head to head (foliofs, then its kernel counterpart),
+    /// beside the ratios to the reference.
+    pub pairs: Vec<(usize, usize)>,
     pub notes: Vec<String>,
 }
 
@@ -197,10 +200,34 @@ pub fn table(s: &Section) -> String {
         }
         let _ = writeln!(out, "{}", row.trim_end());
     }
+    for &(a, b) in &s.pairs {
+        if let Some(line) = pair_line(s, a, b) {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     for n in &s.notes {
         let _ = writeln!(out, "note: {n}");
     }
     out
+}
+
+/// "A / B: COLUMN 0.93 (best/best 0.95), ...": row `a`'s time over row
+/// `b`'s in each column, the median of the rounds' ratios (each round
+/// measured both one after the other) and the best run over the best run.
+fn pair_line(s: &Section, a: usize, b: usize) -> Option<String> {
+    let (ra, rb) = (s.rows.get(a)?, s.rows.get(b)?);
+    let cells: Vec<String> = s
+        .columns
+        .iter()
+        .filter_map(|c| {
+            let p = paired_ratio(ra.runs.get(c.key)?, rb.runs.get(c.key)?, c.unit)?;
+            Some(format!(
+                "{} {:.2} (best/best {:.2})",
+                c.label, p.median, p.best
+            ))
+        })
+        .collect();
+    (!cells.is_empty()).then(|| format!("{} / {}: {}", ra.label, rb.label, cells.join(", ")))
 }
 
 /// Writes the whole report as JSON.
@@ -300,6 +327,7 @@ mod tests {
             }],
             rows: vec![a, b, c],
             reference: 0,
+            pairs: vec![(1, 0), (2, 0)],
             notes: vec![],
         }
     }
@@ -311,6 +339,10 @@ mod tests {
         assert!(t.contains("4.000 s"), "{t}");
         assert!(t.contains("2.00"), "ratio 4/2 missing: {t}");
         assert!(t.contains("skipped: squashfuse is not installed"), "{t}");
+        // Round by round 2/1, 4/2, 6/3; best 2 over best 1. A row without
+        // runs has no pair line.
+        assert!(t.contains("mount / image: dd 2.00 (best/best 2.00)"), "{t}");
+        assert!(!t.contains("peer / image"), "{t}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use foliofs_vfs::options::{format_size, OptionError};
 
 use super::data;
 use super::env::{have, run, time_cmd, time_md5, time_read, time_read_tree, time_write_zeros};
-use super::env::{BenchEnv, How, Mounted};
+use super::env::{BenchEnv, How, MkfsErofs, Mounted};
 use super::report::{Column, Row, Section, Unit};
 use super::Config;
 use crate::open;
@@ -62,11 +62,39 @@ fn ramfs_options_refused(opts: &str) -> Option<String> {
     })
 }
 
+/// Why a row has no image: a tool this machine lacks (the row is skipped)
+/// or a build that went wrong (the row failed).
+#[derive(Clone, Debug)]
+struct NoImage {
+    why: String,
+    failed: bool,
+}
+
+impl NoImage {
+    fn skip(why: impl Into<String>) -> NoImage {
+        NoImage {
+            why: why.into(),
+            failed: false,
+        }
+    }
+
+    fn failed(e: &anyhow::Error) -> NoImage {
+        NoImage {
+            why: crate::error_line(e),
+            failed: true,
+        }
+    }
+}
+
+type Image = Result<PathBuf, NoImage>;
+
+const NO_MKFS_EROFS: &str = "mkfs.erofs is not installed (erofs-utils)";
+
 /// The images a read section compares, built from one source tree.
 struct Images {
-    romfs: Result<PathBuf, String>,
-    erofs: Result<PathBuf, String>,
-    squashfs: Result<PathBuf, String>,
+    romfs: Image,
+    erofs: Image,
+    squashfs: Image,
 }
 
 fn build_images(env: &BenchEnv, src: &Path, cfg: &Config) -> Images {
@@ -77,18 +105,19 @@ fn build_images(env: &BenchEnv, src: &Path, cfg: &Config) -> Images {
         .arg(src)
         .arg(&romfs))
     .map(|_| romfs)
-    .map_err(|e| crate::error_line(&e));
-    let erofs = if have("mkfs.erofs") {
-        let img = env.dir.join("image.erofs");
-        run(Command::new("mkfs.erofs")
-            .arg("--quiet")
-            .arg("-T0")
-            .arg(&img)
-            .arg(src))
-        .map(|_| img)
-        .map_err(|e| crate::error_line(&e))
-    } else {
-        Err("mkfs.erofs is not installed (erofs-utils)".into())
+    .map_err(|e| NoImage::failed(&e));
+    let erofs = match &cfg.mkfs_erofs {
+        Some(mkfs) => {
+            let img = env.dir.join("image.erofs");
+            run(Command::new(mkfs)
+                .arg("--quiet")
+                .arg("-T0")
+                .arg(&img)
+                .arg(src))
+            .map(|_| img)
+            .map_err(|e| NoImage::failed(&e))
+        }
+        None => Err(NoImage::skip(NO_MKFS_EROFS)),
     };
     let squashfs = if have("mksquashfs") {
         let img = env.dir.join("image.squashfs");
@@ -102,9 +131,11 @@ fn build_images(env: &BenchEnv, src: &Path, cfg: &Config) -> Images {
             "-no-progress",
         ]))
         .map(|_| img)
-        .map_err(|e| crate::error_line(&e))
+        .map_err(|e| NoImage::failed(&e))
     } else {
-        Err("mksquashfs is not installed (squashfs-tools)".into())
+        Err(NoImage::skip(
+            "mksquashfs is not installed (squashfs-tools)",
+        ))
     };
     Images {
         romfs,
@@ -118,7 +149,7 @@ struct Plan {
     label: String,
     kind: &'static str,
     how: How,
-    image: Result<PathBuf, String>,
+    image: Image,
     x: Option<u64>,
 }
 
@@ -229,9 +260,9 @@ fn measure_rows(
             row.x = p.x;
             if let Some(why) = unavailable(env, &p.how) {
                 row.note = Some(why);
-            } else if let Err(why) = &p.image {
-                row.note = Some(format!("no image: {why}"));
-                row.failed = !why.contains("not installed");
+            } else if let Err(no) = &p.image {
+                row.note = Some(format!("no image: {}", no.why));
+                row.failed = no.failed;
             }
             row
         })
@@ -302,7 +333,7 @@ pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     let plain = env.subdir("seq-image")?;
     let image = images.romfs.clone().and_then(|img| {
         std::fs::hard_link(&img, plain.join("file"))
-            .map_err(|e| format!("linking the image: {e}"))?;
+            .map_err(|e| NoImage::failed(&anyhow::anyhow!("linking the image: {e}")))?;
         Ok(plain.clone())
     });
     let mut plans = vec![Plan {
@@ -320,41 +351,45 @@ pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         ("2M", "blocksize=2M"),
     ];
     plans.extend(read_plans(&images, &sizes, true));
-    // The same size of data, compressible, in an LZ4 image: foliofs's
-    // decompression beside the kernel's.
-    let lz4: Result<PathBuf, String> = if have("mkfs.erofs") {
-        let lz4src = env.subdir("seq-lz4-src")?;
-        data::compressible_file(&lz4src.join("file"), cfg.seq_size, 0x124)?;
-        let img = env.dir.join("image-lz4.erofs");
-        run(Command::new("mkfs.erofs")
-            .args(["--quiet", "-T0", "-zlz4hc"])
-            .arg(&img)
-            .arg(&lz4src))
-        .map(|_| img)
-        .map_err(|e| crate::error_line(&e))
-    } else {
-        Err("mkfs.erofs is not installed (erofs-utils)".into())
+    // The same size of data, compressible, in an image per algorithm:
+    // foliofs's decompression beside the kernel's, of the same image.
+    let mkfs = cfg.mkfs_erofs.as_deref().map(MkfsErofs::probe);
+    let zsrc = match &mkfs {
+        Some(_) => {
+            let dir = env.subdir("seq-z-src")?;
+            data::compressible_file(&dir.join("file"), cfg.seq_size, 0x124)?;
+            Ok(dir)
+        }
+        None => Err(NoImage::skip(NO_MKFS_EROFS)),
     };
-    plans.push(Plan {
-        label: "foliofs erofs lz4".into(),
-        kind: "foliofs",
-        how: How::Foliofs {
-            fstype: "erofs",
-            opts: String::new(),
-        },
-        image: lz4.clone(),
-        x: None,
-    });
-    plans.push(Plan {
-        label: "kernel erofs lz4, file-backed".into(),
-        kind: "kernel",
-        how: How::KernelFile {
-            fstype: "erofs",
-            opts: String::new(),
-        },
-        image: lz4,
-        x: None,
-    });
+    let mut pairs = Vec::new();
+    for (label, alg) in COMPRESSED {
+        let image = zsrc.clone().and_then(|src| {
+            let mkfs = mkfs.as_ref().expect("a source only with mkfs.erofs");
+            compressed_image(env, cfg, mkfs, &src, label, alg)
+        });
+        pairs.push((plans.len(), plans.len() + 1));
+        plans.push(Plan {
+            label: format!("foliofs erofs {label}"),
+            kind: "foliofs",
+            how: How::Foliofs {
+                fstype: "erofs",
+                opts: String::new(),
+            },
+            image: image.clone(),
+            x: None,
+        });
+        plans.push(Plan {
+            label: format!("kernel erofs {label}, file-backed"),
+            kind: "kernel",
+            how: How::KernelFile {
+                fstype: "erofs",
+                opts: String::new(),
+            },
+            image,
+            x: None,
+        });
+    }
     let size = cfg.seq_size;
     let dd = |mnt: &Path| -> Result<f64> {
         let f = mnt.join("file");
@@ -368,8 +403,9 @@ pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     let md5 = |mnt: &Path| time_md5(&mnt.join("file"));
     let rows = measure_rows(env, cfg, "seq", &plans, true, &[("dd", &dd), ("md5", &md5)]);
     let mut notes = vec![format!(
-        "one {} MiB random file (the lz4 rows: as much data that LZ4 halves); each run drops the page cache first; ratios are to reading the image file",
-        cfg.seq_size >> 20
+        "one {} MiB random file (the lz4, lzma, deflate and zstd rows: as much data that compresses to half, in images by {}); each run drops the page cache first; ratios are to reading the image file",
+        cfg.seq_size >> 20,
+        mkfs.as_ref().map_or("mkfs.erofs".into(), MkfsErofs::describe),
     )];
     notes.extend(cold_note(env));
     Ok(Section {
@@ -378,8 +414,42 @@ pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         columns,
         rows,
         reference: 0,
+        pairs,
         notes,
     })
+}
+
+/// The compressed seq rows: label, and the algorithm as mkfs.erofs's `-z`
+/// names it (LZ4 at its high-compression setting, as images are made).
+const COMPRESSED: [(&str, &str); 4] = [
+    ("lz4", "lz4hc"),
+    ("lzma", "lzma"),
+    ("deflate", "deflate"),
+    ("zstd", "zstd"),
+];
+
+/// An image of `src` compressed with `alg` at mkfs.erofs's default level
+/// and cluster size, or why there is none.
+fn compressed_image(
+    env: &BenchEnv,
+    cfg: &Config,
+    mkfs: &MkfsErofs,
+    src: &Path,
+    label: &str,
+    alg: &str,
+) -> Image {
+    if let Some(why) = mkfs.lacks(alg) {
+        return Err(NoImage::skip(why));
+    }
+    progress(cfg, &format!("[seq] building the {label} image"));
+    let img = env.dir.join(format!("image-{label}.erofs"));
+    run(Command::new(&mkfs.path)
+        .args(["--quiet", "-T0"])
+        .arg(format!("-z{alg}"))
+        .arg(&img)
+        .arg(src))
+    .map(|_| img)
+    .map_err(|e| NoImage::failed(&e))
 }
 
 /// Source tree for `tree` and `startup`: the user's, or one made here.
@@ -447,6 +517,7 @@ pub fn tree(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         columns,
         rows,
         reference,
+        pairs: Vec::new(),
         notes,
     })
 }
@@ -550,6 +621,7 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         columns,
         rows,
         reference,
+        pairs: Vec::new(),
         notes: vec![format!(
             "{} MiB written from /dev/zero-like buffers in 2 MiB writes per run, then removed and written again on the same mount; ratios are to the kernel's ramfs",
             total >> 20
@@ -577,10 +649,9 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             unit: Unit::Seconds,
         },
     ];
-    let image: Result<PathBuf, String> = if have("mkfs.erofs") {
-        Ok(env.dir.join("startup.erofs"))
-    } else {
-        Err("mkfs.erofs is not installed (erofs-utils)".into())
+    let image: Image = match &cfg.mkfs_erofs {
+        Some(_) => Ok(env.dir.join("startup.erofs")),
+        None => Err(NoImage::skip(NO_MKFS_EROFS)),
     };
     let plans = vec![
         Plan {
@@ -641,8 +712,9 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         }
         let img = match &plan.image {
             Ok(i) => i.clone(),
-            Err(why) => {
-                row.note = Some(why.clone());
+            Err(no) => {
+                row.note = Some(no.why.clone());
+                row.failed = no.failed;
                 rows.push(row);
                 continue;
             }
@@ -660,10 +732,14 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                     &mut row,
                     "unpack",
                     time_cmd(
-                        Command::new("mkfs.erofs")
-                            .arg("--quiet")
-                            .arg(&img)
-                            .arg(&src),
+                        Command::new(
+                            cfg.mkfs_erofs
+                                .as_ref()
+                                .expect("an image only with mkfs.erofs"),
+                        )
+                        .arg("--quiet")
+                        .arg(&img)
+                        .arg(&src),
                     )?,
                 );
                 let mnt = env.fresh_dir("mnt")?;
@@ -717,6 +793,7 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         columns,
         rows,
         reference: 2,
+        pairs: Vec::new(),
         notes,
     })
 }

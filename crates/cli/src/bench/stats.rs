@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use super::report::Unit;
+
 /// Median, minimum and maximum of a set of runs.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Summary {
@@ -40,6 +42,36 @@ pub fn ratio(value: Option<f64>, reference: Option<f64>) -> Option<f64> {
     }
 }
 
+/// One row's runs over another's, round by round.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Paired {
+    /// Median of the per-round ratios.
+    pub median: f64,
+    /// The first row's best run over the second's best.
+    pub best: f64,
+}
+
+/// `a` over `b` as times (for a rate, `b` over `a`, so above 1 is always
+/// "`a` takes longer"), pairing run i of each: rounds measure every row
+/// once, so the runs of one round saw the same machine. `None` unless both
+/// have the same number of finite, positive runs.
+pub fn paired_ratio(a: &[f64], b: &[f64], unit: Unit) -> Option<Paired> {
+    let ok = |v: &[f64]| !v.is_empty() && v.iter().all(|x| x.is_finite() && *x > 0.0);
+    if a.len() != b.len() || !ok(a) || !ok(b) {
+        return None;
+    }
+    let time = |x: f64| match unit {
+        Unit::Seconds => x,
+        Unit::GBps => 1.0 / x,
+    };
+    let rounds: Vec<f64> = a.iter().zip(b).map(|(x, y)| time(*x) / time(*y)).collect();
+    let best = |v: &[f64]| v.iter().map(|x| time(*x)).fold(f64::INFINITY, f64::min);
+    Some(Paired {
+        median: summarize(&rounds)?.median,
+        best: best(a) / best(b),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +107,17 @@ mod tests {
         assert_eq!(ratio(Some(3.0), Some(0.0)), None);
         assert_eq!(ratio(None, Some(2.0)), None);
         assert_eq!(ratio(Some(1.0), None), None);
+    }
+
+    #[test]
+    fn paired_ratios_go_round_by_round() {
+        let p = paired_ratio(&[2.0, 9.0, 3.0], &[1.0, 3.0, 3.0], Unit::Seconds).unwrap();
+        // Rounds: 2, 3, 1; best 2 over best 1.
+        assert_eq!((p.median, p.best), (2.0, 2.0));
+        let r = paired_ratio(&[1.0, 2.0], &[2.0, 4.0], Unit::GBps).unwrap();
+        assert_eq!((r.median, r.best), (2.0, 2.0));
+        assert!(paired_ratio(&[1.0], &[1.0, 2.0], Unit::Seconds).is_none());
+        assert!(paired_ratio(&[], &[], Unit::Seconds).is_none());
+        assert!(paired_ratio(&[1.0], &[0.0], Unit::Seconds).is_none());
     }
 }
