@@ -281,3 +281,18 @@ fn an_algorithm_without_configuration_is_refused() {
         }
     );
 }
+
+#[test]
+fn zstd_frame_windows_from_the_header() {
+    let magic = [0x28, 0xb5, 0x2f, 0xfd];
+    // A window descriptor of exponent 7, mantissa 2: 2^17 + 2 * 2^14.
+    let mut f = magic.to_vec();
+    f.extend([0x00, 7 << 3 | 2]);
+    assert_eq!(zstd_window(&f), Ok((1 << 17) + 2 * (1 << 14)));
+    // Single segment, no dictionary, a 2-byte content size (from 256).
+    let mut f = magic.to_vec();
+    f.extend([0x60, 0x00, 0x10]);
+    assert_eq!(zstd_window(&f), Ok(0x1000 + 256));
+    assert!(zstd_window(&magic).is_err());
+    assert!(zstd_window(b"not a frame").is_err());
+}
