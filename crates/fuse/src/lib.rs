@@ -1,17 +1,22 @@
 //! Serve any foliofs [`FileSystem`](foliofs_vfs::FileSystem) over FUSE.
 //!
 //! [`options`] parses kernel-style `-o` strings; [`mount`] mounts a file
-//! system as `fuse.foliofs` with `mount(2)`, completes the FUSE handshake and
+//! system as `fuse.foliofs` with `mount(2)` (through `fusermount3` for a
+//! user who may not, see [`privilege`]), completes the FUSE handshake and
 //! tunes the mount's bdi; [`Mounted::run`] serves requests on several threads
 //! until the mount goes away. The file system's root is node 1 to the kernel,
 //! while `st_ino` stays the format's own inode number.
 
-#![forbid(unsafe_code)]
+// One descriptor received over a socket needs `unsafe` to be owned
+// (`fusermount.rs`); nothing else may use it.
+#![deny(unsafe_code, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
 mod convert;
+pub mod fusermount;
 mod ids;
 pub mod options;
+pub mod privilege;
 mod server;
 mod session;
 
@@ -19,5 +24,6 @@ pub use convert::Overrides;
 pub use options::{format_size, parse_size, MountFlags, MountOptions, OptionError};
 pub use server::ServerConfig;
 pub use session::{
-    find_mount, mount, mount_table, unmount, MountConfig, MountError, MountInfo, Mounted, FS_TYPE,
+    find_mount, mount, mount_table, unmount, MountConfig, MountError, MountInfo, MountMethod,
+    Mounted, FS_TYPE,
 };

@@ -1,5 +1,6 @@
-//! Mounting: `mount(2)` of a `fuse.foliofs` file system, the FUSE handshake,
-//! the bdi tuning, and serving until the mount goes away.
+//! Mounting: `mount(2)` of a `fuse.foliofs` file system (or `fusermount3`
+//! for a user who may not), the FUSE handshake, the bdi tuning, and serving
+//! until the mount goes away.
 
 use std::ffi::OsString;
 use std::fs::OpenOptions;
@@ -14,7 +15,9 @@ use foliofs_vfs::FileSystem;
 use nix::mount::{MntFlags, MsFlags};
 use nix::sys::signal::{SigSet, Signal};
 
+use crate::fusermount::{self, FusermountError};
 use crate::options::MountFlags;
+use crate::privilege;
 use crate::server::{Server, ServerConfig};
 
 /// The file-system type every foliofs mount has (`fuse.<subtype>`).
@@ -37,7 +40,7 @@ pub enum MountError {
     DevFuse(#[source] io::Error),
     /// `mount(2)` refused, or the new mount did not show up in
     /// `/proc/self/mountinfo`; nothing is left mounted.
-    #[error("mount(2) of {path} failed: {source}")]
+    #[error("cannot mount {path}: {source}")]
     Mount {
         /// The resolved mount point.
         path: PathBuf,
@@ -45,10 +48,35 @@ pub enum MountError {
         #[source]
         source: io::Error,
     },
+    /// `fusermount3` could not be run, or refused, or failed; nothing is
+    /// left mounted.
+    #[error("cannot mount {path}: {source}")]
+    Fusermount {
+        /// The resolved mount point.
+        path: PathBuf,
+        /// What went wrong, in `fusermount3`'s words where it said.
+        #[source]
+        source: FusermountError,
+    },
+    /// This process may not have the mount it asks for (an option only
+    /// root may use, a mount point it cannot write); refused before
+    /// anything was mounted.
+    #[error("{0}")]
+    Refused(String),
     /// Blocking the exit signals or the FUSE `INIT` exchange with the
     /// kernel failed; a mount already made has been detached.
     #[error("FUSE handshake failed: {0}")]
     Handshake(#[source] io::Error),
+}
+
+/// How a mount was made, which decides how it is taken down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MountMethod {
+    /// mount(2) by this process (root, or `CAP_SYS_ADMIN` in the user
+    /// namespace owning its mount namespace).
+    Syscall,
+    /// The set-user-ID `fusermount3` (a user).
+    Fusermount,
 }
 
 /// Everything about one mount besides the file system itself.
@@ -69,7 +97,7 @@ pub struct MountConfig {
     /// Server threads (each with its own cloned `/dev/fuse` descriptor).
     pub threads: usize,
     /// Readahead set on the mount's bdi once it is live, in KiB; `None`
-    /// keeps the kernel's.
+    /// keeps the kernel's. (Only root may write the bdi's settings.)
     pub read_ahead_kb: Option<u32>,
     /// How the server answers requests once the mount is live.
     pub server: ServerConfig,
@@ -80,6 +108,7 @@ pub struct Mounted {
     session: fuser::Session<Server>,
     mountpoint: PathBuf,
     info: MountInfo,
+    method: MountMethod,
 }
 
 impl std::fmt::Debug for Mounted {
@@ -87,6 +116,7 @@ impl std::fmt::Debug for Mounted {
         f.debug_struct("Mounted")
             .field("mountpoint", &self.mountpoint)
             .field("info", &self.info)
+            .field("method", &self.method)
             .finish()
     }
 }
@@ -111,6 +141,16 @@ pub struct MountInfo {
     pub mount_options: String,
     /// Per-superblock options (`user_id=0,...`).
     pub super_options: String,
+}
+
+impl MountInfo {
+    /// The user who mounted it, as a FUSE mount's `user_id=` says.
+    pub fn user_id(&self) -> Option<u32> {
+        self.super_options
+            .split(',')
+            .find_map(|o| o.strip_prefix("user_id="))
+            .and_then(|v| v.parse().ok())
+    }
 }
 
 /// Decodes mountinfo's `\ooo` escapes (space, tab, newline, backslash).
@@ -178,10 +218,16 @@ impl Mounted {
         &self.mountpoint
     }
 
+    /// How the mount was made.
+    pub fn method(&self) -> MountMethod {
+        self.method
+    }
+
     /// Serves requests until the file system is unmounted (by `umount`, or
     /// by SIGTERM, SIGINT or SIGHUP to this process, which unmount it).
     pub fn run(self) -> io::Result<()> {
         let mnt = self.mountpoint.clone();
+        let method = self.method;
         let sigs = exit_signals();
         std::thread::Builder::new()
             .name("foliofs-signals".into())
@@ -190,12 +236,24 @@ impl Mounted {
                 log::info!("{sig:?}: unmounting {}", mnt.display());
                 // Detached, so a busy mount still goes away from the namespace;
                 // the server keeps answering the files still open in it.
-                match nix::mount::umount2(&mnt, MntFlags::MNT_DETACH) {
-                    Ok(()) => {}
-                    Err(e) => log::warn!("unmount {}: {e}", mnt.display()),
+                if let Err(e) = detach(&mnt, method) {
+                    log::warn!("unmount {}: {e}", mnt.display());
                 }
             })?;
         self.session.run()
+    }
+}
+
+/// Detaches `mnt`, made by `method`.
+fn detach(mnt: &Path, method: MountMethod) -> io::Result<()> {
+    match method {
+        MountMethod::Syscall => {
+            nix::mount::umount2(mnt, MntFlags::MNT_DETACH).map_err(io::Error::from)
+        }
+        MountMethod::Fusermount if privilege::has_cap_sys_admin() => {
+            nix::mount::umount2(mnt, MntFlags::MNT_DETACH).map_err(io::Error::from)
+        }
+        MountMethod::Fusermount => fusermount::unmount(mnt, true).map_err(io::Error::other),
     }
 }
 
@@ -225,10 +283,132 @@ pub fn mount(fs: Arc<dyn FileSystem>, cfg: &MountConfig) -> Result<Mounted, Moun
             "mount point is not a directory",
         )));
     }
+    let method = check_and_choose(cfg, &mountpoint)?;
     exit_signals()
         .thread_block()
         .map_err(|e| MountError::Handshake(e.into()))?;
 
+    let (dev, method) = match method {
+        MountMethod::Syscall => match mount_syscall(cfg, &mountpoint, &meta) {
+            Ok(dev) => (dev, MountMethod::Syscall),
+            // CAP_SYS_ADMIN in a user namespace that does not own our mount
+            // namespace (`unshare -Ur` without `-m`) is no mount right.
+            Err(MountError::Mount { source, .. })
+                if source.raw_os_error() == Some(libc::EPERM)
+                    && !privilege::in_initial_user_namespace() =>
+            {
+                log::info!("mount(2) refused in this user namespace; trying fusermount3");
+                (mount_fusermount(cfg, &mountpoint)?, MountMethod::Fusermount)
+            }
+            Err(e) => return Err(e),
+        },
+        MountMethod::Fusermount => (mount_fusermount(cfg, &mountpoint)?, MountMethod::Fusermount),
+    };
+
+    // From here on a failure must take the mount down again.
+    let undo = |e: MountError| {
+        let _ = detach(&mountpoint, method);
+        e
+    };
+    // The mount just made is the topmost at that path; reading mountinfo
+    // (rather than stat) sends no request to a server not yet running.
+    let info = find_mount(&mountpoint)
+        .ok()
+        .flatten()
+        .filter(|m| m.fs_type == FS_TYPE)
+        .ok_or_else(|| {
+            undo(MountError::Mount {
+                path: mountpoint.clone(),
+                source: io::Error::other("the new mount is missing from /proc/self/mountinfo"),
+            })
+        })?;
+
+    let acl = if cfg.allow_other {
+        fuser::SessionACL::All
+    } else {
+        fuser::SessionACL::Owner
+    };
+    let mut fcfg = fuser::Config::default();
+    fcfg.n_threads = Some(cfg.threads.max(1));
+    fcfg.clone_fd = true;
+    let server = Server::new(fs, cfg.server.clone());
+    let session = fuser::Session::from_fd(server, dev, acl, fcfg)
+        .map_err(|e| undo(MountError::Handshake(e)))?;
+
+    // The INIT reply may only lower readahead, so it is raised after it.
+    // Only root of the machine may write a bdi's settings; a user's mount
+    // keeps the kernel's.
+    if privilege::is_machine_root() {
+        let bdi = format!("/sys/class/bdi/{}:{}", info.major, info.minor);
+        if let Some(kb) = cfg.read_ahead_kb {
+            write_sysfs(&bdi, "read_ahead_kb", &kb.to_string());
+        }
+        if !cfg.read_only {
+            // FUSE bdis may dirty only 1% of memory (strict_limit), which
+            // throttles a writeback-cached in-memory file system long before
+            // memory is short.
+            write_sysfs(&bdi, "strict_limit", "0");
+            write_sysfs(&bdi, "max_ratio", "50");
+        }
+    }
+    Ok(Mounted {
+        session,
+        mountpoint,
+        info,
+        method,
+    })
+}
+
+/// Refuses what this process may not have, and picks how to mount.
+fn check_and_choose(cfg: &MountConfig, mountpoint: &Path) -> Result<MountMethod, MountError> {
+    let refused = |m: String| Err(MountError::Refused(m));
+    // Device nodes and set-user-ID programs are root's to grant: the kernel
+    // forces nodev in a user namespace, and fusermount3 forces both.
+    if !privilege::is_machine_root() {
+        for (off, name) in [(cfg.flags.nodev, "dev"), (cfg.flags.nosuid, "suid")] {
+            if !off {
+                return refused(format!(
+                    "mount option `{name}` needs root: a user's mount is always no{name}"
+                ));
+            }
+        }
+    }
+    if privilege::has_cap_sys_admin() {
+        return Ok(MountMethod::Syscall);
+    }
+    // What fusermount3 would refuse, refused here in one line each.
+    if cfg.allow_other && !privilege::user_allow_other() {
+        return refused(format!(
+            "mount option `allow_other` needs `user_allow_other` in {} (or root)",
+            privilege::FUSE_CONF
+        ));
+    }
+    if let Err(e) = OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        let hint = if e.kind() == io::ErrorKind::PermissionDenied {
+            " (only root may use FUSE here; distributions make /dev/fuse mode 0666)"
+        } else {
+            ""
+        };
+        return Err(MountError::Refused(format!(
+            "cannot open /dev/fuse: {e}{hint}"
+        )));
+    }
+    if nix::unistd::access(mountpoint, nix::unistd::AccessFlags::W_OK).is_err() {
+        return refused(format!(
+            "{}: you (uid {}) cannot write this directory; a user may mount only on one they can write",
+            mountpoint.display(),
+            nix::unistd::getuid()
+        ));
+    }
+    Ok(MountMethod::Fusermount)
+}
+
+/// mount(2) with a `/dev/fuse` descriptor of our own.
+fn mount_syscall(
+    cfg: &MountConfig,
+    mountpoint: &Path,
+    meta: &std::fs::Metadata,
+) -> Result<OwnedFd, MountError> {
     let dev = OpenOptions::new()
         .read(true)
         .write(true)
@@ -262,61 +442,45 @@ pub fn mount(fs: Arc<dyn FileSystem>, cfg: &MountConfig) -> Result<Mounted, Moun
     }
     nix::mount::mount(
         Some(cfg.fsname.as_str()),
-        &mountpoint,
+        mountpoint,
         Some(FS_TYPE),
         flags,
         Some(data.as_str()),
     )
     .map_err(|e| MountError::Mount {
-        path: mountpoint.clone(),
+        path: mountpoint.to_owned(),
         source: e.into(),
     })?;
+    Ok(dev)
+}
 
-    // From here on a failure must take the mount down again.
-    let undo = |e: MountError| {
-        let _ = nix::mount::umount2(&mountpoint, MntFlags::MNT_DETACH);
-        e
-    };
-    // The mount just made is the topmost at that path; reading mountinfo
-    // (rather than stat) sends no request to a server not yet running.
-    let info = find_mount(&mountpoint)
-        .ok()
-        .flatten()
-        .filter(|m| m.fs_type == FS_TYPE)
-        .ok_or_else(|| {
-            undo(MountError::Mount {
-                path: mountpoint.clone(),
-                source: io::Error::other("the new mount is missing from /proc/self/mountinfo"),
-            })
-        })?;
-
-    let acl = if cfg.allow_other {
-        fuser::SessionACL::All
-    } else {
-        fuser::SessionACL::Owner
-    };
-    let mut fcfg = fuser::Config::default();
-    fcfg.n_threads = Some(cfg.threads.max(1));
-    fcfg.clone_fd = true;
-    let server = Server::new(fs, cfg.server.clone());
-    let session = fuser::Session::from_fd(server, dev, acl, fcfg)
-        .map_err(|e| undo(MountError::Handshake(e)))?;
-
-    // The INIT reply may only lower readahead, so it is raised after it.
-    let bdi = format!("/sys/class/bdi/{}:{}", info.major, info.minor);
-    if let Some(kb) = cfg.read_ahead_kb {
-        write_sysfs(&bdi, "read_ahead_kb", &kb.to_string());
+/// The same mount through `fusermount3`, in its option language.
+fn mount_fusermount(cfg: &MountConfig, mountpoint: &Path) -> Result<OwnedFd, MountError> {
+    let mut opts = vec![
+        "default_permissions".to_owned(),
+        format!("fsname={}", fusermount::escape_value(&cfg.fsname)),
+        format!("subtype={}", FS_TYPE.trim_start_matches("fuse.")),
+        if cfg.read_only { "ro" } else { "rw" }.to_owned(),
+    ];
+    // fusermount3 starts from nosuid,nodev; only root may turn them off.
+    for (on, set, unset) in [
+        (cfg.flags.nosuid, "nosuid", "suid"),
+        (cfg.flags.nodev, "nodev", "dev"),
+        (cfg.flags.noexec, "noexec", "exec"),
+        (cfg.flags.noatime, "noatime", "atime"),
+        (cfg.flags.sync, "sync", "async"),
+    ] {
+        opts.push(if on { set } else { unset }.to_owned());
     }
-    if !cfg.read_only {
-        // FUSE bdis may dirty only 1% of memory (strict_limit), which throttles
-        // a writeback-cached in-memory file system long before memory is short.
-        write_sysfs(&bdi, "strict_limit", "0");
-        write_sysfs(&bdi, "max_ratio", "50");
+    if cfg.flags.dirsync {
+        opts.push("dirsync".to_owned());
     }
-    Ok(Mounted {
-        session,
-        mountpoint,
-        info,
+    if cfg.allow_other {
+        opts.push("allow_other".to_owned());
+    }
+    fusermount::mount(mountpoint, &opts.join(",")).map_err(|source| MountError::Fusermount {
+        path: mountpoint.to_owned(),
+        source,
     })
 }
 
@@ -328,13 +492,26 @@ fn write_sysfs(dir: &str, file: &str, value: &str) {
 }
 
 /// Unmounts `path`. A busy or dead mount (its server gone) is detached.
+/// Without `CAP_SYS_ADMIN` this goes through `fusermount3 -u`, which
+/// unmounts only the calling user's own FUSE mounts.
 pub fn unmount(path: &Path) -> io::Result<()> {
-    match nix::mount::umount2(path, MntFlags::empty()) {
-        Ok(()) => Ok(()),
-        Err(nix::errno::Errno::EBUSY) => {
-            nix::mount::umount2(path, MntFlags::MNT_DETACH).map_err(io::Error::from)
+    if privilege::has_cap_sys_admin() {
+        match nix::mount::umount2(path, MntFlags::empty()) {
+            Ok(()) => return Ok(()),
+            Err(nix::errno::Errno::EBUSY) => {
+                return nix::mount::umount2(path, MntFlags::MNT_DETACH).map_err(io::Error::from)
+            }
+            // A user namespace's CAP_SYS_ADMIN over a mount it does not own.
+            Err(nix::errno::Errno::EPERM) if !privilege::in_initial_user_namespace() => {}
+            Err(e) => return Err(e.into()),
         }
-        Err(e) => Err(e.into()),
+    }
+    match fusermount::unmount(path, false) {
+        Ok(()) => Ok(()),
+        Err(FusermountError::Refused(m)) if m.contains("busy") => {
+            fusermount::unmount(path, true).map_err(io::Error::other)
+        }
+        Err(e) => Err(io::Error::other(e)),
     }
 }
 
@@ -352,6 +529,7 @@ mod tests {
         assert_eq!(m.fs_type, "fuse.foliofs");
         assert_eq!(m.source, "/img/x y.romfs");
         assert_eq!(m.mount_options, "rw,nosuid,nodev,relatime");
+        assert_eq!(m.user_id(), Some(0));
         assert!(parse_mountinfo_line("garbage").is_none());
     }
 }
