@@ -117,7 +117,7 @@ fn mount_helper_args(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsStrin
             .any(|s| s.get_name() == first || s.get_all_aliases().any(|a| a == first))
             || first == "help";
         if !known && !first.starts_with('-') && args.len() >= 3 {
-            args.insert(1, "mount".into());
+            args.splice(1..1, ["mount".into(), "--mount-helper".into()]);
         }
     }
     args

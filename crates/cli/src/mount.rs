@@ -56,6 +56,10 @@ pub struct MountArgs {
     /// Descriptor on which a background server reports readiness.
     #[arg(long, hide = true)]
     pub ready_fd: Option<i32>,
+    /// Started by `mount.fuse3` (`foliofs SOURCE MOUNTPOINT -o OPTIONS`),
+    /// whose own additions to the options are taken off again.
+    #[arg(long, hide = true)]
+    pub mount_helper: bool,
     /// The image file or block device (any name for ramfs).
     pub source: PathBuf,
     /// The directory to mount on.
@@ -73,7 +77,11 @@ struct Opened {
     shown: String,
 }
 
-pub fn run(args: MountArgs) -> anyhow::Result<i32> {
+pub fn run(mut args: MountArgs) -> anyhow::Result<i32> {
+    if args.mount_helper {
+        args.options = vec![foliofs_fuse::strip_helper_defaults(&args.options.join(","))];
+        args.mount_helper = false;
+    }
     let opts = open::parse_mount_options(&args.fstype, &args.options)?;
     let source = if args.fstype == "ramfs" {
         args.source.clone()

@@ -21,7 +21,9 @@ mod server;
 mod session;
 
 pub use convert::Overrides;
-pub use options::{format_size, parse_size, MountFlags, MountOptions, OptionError};
+pub use options::{
+    format_size, parse_size, strip_helper_defaults, MountFlags, MountOptions, OptionError,
+};
 pub use server::ServerConfig;
 pub use session::{
     find_mount, mount, mount_table, unmount, MountConfig, MountError, MountInfo, MountMethod,

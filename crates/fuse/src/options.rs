@@ -76,9 +76,9 @@ pub struct MountOptions {
     pub threads: Option<usize>,
     /// Extra devices (`device=PATH`, repeatable), in order.
     pub devices: Vec<PathBuf>,
-    /// `noexec`/`exec`, `noatime`/`atime`, `sync` and `dirsync`. `nosuid`
-    /// and `nodev` stay set whatever `suid` or `dev` says: an image is
-    /// untrusted data.
+    /// `nosuid`/`suid`, `nodev`/`dev`, `noexec`/`exec`, `noatime`/`atime`,
+    /// `sync` and `dirsync`. `nosuid,nodev` unless `suid` or `dev` say
+    /// otherwise: an image is untrusted data until root says it is not.
     pub flags: MountFlags,
     /// Options this parser does not know, `(key, value)`, in the order given.
     pub extra: Vec<(String, Option<String>)>,
@@ -118,6 +118,20 @@ const IGNORED: &[&str] = &[
     "loud",
     "default_permissions",
 ];
+
+/// Takes off the `dev` and `suid` that `mount.fuse3` appends to the
+/// options it hands a file system: it adds `dev` unless they hold `nodev`,
+/// then `suid` unless they hold `nosuid`, so this undoes exactly that and
+/// keeps a `dev` or `suid` that fstab itself says.
+pub fn strip_helper_defaults(options: &str) -> String {
+    let mut items: Vec<&str> = options.split(',').collect();
+    for (added, unless) in [("suid", "nosuid"), ("dev", "nodev")] {
+        if !items.contains(&unless) && items.last() == Some(&added) {
+            items.pop();
+        }
+    }
+    items.join(",")
+}
 
 impl MountOptions {
     /// Parses a comma-separated option string. An empty string gives the
@@ -241,10 +255,17 @@ impl MountOptions {
                     })?;
                 self.threads = Some(n);
             }
-            // Always nosuid,nodev: an image is untrusted data, and mount.fuse3
-            // passes `dev,suid` whenever fstab does not say otherwise, so
-            // honouring them would undo the default on every fstab mount.
-            "suid" | "nosuid" | "dev" | "nodev" => flag(value)?,
+            // mount.fuse3 adds `dev,suid` where fstab says neither; the mount
+            // command takes those off again (see `strip_helper_defaults`),
+            // so what is left here was asked for.
+            "suid" | "nosuid" => {
+                flag(value)?;
+                self.flags.nosuid = key == "nosuid";
+            }
+            "dev" | "nodev" => {
+                flag(value)?;
+                self.flags.nodev = key == "nodev";
+            }
             "exec" | "noexec" => {
                 flag(value)?;
                 self.flags.noexec = key == "noexec";
@@ -378,9 +399,27 @@ mod tests {
             MountOptions::parse("directio,nodirectio,blocksize=2M,largeblocks,suid,dev").unwrap();
         assert_eq!(o.io_mode, IoMode::Buffered);
         assert_eq!(o.block_size, BlockSizeChoice::LargeBlocks);
+        assert!(!o.flags.nosuid && !o.flags.nodev);
+        let o = MountOptions::parse("suid,dev,nosuid,nodev").unwrap();
         assert!(o.flags.nosuid && o.flags.nodev);
         let o = MountOptions::parse_all(["largeblocks", "blocksize=1m"]).unwrap();
         assert_eq!(o.block_size, BlockSizeChoice::Fixed(1 << 20));
+    }
+
+    #[test]
+    fn mount_fuse3_defaults_come_off() {
+        for (given, meant) in [
+            ("ro,dev,suid", "ro"),
+            ("ro,nodev,suid", "ro,nodev"),
+            ("ro,nosuid,dev", "ro,nosuid"),
+            ("ro,nodev,nosuid", "ro,nodev,nosuid"),
+            // fstab said `dev`; mount.fuse3 added both again.
+            ("dev,dev,suid", "dev"),
+            ("suid,dev,suid", "suid"),
+            ("dev,suid", ""),
+        ] {
+            assert_eq!(strip_helper_defaults(given), meant, "{given}");
+        }
     }
 
     #[test]
