@@ -19,7 +19,7 @@ use foliofs_block::IoMode;
 use foliofs_fuse::{format_size, MountConfig, MountOptions, Overrides, ServerConfig};
 use foliofs_vfs::FileSystem;
 
-use crate::mount_state::{MountState, STATE_DIR};
+use crate::mount_state::{self, MountState};
 use crate::open::{self, Image};
 
 /// How long the command waits for its server to report the mount live.
@@ -212,8 +212,8 @@ fn spawn_server(args: &MountArgs, source: &Path, opts: &MountOptions) -> anyhow:
     let wr_child = nix::unistd::dup(&wr).context("cannot duplicate the pipe")?;
     drop(wr);
     let stderr = if opts.debug {
-        std::fs::create_dir_all(STATE_DIR)?;
-        let log = Path::new(STATE_DIR).join(format!("debug.{}.log", std::process::id()));
+        let dir = mount_state::state_dir()?;
+        let log = dir.join(format!("debug.{}.log", std::process::id()));
         eprintln!("foliofs: debug log in {}", log.display());
         Stdio::from(File::create(&log).with_context(|| log.display().to_string())?)
     } else {
@@ -335,7 +335,7 @@ fn serve(
         options: shown,
     };
     if let Err(e) = state.save() {
-        log::warn!("cannot record the mount in {STATE_DIR}: {e}");
+        log::warn!("cannot record the mount for `foliofs mounts`: {e}");
     }
     if let Some(mut r) = ready {
         let _ = writeln!(r, "ready");

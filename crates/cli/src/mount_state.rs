@@ -1,14 +1,23 @@
 //! What each live foliofs server resolved for its mount (format, block size,
-//! I/O mode, ...), kept in `/run/foliofs/<mount id>` so `foliofs mounts` can
-//! show it as a kernel file system's show_options would.
+//! I/O mode, ...), kept in a file per mount id so `foliofs mounts` can show
+//! it as a kernel file system's show_options would.
+//!
+//! Root keeps its records in `/run/foliofs`. A user cannot write there, so
+//! a user's go to `$XDG_RUNTIME_DIR/foliofs` (the per-user runtime directory
+//! a login session has), else `/run/user/UID/foliofs` where that exists,
+//! else a `foliofs-UID` directory of the user's own (mode 0700) in the
+//! temporary directory.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// Where the state files live.
-pub const STATE_DIR: &str = "/run/foliofs";
+use foliofs_fuse::MountInfo;
+
+/// Root's records.
+pub const ROOT_STATE_DIR: &str = "/run/foliofs";
 
 /// One mount's record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,14 +32,104 @@ pub struct MountState {
     pub options: String,
 }
 
-fn path_of(mount_id: u64) -> PathBuf {
-    Path::new(STATE_DIR).join(mount_id.to_string())
+fn uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
+/// The directories a user `owner`'s records may be in, most likely first.
+/// `xdg` is that user's `$XDG_RUNTIME_DIR`, where known.
+fn candidates(owner: u32, xdg: Option<PathBuf>) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if owner == 0 {
+        v.push(PathBuf::from(ROOT_STATE_DIR));
+    }
+    if let Some(x) = xdg.filter(|x| x.is_absolute()) {
+        v.push(x.join("foliofs"));
+    }
+    v.push(
+        Path::new("/run/user")
+            .join(owner.to_string())
+            .join("foliofs"),
+    );
+    v.push(std::env::temp_dir().join(format!("foliofs-{owner}")));
+    v
+}
+
+/// Whether `dir` can hold this user's records: a real directory of ours
+/// that nobody else may write (a user's may sit in a shared /tmp).
+fn trusted(dir: &Path) -> bool {
+    fs::symlink_metadata(dir).is_ok_and(|m| {
+        m.is_dir() && m.uid() == uid() && (uid() == 0 || m.permissions().mode() & 0o022 == 0)
+    })
+}
+
+/// This user's record directory, made if missing.
+pub fn state_dir() -> io::Result<PathBuf> {
+    let mut last = None;
+    for dir in candidates(
+        uid(),
+        std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
+    ) {
+        // The per-user runtime directory is the session's to make.
+        if dir.starts_with("/run/user") && !dir.parent().is_some_and(trusted) {
+            continue;
+        }
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                last = Some(io::Error::new(e.kind(), format!("{}: {e}", dir.display())));
+                continue;
+            }
+        }
+        if trusted(&dir) {
+            return Ok(dir);
+        }
+        last = Some(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{}: not a directory of uid {} closed to others",
+                dir.display(),
+                uid()
+            ),
+        ));
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no directory for mount records")))
+}
+
+/// This user's record directory if it exists (for reading).
+fn own_dir() -> Option<PathBuf> {
+    candidates(
+        uid(),
+        std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
+    )
+    .into_iter()
+    .find(|d| trusted(d))
+}
+
+fn parse(mount_id: u64, text: &str) -> Option<MountState> {
+    let kv: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
+    Some(MountState {
+        mount_id,
+        pid: kv.get("pid")?.parse().ok()?,
+        source: kv.get("source")?.to_string(),
+        mountpoint: PathBuf::from(kv.get("mountpoint")?),
+        format: kv.get("format")?.to_string(),
+        options: kv.get("options")?.to_string(),
+    })
+}
+
+fn load_from(dir: &Path, mount_id: u64) -> Option<MountState> {
+    parse(
+        mount_id,
+        &fs::read_to_string(dir.join(mount_id.to_string())).ok()?,
+    )
 }
 
 impl MountState {
     /// Writes the record (atomically: a reader never sees half of it).
     pub fn save(&self) -> io::Result<()> {
-        fs::create_dir_all(STATE_DIR)?;
+        let dir = state_dir()?;
         let text = format!(
             "pid={}\nsource={}\nmountpoint={}\nformat={}\noptions={}\n",
             self.pid,
@@ -39,43 +138,49 @@ impl MountState {
             self.format,
             self.options
         );
-        let tmp = Path::new(STATE_DIR).join(format!(".{}.tmp", self.mount_id));
+        let tmp = dir.join(format!(".{}.tmp", self.mount_id));
         fs::write(&tmp, text)?;
-        fs::rename(tmp, path_of(self.mount_id))
+        fs::rename(tmp, dir.join(self.mount_id.to_string()))
     }
 
-    /// The record of mount `mount_id`, if there is a readable one.
-    pub fn load(mount_id: u64) -> Option<MountState> {
-        let text = fs::read_to_string(path_of(mount_id)).ok()?;
-        let kv: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
-        Some(MountState {
-            mount_id,
-            pid: kv.get("pid")?.parse().ok()?,
-            source: kv.get("source")?.to_string(),
-            mountpoint: PathBuf::from(kv.get("mountpoint")?),
-            format: kv.get("format")?.to_string(),
-            options: kv.get("options")?.to_string(),
-        })
+    /// The record of mount `m`, from this user's directory or its owner's
+    /// (where this user may read it), if one names the same mount point.
+    pub fn find(m: &MountInfo) -> Option<MountState> {
+        let mut dirs: Vec<PathBuf> = own_dir().into_iter().collect();
+        if let Some(owner) = m.user_id().filter(|&o| o != uid()) {
+            dirs.extend(candidates(owner, None));
+        }
+        dirs.iter()
+            .filter_map(|d| load_from(d, m.mount_id))
+            .find(|s| s.mountpoint == m.mountpoint)
     }
 
-    /// Removes the record of mount `mount_id`, if this process's.
+    /// Removes this user's record of mount `mount_id`, if this process's.
     pub fn remove(mount_id: u64, pid: u32) {
-        if Self::load(mount_id).is_some_and(|s| s.pid == pid) {
-            let _ = fs::remove_file(path_of(mount_id));
+        let Some(dir) = own_dir() else { return };
+        if load_from(&dir, mount_id).is_some_and(|s| s.pid == pid) {
+            let _ = fs::remove_file(dir.join(mount_id.to_string()));
         }
     }
 
-    /// Removes records whose mount is gone (`live` = ids of live foliofs mounts).
+    /// Removes this user's records whose mount is gone (`live` = ids of the
+    /// foliofs mounts this namespace sees) and whose server has exited: a
+    /// live server may be serving a mount in another mount namespace.
     pub fn prune(live: &[u64]) {
-        let Ok(dir) = fs::read_dir(STATE_DIR) else {
+        let Some(dir) = own_dir() else { return };
+        let Ok(entries) = fs::read_dir(&dir) else {
             return;
         };
-        for e in dir.flatten() {
+        for e in entries.flatten() {
             let name = e.file_name();
-            if let Some(id) = name.to_str().and_then(|n| n.parse::<u64>().ok()) {
-                if !live.contains(&id) {
-                    let _ = fs::remove_file(e.path());
-                }
+            let Some(id) = name.to_str().and_then(|n| n.parse::<u64>().ok()) else {
+                continue;
+            };
+            if live.contains(&id) {
+                continue;
+            }
+            if load_from(&dir, id).is_none_or(|s| !process_alive(s.pid)) {
+                let _ = fs::remove_file(e.path());
             }
         }
     }
@@ -88,5 +193,37 @@ pub fn process_alive(pid: u32) -> bool {
             .rsplit_once(") ")
             .is_some_and(|(_, rest)| rest.starts_with('Z')),
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_users_records_never_go_to_run_foliofs() {
+        let c = candidates(1000, Some(PathBuf::from("/run/user/1000")));
+        assert!(!c.contains(&PathBuf::from(ROOT_STATE_DIR)));
+        assert_eq!(c[0], PathBuf::from("/run/user/1000/foliofs"));
+        assert!(c.last().unwrap().ends_with(Path::new("foliofs-1000")));
+        assert_eq!(candidates(0, None)[0], PathBuf::from(ROOT_STATE_DIR));
+        // A relative XDG_RUNTIME_DIR is ignored, as the spec says.
+        assert!(!candidates(5, Some(PathBuf::from("rel")))
+            .iter()
+            .any(|d| d.starts_with("rel")));
+    }
+
+    #[test]
+    fn records_parse() {
+        let s = parse(
+            7,
+            "pid=42\nsource=/i\nmountpoint=/m\nformat=romfs\noptions=a=b,c\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (s.pid, s.format.as_str(), s.options.as_str()),
+            (42, "romfs", "a=b,c")
+        );
+        assert!(parse(7, "pid=x\n").is_none());
     }
 }

@@ -1,4 +1,5 @@
-//! `foliofs mounts`: the live foliofs mounts with their effective options.
+//! `foliofs mounts`: the live foliofs mounts with their effective options:
+//! all of them for root, a user's own for a user.
 
 use std::io::Write;
 
@@ -22,16 +23,22 @@ fn escape(s: &str) -> String {
 
 pub fn run(_args: MountsArgs) -> anyhow::Result<i32> {
     let table = foliofs_fuse::mount_table()?;
-    let ours: Vec<_> = table
+    let all: Vec<_> = table
         .into_iter()
         .filter(|m| m.fs_type == foliofs_fuse::FS_TYPE)
         .collect();
-    MountState::prune(&ours.iter().map(|m| m.mount_id).collect::<Vec<_>>());
+    MountState::prune(&all.iter().map(|m| m.mount_id).collect::<Vec<_>>());
+    let uid = nix::unistd::getuid().as_raw();
+    let everyone = foliofs_fuse::privilege::has_cap_sys_admin();
+    let ours: Vec<_> = all
+        .into_iter()
+        .filter(|m| everyone || m.user_id() == Some(uid))
+        .collect();
     let mut out = std::io::stdout().lock();
     for m in &ours {
         // Per-mount flags from the kernel, then what the server resolved.
         let mut opts = m.mount_options.clone();
-        let format = match MountState::load(m.mount_id) {
+        let format = match MountState::find(m) {
             Some(s) => {
                 if !s.options.is_empty() {
                     opts.push(',');

@@ -1,4 +1,6 @@
 //! `foliofs umount`: unmount a foliofs mount, also one whose server died.
+//! A user may unmount their own mounts (through `fusermount3 -u`), root
+//! any.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -30,6 +32,14 @@ fn mount_path(p: &Path) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// A user's name, or their number where the system has no name for it.
+fn user_name(uid: u32) -> String {
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(u)) => format!("{} (uid {uid})", u.name),
+        _ => format!("uid {uid}"),
+    }
+}
+
 pub fn run(args: UmountArgs) -> anyhow::Result<i32> {
     let path = mount_path(&args.mountpoint)?;
     let Some(m) = foliofs_fuse::find_mount(&path)? else {
@@ -42,7 +52,17 @@ pub fn run(args: UmountArgs) -> anyhow::Result<i32> {
             m.fs_type
         );
     }
-    let state = MountState::load(m.mount_id);
+    let me = nix::unistd::getuid().as_raw();
+    if !foliofs_fuse::privilege::has_cap_sys_admin() {
+        if let Some(owner) = m.user_id().filter(|&o| o != me) {
+            bail!(
+                "{}: mounted by {}; only they or root may unmount it",
+                path.display(),
+                user_name(owner)
+            );
+        }
+    }
+    let state = MountState::find(&m);
     foliofs_fuse::unmount(&path).with_context(|| format!("cannot unmount {}", path.display()))?;
     if let Some(s) = state {
         // Wait for the server, so the image is no longer open when we return.
