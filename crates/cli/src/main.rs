@@ -55,6 +55,10 @@ enum Command {
     Completions(completions::CompletionsArgs),
     /// Print a manual page (roff) of foliofs or one of its commands.
     Man(man::ManArgs),
+    /// Detach a mount once its server is gone (`-o auto_unmount`; started
+    /// by the server itself).
+    #[command(hide = true)]
+    WatchMount(mount::WatchArgs),
 }
 
 fn main() {
@@ -104,6 +108,7 @@ fn run(cmd: Command) -> anyhow::Result<i32> {
         Command::Fsck(a) => fsck::run(a),
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => man::run(a),
+        Command::WatchMount(a) => mount::watch(a),
     }
 }
 

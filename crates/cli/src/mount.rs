@@ -92,7 +92,15 @@ pub fn run(mut args: MountArgs) -> anyhow::Result<i32> {
     let ready = args.ready_fd.map(|fd| {
         // SAFETY: the parent passed this descriptor for our exclusive use and
         // nothing else in this process owns it.
-        File::from(unsafe { OwnedFd::from_raw_fd(fd) })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Kept from whatever this server starts (fusermount3 outlives the
+        // report under auto_unmount): the parent reads until every copy of
+        // this pipe's end is closed.
+        let _ = nix::fcntl::fcntl(
+            &fd,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        );
+        File::from(fd)
     });
     // Everything that can be refused is refused here, before any mount.
     let opened = match open_source(&args.fstype, &source, &opts) {
@@ -277,6 +285,48 @@ fn spawn_server(args: &MountArgs, source: &Path, opts: &MountOptions) -> anyhow:
     }
 }
 
+/// Starts `foliofs watch-mount` for the mount `info`: it detaches the mount
+/// once this process is gone (see `foliofs_fuse::watch`). Returns the
+/// descriptor to keep open until then.
+fn spawn_watcher(info: &foliofs_fuse::MountInfo) -> anyhow::Result<OwnedFd> {
+    let exe = std::env::current_exe().context("cannot find the foliofs binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "watch-mount",
+        "--mount-id",
+        &info.mount_id.to_string(),
+        "--",
+    ])
+    .arg(&info.mountpoint);
+    let (_child, wr) = foliofs_fuse::watch::spawn(cmd).context("cannot start the watcher")?;
+    Ok(wr)
+}
+
+/// Watch a mount and detach it once its server is gone (`auto_unmount`).
+#[derive(clap::Args, Debug)]
+pub struct WatchArgs {
+    /// The mount's id (`/proc/self/mountinfo`, field 1).
+    #[arg(long)]
+    pub mount_id: u64,
+    /// The mount point, canonical.
+    pub mountpoint: PathBuf,
+    /// The read end of the server's pipe.
+    pub fd: i32,
+}
+
+/// The watcher's body: `foliofs_fuse::watch::wait_and_detach`.
+pub fn watch(args: WatchArgs) -> anyhow::Result<i32> {
+    // SAFETY: the server passed this descriptor for our exclusive use and
+    // nothing else in this process owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(args.fd) };
+    // A session of its own: a signal to the server's process group or
+    // session does not take it along.
+    let _ = nix::unistd::setsid();
+    foliofs_fuse::watch::wait_and_detach(fd, args.mount_id, &args.mountpoint)
+        .with_context(|| format!("auto_unmount of {}", args.mountpoint.display()))?;
+    Ok(0)
+}
+
 /// Mounts and serves until unmounted; reports readiness on `ready`.
 fn serve(
     args: &MountArgs,
@@ -318,6 +368,20 @@ fn serve(
         Err(e) => return report_failure(ready, e.into()),
     };
     let info = mounted.info().clone();
+    // Held until this process ends, whichever way: its closing is what
+    // tells the watcher the server is gone.
+    let _watch = if opts.auto_unmount {
+        match spawn_watcher(&info) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                drop(mounted);
+                let _ = foliofs_fuse::unmount(&info.mountpoint);
+                return report_failure(ready, e.context("auto_unmount"));
+            }
+        }
+    } else {
+        None
+    };
     let pid = std::process::id();
     let mut shown = opened.shown;
     if opts.allow_other {
@@ -325,6 +389,9 @@ fn serve(
     }
     if opts.debug {
         shown.push_str(",debug");
+    }
+    if opts.auto_unmount {
+        shown.push_str(",auto_unmount");
     }
     let state = MountState {
         mount_id: info.mount_id,

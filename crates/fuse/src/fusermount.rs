@@ -5,6 +5,13 @@
 //! The protocol is fuse3's: one end of a Unix socket pair is handed to
 //! `fusermount3` by number in `_FUSE_COMMFD`; it opens `/dev/fuse`, mounts,
 //! and sends the descriptor back as `SCM_RIGHTS` with one byte of data.
+//!
+//! fusermount3's own `auto_unmount` is not used: before fuse 3.15 it probes
+//! the mount as root, which a mount without `allow_other` refuses, so it
+//! never unmounts; and it unmounts only where opening the root directory
+//! fails, which on a read-only mount (whose `opendir` the kernel no longer
+//! sends) succeeds even with the server dead. [`crate::watch`] does that
+//! job instead.
 
 use std::ffi::OsString;
 use std::io::{self, IoSliceMut, Read};

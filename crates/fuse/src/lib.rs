@@ -4,7 +4,8 @@
 //! system as `fuse.foliofs` with `mount(2)` (through `fusermount3` for a
 //! user who may not, see [`privilege`]), completes the FUSE handshake and
 //! tunes the mount's bdi; [`Mounted::run`] serves requests on several threads
-//! until the mount goes away. The file system's root is node 1 to the kernel,
+//! until the mount goes away; [`watch`] takes a mount down after a server
+//! that died (`auto_unmount`). The file system's root is node 1 to the kernel,
 //! while `st_ino` stays the format's own inode number.
 
 // One descriptor received over a socket needs `unsafe` to be owned
@@ -19,6 +20,7 @@ pub mod options;
 pub mod privilege;
 mod server;
 mod session;
+pub mod watch;
 
 pub use convert::Overrides;
 pub use options::{

@@ -80,6 +80,8 @@ pub struct MountOptions {
     /// `sync` and `dirsync`. `nosuid,nodev` unless `suid` or `dev` say
     /// otherwise: an image is untrusted data until root says it is not.
     pub flags: MountFlags,
+    /// `auto_unmount`: the mount goes away when its server dies.
+    pub auto_unmount: bool,
     /// Options this parser does not know, `(key, value)`, in the order given.
     pub extra: Vec<(String, Option<String>)>,
     /// Every key given, in order, whichever field took it (also those left
@@ -266,6 +268,10 @@ impl MountOptions {
                 flag(value)?;
                 self.flags.nodev = key == "nodev";
             }
+            "auto_unmount" => {
+                flag(value)?;
+                self.auto_unmount = true;
+            }
             "exec" | "noexec" => {
                 flag(value)?;
                 self.flags.noexec = key == "noexec";
@@ -420,6 +426,12 @@ mod tests {
         ] {
             assert_eq!(strip_helper_defaults(given), meant, "{given}");
         }
+    }
+
+    #[test]
+    fn auto_unmount_is_an_option() {
+        assert!(MountOptions::parse("auto_unmount").unwrap().auto_unmount);
+        assert!(!MountOptions::parse("").unwrap().auto_unmount);
     }
 
     #[test]
