@@ -351,9 +351,17 @@ fn serve(
             ttl: if opened.writable { WRITABLE_TTL } else { TTL },
             read_only,
             overrides: if !opened.writable {
+                // romfs stores no owners (Linux reports 0:0): its files
+                // belong to whoever mounts it, as on vfat, unless uid=/gid=
+                // say otherwise. EROFS keeps the image's.
+                let own = opened.format == "romfs";
                 Overrides {
-                    uid: opts.uid,
-                    gid: opts.gid,
+                    uid: opts
+                        .uid
+                        .or_else(|| own.then(|| nix::unistd::getuid().as_raw())),
+                    gid: opts
+                        .gid
+                        .or_else(|| own.then(|| nix::unistd::getgid().as_raw())),
                     umask: opts.umask,
                 }
             } else {

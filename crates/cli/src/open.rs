@@ -235,7 +235,15 @@ pub fn parse_mount_options(fstype: &str, items: &[String]) -> Result<MountOption
 /// The ramfs a mount's options ask for: its own keys as ramfs reads them,
 /// and a refusal of the generic options only an image can honour.
 pub fn ramfs_options(o: &MountOptions) -> anyhow::Result<foliofs_ramfs::Options> {
-    let ro = foliofs_ramfs::Options::from_mount_options(&o.extra)?;
+    let mut ro = foliofs_ramfs::Options::from_mount_options(&o.extra)?;
+    // The root belongs to whoever mounts, as a user's tmpfs would.
+    let given = |k: &str| o.extra.iter().any(|(key, _)| key == k);
+    if !given("uid") {
+        ro.uid = nix::unistd::getuid().as_raw();
+    }
+    if !given("gid") {
+        ro.gid = nix::unistd::getgid().as_raw();
+    }
     for (asked, name) in [
         (o.io_mode == IoMode::Direct, "directio"),
         (o.block_size == BlockSizeChoice::LargeBlocks, "largeblocks"),
