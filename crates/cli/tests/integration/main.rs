@@ -1,7 +1,8 @@
 //! foliofs's integration tests, one binary: the built `foliofs` command and
 //! the libraries against the source trees, the reference tools and the
-//! kernel's own drivers. One module per format; `common` holds what they
-//! share (bounded runs, the mount guard, fixtures, walks, the romfs oracle).
+//! kernel's own drivers. One module per format, `user` for mounts by a
+//! user; `common` holds what they share (bounded runs, the mount guard,
+//! fixtures, walks, the romfs oracle).
 
 #[macro_use]
 mod common;
@@ -12,3 +13,4 @@ mod erofs;
 mod harness;
 mod ramfs;
 mod romfs;
+mod user;

@@ -47,6 +47,9 @@ pub fn fn_path(type_name: &str) -> &str {
 /// - `kernel-erofs`: the kernel's EROFS driver with file-backed mounts;
 /// - `huge-pages`: 2 MiB transparent huge pages for ramfs blocks;
 /// - `romfs-vm`: what the romfs oracle's VM runs with;
+/// - `user-fuse`: mounting as the user [`TEST_USER`]: root (to become
+///   them), the user, `/dev/fuse` open to everyone, `fusermount3` and
+///   `setpriv`;
 /// - else a program on PATH (or in ~/.cargo/bin).
 pub fn missing(needs: &[&str]) -> Option<String> {
     needs.iter().find_map(|n| lacks(n))
@@ -59,6 +62,7 @@ fn lacks(need: &str) -> Option<String> {
         "fuse" => (!is_root()).then(|| "root (foliofs mounts with mount(2))".to_owned()),
         "kernel-erofs" => kernel_erofs_missing(),
         "huge-pages" => huge_unusable().map(|why| format!("2 MiB transparent huge pages: {why}")),
+        "user-fuse" => user_fuse_missing(),
         "romfs-vm" => oracle::NEEDS
             .iter()
             .find(|p| find_program(p).is_none())
@@ -67,6 +71,127 @@ fn lacks(need: &str) -> Option<String> {
             .is_none()
             .then(|| format!("{program} (`bash scripts/setup` installs it)")),
     }
+}
+
+/// The user the tests mount as (`bash scripts/setup` adds it).
+pub const TEST_USER: &str = "tests";
+
+fn user_fuse_missing() -> Option<String> {
+    if !is_root() {
+        return Some(format!("root (to run commands as user `{TEST_USER}`)"));
+    }
+    if user_ids(TEST_USER).is_none() {
+        return Some(format!(
+            "a user `{TEST_USER}` (`bash scripts/setup` adds it)"
+        ));
+    }
+    match fs::metadata("/dev/fuse") {
+        Err(_) => return Some("/dev/fuse".to_owned()),
+        Ok(m) if m.permissions().mode() & 0o666 != 0o666 => {
+            return Some(format!(
+                "/dev/fuse mode 0666 for users (it is {:04o}; `bash scripts/setup` sets it)",
+                m.permissions().mode() & 0o7777
+            ))
+        }
+        Ok(_) => {}
+    }
+    ["fusermount3", "setpriv"]
+        .into_iter()
+        .find_map(lacks_program)
+}
+
+fn lacks_program(program: &str) -> Option<String> {
+    find_program(program)
+        .is_none()
+        .then(|| format!("{program} (`bash scripts/setup` installs it)"))
+}
+
+/// A user's (uid, gid), if the system knows the name.
+pub fn user_ids(user: &str) -> Option<(u32, u32)> {
+    let u = nix::unistd::User::from_name(user).ok()??;
+    Some((u.uid.as_raw(), u.gid.as_raw()))
+}
+
+/// `PROG` to be run as `user` (its uid, primary group and groups) with a
+/// fresh environment, the way a login would set it (`setpriv --reset-env`:
+/// no `XDG_RUNTIME_DIR`, `HOME` from the password file).
+pub fn user_command(user: &str, prog: impl AsRef<OsStr>) -> Command {
+    let (uid, gid) = user_ids(user).unwrap_or_else(|| panic!("no user {user}"));
+    let mut c = Command::new("setpriv");
+    c.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .args(["--init-groups", "--reset-env", "--"])
+        .arg(prog)
+        .current_dir("/");
+    c
+}
+
+/// Runs `PROG ARGS` as `user` (see [`user_command`]), killed after
+/// `timeout`.
+pub fn as_user<I, S>(user: &str, prog: impl AsRef<OsStr>, args: I, timeout: Duration) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    run_timeout(user_command(user, prog).args(args), timeout)
+}
+
+/// `sh -c SCRIPT sh ARGS...` as `user`, bounded by 120 s.
+pub fn sh_as_user<S: AsRef<OsStr>>(user: &str, script: &str, args: &[S]) -> Output {
+    as_user(
+        user,
+        "/bin/sh",
+        [OsStr::new("-c"), OsStr::new(script), OsStr::new("sh")]
+            .into_iter()
+            .chain(args.iter().map(|a| a.as_ref())),
+        Duration::from_secs(120),
+    )
+}
+
+/// A new empty directory in the temporary directory, owned by `user`.
+pub fn user_tempdir(user: &str) -> tempfile::TempDir {
+    let (uid, gid) = user_ids(user).unwrap_or_else(|| panic!("no user {user}"));
+    let tmp = tempfile::Builder::new()
+        .prefix("foliofs-user.")
+        .tempdir()
+        .unwrap();
+    std::os::unix::fs::chown(tmp.path(), Some(uid), Some(gid)).unwrap();
+    tmp
+}
+
+/// Makes `dir` (a test's temporary directory) readable and searchable by
+/// everyone, so a user can reach the fixtures in it.
+pub fn open_to_all(dir: &Path) {
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// What a tree holds, as `user` (or this process, for `None`) sees it with
+/// the system's own tools: every path with its type, each regular file's
+/// SHA-256, each symlink's target and each device's numbers. Two trees
+/// with the same listing hold the same things.
+pub fn listing(user: Option<&str>, dir: &Path) -> String {
+    const SCRIPT: &str = r#"cd "$1" || exit 1
+export LC_ALL=C
+find . -printf '%y %P
+' | sort
+find . -type f -print0 | sort -z | xargs -0r sha256sum
+find . -type l -printf '%P -> %l
+' | sort
+find . \( -type c -o -type b \) -exec stat -c '%n %t:%T' {} + | sort"#;
+    let out = match user {
+        Some(u) => sh_as_user(u, SCRIPT, &[dir]),
+        None => run_timeout(
+            Command::new("/bin/sh").args(["-c", SCRIPT, "sh"]).arg(dir),
+            Duration::from_secs(120),
+        ),
+    };
+    assert!(
+        out.status.success(),
+        "listing {} as {user:?}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// Whether this process has root's user id.
@@ -243,6 +368,8 @@ pub fn is_mounted(dir: &Path) -> bool {
 /// panicked.
 pub struct Mount {
     dir: PathBuf,
+    /// The user who mounted it (and unmounts it); `None` for this process.
+    user: Option<String>,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -260,6 +387,21 @@ impl Mount {
         Ok(m)
     }
 
+    /// As [`Mount::new`], run as `user` on a new directory of theirs;
+    /// dropping it unmounts as that user (then as root, as a last resort).
+    pub fn as_user(
+        user: &str,
+        source: &Path,
+        fstype: Option<&str>,
+        opts: &str,
+    ) -> Result<Mount, String> {
+        let tmp = user_tempdir(user);
+        let dir = tmp.path().to_owned();
+        let mut m = Self::at_as(Some(user), source, &dir, fstype, opts)?;
+        m._tmp = Some(tmp);
+        Ok(m)
+    }
+
     /// As [`Mount::new`], on an existing directory.
     pub fn at(
         source: &Path,
@@ -267,7 +409,21 @@ impl Mount {
         fstype: Option<&str>,
         opts: &str,
     ) -> Result<Mount, String> {
-        let mut cmd = Command::new(bin());
+        Self::at_as(None, source, dir, fstype, opts)
+    }
+
+    /// As [`Mount::at`], run as `user` where given.
+    pub fn at_as(
+        user: Option<&str>,
+        source: &Path,
+        dir: &Path,
+        fstype: Option<&str>,
+        opts: &str,
+    ) -> Result<Mount, String> {
+        let mut cmd = match user {
+            Some(u) => user_command(u, bin()),
+            None => Command::new(bin()),
+        };
         cmd.arg("mount");
         if let Some(t) = fstype {
             cmd.args(["-t", t]);
@@ -297,6 +453,7 @@ impl Mount {
         }
         Ok(Mount {
             dir: dir.to_owned(),
+            user: user.map(ToOwned::to_owned),
             _tmp: None,
         })
     }
@@ -305,9 +462,10 @@ impl Mount {
         &self.dir
     }
 
-    /// Unmounts now with `foliofs umount`, reporting failure.
+    /// Unmounts now with `foliofs umount` (as the user who mounted),
+    /// reporting failure.
     pub fn unmount(mut self) -> Result<(), String> {
-        let r = unmount_with_foliofs(&self.dir);
+        let r = unmount_with_foliofs(&self.dir, self.user.as_deref());
         force_unmount(&self.dir);
         self.dir = PathBuf::new();
         r
@@ -319,19 +477,20 @@ impl Drop for Mount {
         if self.dir.as_os_str().is_empty() {
             return;
         }
-        let _ = unmount_with_foliofs(&self.dir);
+        let _ = unmount_with_foliofs(&self.dir, self.user.as_deref());
         force_unmount(&self.dir);
     }
 }
 
-fn unmount_with_foliofs(dir: &Path) -> Result<(), String> {
+fn unmount_with_foliofs(dir: &Path, user: Option<&str>) -> Result<(), String> {
     if !is_mounted(dir) {
         return Ok(());
     }
-    let out = run_timeout(
-        Command::new(bin()).arg("umount").arg(dir),
-        Duration::from_secs(30),
-    );
+    let mut cmd = match user {
+        Some(u) => user_command(u, bin()),
+        None => Command::new(bin()),
+    };
+    let out = run_timeout(cmd.arg("umount").arg(dir), Duration::from_secs(30));
     if out.status.success() && !is_mounted(dir) {
         Ok(())
     } else {
