@@ -11,6 +11,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -449,4 +450,74 @@ fn mount_t_with_another_prefix_then_uninstall() {
         "mount -t fuse.foliofs worked with foliofs uninstalled"
     );
     assert!(s.ns.mount_at(&s.mnt).is_none());
+}
+
+/// A `user` line in /etc/fstab lets the user `tests` mount the image with
+/// a plain `mount MOUNTPOINT` (mount(8), the helper, mount.fuse3, foliofs,
+/// fusermount3), read it, and take it down with `foliofs umount`.
+#[test]
+fn a_user_fstab_line_mounts_as_the_user() {
+    require!("user-fuse");
+    let Some(s) = Setup::new() else { return };
+    let (uid, gid) = crate::common::user_ids(crate::common::TEST_USER).unwrap();
+    // The user reaches the image through the test's directory and mounts
+    // on a directory of their own.
+    fs::set_permissions(&s.base, fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&s.mnt, Some(uid), Some(gid)).unwrap();
+    s.install(&["--binary", bin()]);
+    let fstab = s.base.join("fstab");
+    fs::write(
+        &fstab,
+        format!(
+            "{}  {}  fuse.foliofs  user,noauto,ro,largeblocks  0 0\n",
+            s.image.display(),
+            s.mnt.display()
+        ),
+    )
+    .unwrap();
+    // Only this namespace's /etc/fstab changes.
+    s.ns.ok(
+        "mount",
+        &[
+            OsStr::new("--bind"),
+            fstab.as_os_str(),
+            OsStr::new("/etc/fstab"),
+        ],
+    );
+    let as_user = |prog: &str, args: &[&OsStr]| {
+        let mut all: Vec<OsString> = vec![
+            format!("--reuid={uid}").into(),
+            format!("--regid={gid}").into(),
+            "--init-groups".into(),
+            "--reset-env".into(),
+            "--".into(),
+            prog.into(),
+        ];
+        all.extend(args.iter().map(|a| a.to_os_string()));
+        let out = s.ns.run("setpriv", &all).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "{prog} {args:?} as the user failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    as_user("mount", &[s.mnt.as_os_str()]);
+    let m = s.ns.mount_at(&s.mnt).expect("not mounted");
+    assert_eq!(m.fstype, "fuse.foliofs", "{m:?}");
+    assert!(
+        m.super_options.contains(&format!("user_id={uid},")),
+        "{m:?}"
+    );
+    for flag in ["ro", "nosuid", "nodev"] {
+        assert!(m.options.split(',').any(|o| o == flag), "{flag}: {m:?}");
+    }
+    for (name, _) in FILES {
+        let got = as_user("cat", &[s.mnt.join(name).as_os_str()]);
+        let want = fs::read(s.src.join(name)).unwrap();
+        assert!(got == want, "{name} differs");
+    }
+    as_user(bin(), &[OsStr::new("umount"), s.mnt.as_os_str()]);
+    assert!(s.ns.mount_at(&s.mnt).is_none(), "still mounted");
 }
