@@ -10,16 +10,12 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{is_mounted, listing, sh_as_user, Mount, TEST_USER};
+use common::{is_mounted, listing, sh_as_user, FuseConf, Mount, TEST_USER};
 
 /// How long a killed server's mount may take to go away.
 const GONE: Duration = Duration::from_secs(15);
-
-/// Tests that change /etc/fuse.conf take this first.
-static FUSE_CONF_LOCK: Mutex<()> = Mutex::new(());
 
 /// A tree of every entry type, and its romfs image, where a user can
 /// read both.
@@ -351,35 +347,9 @@ fn a_users_mount_is_theirs_alone_without_allow_other() {
     m.unmount().unwrap();
 }
 
-/// Puts /etc/fuse.conf back as it was when dropped.
-struct FuseConf {
-    before: Option<Vec<u8>>,
-}
-
-impl FuseConf {
-    fn set(text: &str) -> FuseConf {
-        let before = fs::read("/etc/fuse.conf").ok();
-        let g = FuseConf { before };
-        fs::write("/etc/fuse.conf", text).unwrap();
-        g
-    }
-}
-
-impl Drop for FuseConf {
-    fn drop(&mut self) {
-        match &self.before {
-            Some(b) => fs::write("/etc/fuse.conf", b).unwrap(),
-            None => {
-                let _ = fs::remove_file("/etc/fuse.conf");
-            }
-        }
-    }
-}
-
 #[test]
 fn allow_other_needs_user_allow_other() {
     require!("user-fuse");
-    let _lock = FUSE_CONF_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     {
         let _conf = FuseConf::set("#user_allow_other\n");
         let dir = common::user_tempdir(TEST_USER);

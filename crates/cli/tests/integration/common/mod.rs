@@ -194,6 +194,41 @@ find . \( -type c -o -type b \) -exec stat -c '%n %t:%T' {} + | sort"#;
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Tests that change /etc/fuse.conf take this first, through [`FuseConf`].
+static FUSE_CONF_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// /etc/fuse.conf set to a test's text, put back as it was when dropped
+/// (also when the test panics); one test at a time holds it.
+pub struct FuseConf {
+    before: Option<Vec<u8>>,
+    _lock: std::sync::MutexGuard<'static, ()>,
+}
+
+impl FuseConf {
+    pub fn set(text: &str) -> FuseConf {
+        let lock = FUSE_CONF_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let g = FuseConf {
+            before: fs::read("/etc/fuse.conf").ok(),
+            _lock: lock,
+        };
+        fs::write("/etc/fuse.conf", text).unwrap();
+        g
+    }
+}
+
+impl Drop for FuseConf {
+    fn drop(&mut self) {
+        match &self.before {
+            Some(b) => {
+                let _ = fs::write("/etc/fuse.conf", b);
+            }
+            None => {
+                let _ = fs::remove_file("/etc/fuse.conf");
+            }
+        }
+    }
+}
+
 /// Whether this process has root's user id.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

@@ -1,4 +1,6 @@
-//! The whole pjdfstest 0.2.2 suite on a ramfs mount: 0 failures.
+//! The whole pjdfstest 0.2.2 suite on a ramfs mount: 0 failures, on root's
+//! mount and on one the user `tests` made (whose server then runs without
+//! any privilege: ownership, modes and device nodes are its own records).
 //!
 //! pjdfstest switches to the users of its `dummy_auth` list, so the mount
 //! needs `allow_other` and a user `tests` must exist (`.ci/run` installs the
@@ -12,7 +14,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{run_timeout, Mount};
+use common::{run_timeout, FuseConf, Mount, TEST_USER};
 
 const CONFIG: &str = r#"
 [features]
@@ -30,6 +32,13 @@ entries = [["nobody", "nogroup"], ["tests", "tests"]]
 "#;
 
 fn run_suite(opts: &str) {
+    run_suite_on(
+        Mount::new(Path::new("none"), Some("ramfs"), opts).unwrap(),
+        opts,
+    );
+}
+
+fn run_suite_on(m: Mount, opts: &str) {
     let tool = common::cargo_tool("pjdfstest");
     let has_user = Command::new("id")
         .arg("tests")
@@ -41,7 +50,6 @@ fn run_suite(opts: &str) {
         has_user,
         "pjdfstest needs a user `tests`: useradd -M -r -s /usr/sbin/nologin tests (.ci/run does)"
     );
-    let m = Mount::new(Path::new("none"), Some("ramfs"), opts).unwrap();
     let work = m.path().join("pjd");
     fs::create_dir(&work).unwrap();
     fs::set_permissions(&work, fs::Permissions::from_mode(0o755)).unwrap();
@@ -95,4 +103,13 @@ fn pjdfstest_suite_passes_at_default_block_size() {
 fn pjdfstest_suite_passes_at_2m_blocks() {
     require!("fuse", "pjdfstest");
     run_suite("allow_other,blocksize=2M");
+}
+
+#[test]
+fn pjdfstest_suite_passes_on_a_users_mount() {
+    require!("user-fuse", "pjdfstest");
+    // A user's allow_other needs user_allow_other.
+    let _conf = FuseConf::set("user_allow_other\n");
+    let m = Mount::as_user(TEST_USER, Path::new("none"), Some("ramfs"), "allow_other").unwrap();
+    run_suite_on(m, "allow_other (mounted by the user)");
 }
