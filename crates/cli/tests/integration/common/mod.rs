@@ -43,7 +43,8 @@ pub fn fn_path(type_name: &str) -> &str {
 /// Why this machine cannot give a test everything in `needs`, if it
 /// cannot. A need is one of
 /// - `root`;
-/// - `fuse`: `/dev/fuse`, and root (foliofs mounts with mount(2));
+/// - `fuse`: `/dev/fuse`, and root (to mount as root; `user-fuse` is a
+///   user's);
 /// - `kernel-erofs`: the kernel's EROFS driver with file-backed mounts;
 /// - `huge-pages`: 2 MiB transparent huge pages for ramfs blocks;
 /// - `romfs-vm`: what the romfs oracle's VM runs with;
@@ -59,7 +60,7 @@ fn lacks(need: &str) -> Option<String> {
     match need {
         "root" => (!is_root()).then(|| "root".to_owned()),
         "fuse" if !Path::new("/dev/fuse").exists() => Some("/dev/fuse".to_owned()),
-        "fuse" => (!is_root()).then(|| "root (foliofs mounts with mount(2))".to_owned()),
+        "fuse" => (!is_root()).then(|| "root (the test mounts as root)".to_owned()),
         "kernel-erofs" => kernel_erofs_missing(),
         "huge-pages" => huge_unusable().map(|why| format!("2 MiB transparent huge pages: {why}")),
         "user-fuse" => user_fuse_missing(),
