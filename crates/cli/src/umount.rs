@@ -55,8 +55,9 @@ pub fn run(args: UmountArgs) -> anyhow::Result<i32> {
     let me = nix::unistd::getuid().as_raw();
     if !foliofs_fuse::privilege::has_cap_sys_admin() {
         if let Some(owner) = m.user_id().filter(|&o| o != me) {
+            let who = if owner == 0 { "root" } else { "they or root" };
             bail!(
-                "{}: mounted by {}; only they or root may unmount it",
+                "{}: mounted by {}; only {who} may unmount it",
                 path.display(),
                 user_name(owner)
             );
