@@ -128,9 +128,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     })
     .context("installing the Ctrl-C handler")?;
     if !env.root {
-        eprintln!(
-            "foliofs bench: not running as root: caches cannot be dropped (figures are warm) and kernel rows are skipped"
-        );
+        eprintln!("{}", env::NOT_ROOT);
     }
     let wanted = match args.which {
         Which::All => vec![Which::Seq, Which::Tree, Which::Ramfs, Which::Startup],

@@ -9,7 +9,7 @@ use foliofs_vfs::options::{format_size, OptionError};
 
 use super::data;
 use super::env::{have, run, time_cmd, time_md5, time_read, time_read_tree, time_write_zeros};
-use super::env::{BenchEnv, How, MkfsErofs, Mounted};
+use super::env::{BenchEnv, Cooling, How, MkfsErofs, Mounted};
 use super::report::{Column, Row, Section, Unit};
 use super::Config;
 use crate::open;
@@ -23,10 +23,45 @@ pub fn progress(cfg: &Config, msg: &str) {
     }
 }
 
+/// What "cold" means in this run, where it is not root's dropped page
+/// cache.
 fn cold_note(env: &BenchEnv) -> Option<String> {
-    (!env.root).then(|| {
-        "not running as root: the page cache was not dropped, so 'cold' figures are warm".into()
-    })
+    if env.cooling() == Cooling::DropCaches {
+        return None;
+    }
+    let l = env.take_leftover();
+    if l.bytes == 0 {
+        return None;
+    }
+    let mut note = if l.cached == 0 {
+        "not running as root, so the page cache was not dropped (/proc/sys/vm/drop_caches needs root): each cold run instead wrote back and evicted the files it reads with posix_fadvise(POSIX_FADV_DONTNEED), and mincore(2) found none of their pages left; the disk's directories and inodes stay cached".to_owned()
+    } else {
+        // Of every byte the evictions were asked for, the share still cached.
+        let pct = (l.cached as f64 * 100.0 / l.bytes.max(1) as f64).ceil();
+        let warm = if l.cached >= l.bytes {
+            "warm"
+        } else {
+            "partly warm"
+        };
+        format!(
+            "not running as root, so the page cache was not dropped (/proc/sys/vm/drop_caches needs root), and posix_fadvise(POSIX_FADV_DONTNEED) left {pct:.0}% of the files the cold runs read cached (a work directory on tmpfs keeps them all: --workdir on a disk), so 'cold' figures are {warm}"
+        )
+    };
+    if l.unchecked > 0 {
+        note.push_str(&format!(
+            "; {} MB in files that are not yours could not be checked",
+            l.unchecked.div_ceil(1_000_000)
+        ));
+    }
+    Some(note)
+}
+
+/// What the seq note says about each cold run.
+fn cold_phrase(env: &BenchEnv) -> &'static str {
+    match env.cooling() {
+        Cooling::DropCaches => "each run drops the page cache first",
+        Cooling::Evict => "each run first evicts the image from the page cache",
+    }
 }
 
 /// Why a row cannot run here, if it cannot.
@@ -285,7 +320,7 @@ fn measure_rows(
                         Some(m) => work(&m.dir)?,
                         None => {
                             let m = mount()?;
-                            env.drop_caches();
+                            env.cool(image);
                             work(&m.dir)?
                         }
                     };
@@ -403,9 +438,10 @@ pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     let md5 = |mnt: &Path| time_md5(&mnt.join("file"));
     let rows = measure_rows(env, cfg, "seq", &plans, true, &[("dd", &dd), ("md5", &md5)]);
     let mut notes = vec![format!(
-        "one {} MiB random file (the lz4, lzma, deflate and zstd rows: as much data that compresses to half, in images by {}); each run drops the page cache first; ratios are to reading the image file",
+        "one {} MiB random file (the lz4, lzma, deflate and zstd rows: as much data that compresses to half, in images by {}); {}; ratios are to reading the image file",
         cfg.seq_size >> 20,
         mkfs.as_ref().map_or("mkfs.erofs".into(), MkfsErofs::describe),
+        cold_phrase(env),
     )];
     notes.extend(cold_note(env));
     Ok(Section {
@@ -727,7 +763,7 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                 );
                 // Each run unpacks afresh from a cold source, then starts twice.
                 let _ = std::fs::remove_file(&img);
-                env.drop_caches();
+                env.cool(&src);
                 push(
                     &mut row,
                     "unpack",
@@ -765,7 +801,7 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             );
             let dst = env.dir.join("startup-copy");
             let _ = std::fs::remove_dir_all(&dst);
-            env.drop_caches();
+            env.cool(&src);
             push(
                 &mut row,
                 "unpack",
