@@ -29,7 +29,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 const THREADS: usize = 4;
 /// Readahead of a read-only mount's bdi, in KiB (the kernel's FUSE default
 /// is 128).
-const READ_AHEAD_KB: u32 = 4096;
+pub(crate) const READ_AHEAD_KB: u32 = 4096;
 /// Lifetime of cached entries and attributes of an image: it cannot change
 /// under the mount.
 const TTL: Duration = Duration::from_secs(365 * 24 * 3600);

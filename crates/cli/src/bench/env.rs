@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -28,16 +28,29 @@ pub fn emergency_cleanup() {
     let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
     STOPPING.store(true, Ordering::SeqCst);
     for m in live.iter().rev() {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(m)
-            .stderr(Stdio::null())
-            .status();
+        let _ = detach(m).stderr(Stdio::null()).status();
     }
     live.clear();
     if let Some(w) = WORK.lock().ok().and_then(|w| w.clone()) {
         let _ = fs::remove_dir_all(w);
     }
+}
+
+/// The command that detaches `dir` even while busy: `umount -l` as root;
+/// a user may only take their own FUSE mounts down, through fusermount3.
+fn detach(dir: &Path) -> Command {
+    // SAFETY: geteuid has no preconditions.
+    let mut c = if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("umount");
+        c.arg("-l");
+        c
+    } else {
+        let mut c = Command::new("fusermount3");
+        c.args(["-u", "-z"]);
+        c
+    };
+    c.arg(dir);
+    c
 }
 
 /// What a run that is not root's cannot do, said once at its start.
@@ -250,6 +263,31 @@ fn cached_bytes(f: &File, len: u64) -> std::io::Result<u64> {
     Ok(((pages * page).min(len)) as u64)
 }
 
+/// The read-ahead of a user's first read-only foliofs mount, in KiB.
+static USER_READ_AHEAD_KB: AtomicU32 = AtomicU32::new(0);
+
+/// The read-ahead the kernel gave a user's read-only foliofs mount (root
+/// raises it; a user cannot), once one was mounted.
+pub fn user_read_ahead_kb() -> Option<u32> {
+    match USER_READ_AHEAD_KB.load(Ordering::Relaxed) {
+        0 => None,
+        kb => Some(kb),
+    }
+}
+
+/// The read-ahead of the mount at `dir`, from its bdi.
+fn read_ahead_kb(dir: &Path) -> Option<u32> {
+    let m = foliofs_fuse::find_mount(dir).ok()??;
+    fs::read_to_string(format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        m.major, m.minor
+    ))
+    .ok()?
+    .trim()
+    .parse()
+    .ok()
+}
+
 impl Drop for BenchEnv {
     fn drop(&mut self) {
         // Unmounts anything a failed step left behind before removing the
@@ -338,6 +376,11 @@ impl Mounted {
                     c.args(["-o", opts]);
                 }
                 run(c.arg(source).arg(dir))?;
+                if !env.root && *fstype != "ramfs" && user_read_ahead_kb().is_none() {
+                    if let Some(kb) = read_ahead_kb(dir) {
+                        USER_READ_AHEAD_KB.store(kb, Ordering::Relaxed);
+                    }
+                }
             }
             How::KernelFile { fstype, opts } | How::KernelMem { fstype, opts } => {
                 sys_mount(source, dir, fstype, opts)?
@@ -373,7 +416,7 @@ impl Drop for Mounted {
             _ => run(Command::new("umount").arg(&self.dir)).is_ok(),
         };
         if !ok {
-            let _ = run(Command::new("umount").arg("-l").arg(&self.dir));
+            let _ = run(&mut detach(&self.dir));
         }
         LIVE.lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -8,6 +8,7 @@ use anyhow::{bail, Result};
 use foliofs_vfs::options::{format_size, OptionError};
 
 use super::data;
+use super::env::user_read_ahead_kb;
 use super::env::{have, run, time_cmd, time_md5, time_read, time_read_tree, time_write_zeros};
 use super::env::{BenchEnv, Cooling, How, MkfsErofs, Mounted};
 use super::report::{Column, Row, Section, Unit};
@@ -64,11 +65,33 @@ fn cold_phrase(env: &BenchEnv) -> &'static str {
     }
 }
 
+/// What a user's foliofs mounts read ahead, for the sections that read
+/// files through them.
+fn read_ahead_note(env: &BenchEnv) -> Option<String> {
+    if env.root {
+        return None;
+    }
+    let kb = match user_read_ahead_kb() {
+        Some(kb) => format!("{kb} KiB, "),
+        None => String::new(),
+    };
+    Some(format!(
+        "not running as root, so foliofs mounts read ahead {kb}the kernel's FUSE default: raising it to {} KiB, as root's mounts do, is writing /sys/class/bdi, which needs root, so large sequential reads may be slower than root's",
+        crate::mount::READ_AHEAD_KB
+    ))
+}
+
 /// Why a row cannot run here, if it cannot.
 fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
     match how {
-        How::KernelFile { .. } | How::KernelLoop { .. } | How::KernelMem { .. } if !env.root => {
-            Some("kernel mounts need root".into())
+        How::KernelFile { fstype, .. } if !env.root => Some(format!(
+            "needs root: mounting the kernel's {fstype} (mount(2) of the image file)"
+        )),
+        How::KernelLoop { fstype } if !env.root => Some(format!(
+            "needs root: a loop device to mount the kernel's {fstype} on"
+        )),
+        How::KernelMem { fstype, .. } if !env.root => {
+            Some(format!("needs root: mounting a new kernel {fstype}"))
         }
         How::Squashfuse if !have("squashfuse") => Some("squashfuse is not installed".into()),
         How::Foliofs { .. } | How::Squashfuse if !Path::new("/dev/fuse").exists() => {
@@ -444,6 +467,7 @@ pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         cold_phrase(env),
     )];
     notes.extend(cold_note(env));
+    notes.extend(read_ahead_note(env));
     Ok(Section {
         name: "seq",
         title: "seq: one large file, cold (romfs tests 1 and 2)".into(),
@@ -823,6 +847,7 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         stats.bytes / 1_000_000
     )];
     notes.extend(cold_note(env));
+    notes.extend(read_ahead_note(env));
     Ok(Section {
         name: "startup",
         title: "startup: unpack and start a container image (EROFS buffered vs direct I/O)".into(),
