@@ -17,6 +17,8 @@ use anyhow::{bail, Context, Result};
 /// Mount points and directories to remove if the run is interrupted.
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static WORK: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// Directories made outside the work directory (in /dev/shm), removed with it.
+static EXTRA: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// Set once cleanup has begun: no mount may start after that.
 static STOPPING: AtomicBool = AtomicBool::new(false);
@@ -33,6 +35,9 @@ pub fn emergency_cleanup() {
     live.clear();
     if let Some(w) = WORK.lock().ok().and_then(|w| w.clone()) {
         let _ = fs::remove_dir_all(w);
+    }
+    for d in EXTRA.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        let _ = fs::remove_dir_all(d);
     }
 }
 
@@ -51,6 +56,27 @@ fn detach(dir: &Path) -> Command {
     };
     c.arg(dir);
     c
+}
+
+/// A directory outside the work directory for this run, removed with it
+/// (also on Ctrl-C).
+pub fn extra_dir(parent: &Path) -> Result<PathBuf> {
+    let d = parent.join(format!("foliofs-bench.{}", std::process::id()));
+    fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    EXTRA
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(d.clone());
+    Ok(d)
+}
+
+/// Removes a directory [`extra_dir`] made.
+pub fn remove_extra_dir(d: &Path) {
+    let _ = fs::remove_dir_all(d);
+    EXTRA
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|x| x != d);
 }
 
 /// What a run that is not root's cannot do, said once at its start.

@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use foliofs_vfs::options::{format_size, OptionError};
 
 use super::data;
-use super::env::user_read_ahead_kb;
+use super::env::{extra_dir, remove_extra_dir, user_read_ahead_kb};
 use super::env::{have, run, time_cmd, time_md5, time_read, time_read_tree, time_write_zeros};
 use super::env::{BenchEnv, Cooling, How, MkfsErofs, Mounted};
 use super::report::{Column, Row, Section, Unit};
@@ -565,10 +565,15 @@ pub fn tree(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         &[("find", &find), ("find_ls", &find_ls)],
     );
     let mut notes = vec![format!(
-        "{} files in {} directories, {} MB; ratios are to the kernel's file-backed EROFS mount",
+        "{} files in {} directories, {} MB; ratios are to the kernel's file-backed EROFS mount{}",
         stats.files,
         stats.dirs,
-        stats.bytes / 1_000_000
+        stats.bytes / 1_000_000,
+        if env.root {
+            ""
+        } else {
+            " (none here: it needs root)"
+        }
     )];
     notes.extend(cold_note(env));
     Ok(Section {
@@ -658,6 +663,20 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         });
     }
     let total = cfg.ramfs_bytes;
+    // A user can mount neither, but has the machine's /dev/shm, a tmpfs
+    // already mounted: the kernel's in-memory file system beside foliofs's.
+    // Its options are the machine's, not a fresh mount's defaults.
+    let shm = (!env.root).then(|| {
+        let dir = shm_dir(total);
+        plans.push(Plan {
+            label: "kernel tmpfs at /dev/shm".into(),
+            kind: "kernel",
+            how: How::Plain,
+            image: dir.as_ref().map(|(d, _)| d.clone()).map_err(Clone::clone),
+            x: None,
+        });
+        (plans.len() - 1, dir)
+    });
     let write = |mnt: &Path| -> Result<f64> {
         let f = mnt.join("f");
         let t = time_write_zeros(&f, total, 2 << 20)?;
@@ -675,6 +694,22 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         false,
         &[("write", &write), ("rewrite", &write)],
     );
+    let (reference, ref_name) = match &shm {
+        None => (reference, "the kernel's ramfs".to_owned()),
+        Some((i, dir)) => {
+            let opts = match dir {
+                Ok((d, opts)) => {
+                    remove_extra_dir(d);
+                    format!(" ({opts})")
+                }
+                Err(_) => String::new(),
+            };
+            (
+                *i,
+                format!("the kernel's tmpfs at /dev/shm{opts}, already mounted: mounting a new ramfs or tmpfs needs root"),
+            )
+        }
+    };
     Ok(Section {
         name: "ramfs",
         title: "ramfs: sequential writes by block size (ramfs blocksize= table)".into(),
@@ -683,10 +718,39 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         reference,
         pairs: Vec::new(),
         notes: vec![format!(
-            "{} MiB written from /dev/zero-like buffers in 2 MiB writes per run, then removed and written again on the same mount; ratios are to the kernel's ramfs",
+            "{} MiB written from /dev/zero-like buffers in 2 MiB writes per run, then removed and written again on the same mount; ratios are to {ref_name}",
             total >> 20
         ), "the 1st write also measures how fast the machine hands out memory it has not used lately (in a VM, often a hypervisor fault per page), which depends on what ran before; the rewrite is the file systems' own speed".into()],
     })
+}
+
+/// A directory of this run in /dev/shm, with the tmpfs's options, if
+/// /dev/shm is a tmpfs with room for `bytes`.
+fn shm_dir(bytes: u64) -> Result<(PathBuf, String), NoImage> {
+    let shm = Path::new("/dev/shm")
+        .canonicalize()
+        .map_err(|e| NoImage::skip(format!("/dev/shm: {e}")))?;
+    match foliofs_fuse::find_mount(&shm).ok().flatten() {
+        Some(m) if m.fs_type == "tmpfs" => {
+            let st = nix::sys::statvfs::statvfs(&shm)
+                .map_err(|e| NoImage::skip(format!("/dev/shm: {e}")))?;
+            let free = st.blocks_available() as u64 * st.fragment_size() as u64;
+            if free < bytes + bytes / 8 {
+                return Err(NoImage::skip(format!(
+                    "/dev/shm has {} free, the run writes {}",
+                    format_size(free),
+                    format_size(bytes)
+                )));
+            }
+            let dir = extra_dir(&shm).map_err(|e| NoImage::skip(crate::error_line(&e)))?;
+            Ok((dir, m.super_options))
+        }
+        Some(m) => Err(NoImage::skip(format!(
+            "/dev/shm is a {}, not a tmpfs",
+            m.fs_type
+        ))),
+        None => Err(NoImage::skip("/dev/shm is not a mount of its own")),
+    }
 }
 
 /// The EROFS seed's container start-up table.
@@ -841,8 +905,18 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         row.failed = true;
     }
     rows.push(row);
+    // A user has no kernel EROFS row; the directory is the kernel's own
+    // file system beside foliofs.
+    let (reference, ref_name) = if env.root {
+        (2, "the kernel's buffered file-backed mount")
+    } else {
+        (
+            rows.len() - 1,
+            "the plain directory (the kernel rows need root)",
+        )
+    };
     let mut notes = vec![format!(
-        "start-up set: every file of {} files, {} MB; unpack = mkfs.erofs from a cold tree (cp -a for the directory); 1st run right after unpacking, non-1st runs repeat it; ratios are to the kernel's buffered file-backed mount",
+        "start-up set: every file of {} files, {} MB; unpack = mkfs.erofs from a cold tree (cp -a for the directory); 1st run right after unpacking, non-1st runs repeat it; ratios are to {ref_name}",
         stats.files,
         stats.bytes / 1_000_000
     )];
@@ -853,7 +927,7 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         title: "startup: unpack and start a container image (EROFS buffered vs direct I/O)".into(),
         columns,
         rows,
-        reference: 2,
+        reference,
         pairs: Vec::new(),
         notes,
     })
