@@ -1,5 +1,6 @@
 //! `foliofs bench all --quick` runs for real and reports every section with
-//! the kernel's rows beside foliofs's.
+//! the kernel's rows beside foliofs's; as a user, with foliofs's rows and
+//! a skip line on each kernel row that needs root.
 
 use crate::common;
 
@@ -72,5 +73,120 @@ fn quick_bench_reports_all_four_sections_with_kernel_rows() {
     for chart in ["seq-dd.svg", "tree-find_ls.svg", "ramfs-write.svg"] {
         let text = std::fs::read_to_string(plots.join(chart)).unwrap();
         assert!(text.starts_with("<svg") || text.contains("<svg"), "{chart}");
+    }
+}
+
+/// `foliofs bench all --quick` as the user `tests`: every section measures
+/// foliofs, each kernel row a user cannot mount says why in its skip line,
+/// cold runs say how they were made cold, and nothing stays mounted.
+#[test]
+fn quick_bench_as_a_user_measures_foliofs_and_says_what_needs_root() {
+    require!("user-fuse", "mkfs.erofs");
+    let user = common::TEST_USER;
+    let (uid, _) = common::user_ids(user).unwrap();
+    let work = common::user_tempdir(user);
+    let json = work.path().join("bench.json");
+    let run = common::try_run_timeout(
+        common::user_command(user, common::bin())
+            .args(["bench", "all", "--quick", "--runs", "1", "--workdir"])
+            .arg(work.path())
+            .arg("--json")
+            .arg(&json),
+        Duration::from_secs(600),
+    );
+    // Whatever happened, nothing of the run may stay mounted.
+    let left: Vec<_> = common::mount_points()
+        .into_iter()
+        .filter(|p| p.starts_with(work.path()))
+        .collect();
+    for p in &left {
+        common::force_unmount(p);
+    }
+    let out = run.unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench as {user} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(left.is_empty(), "left mounted: {left:?}");
+    let kept: Vec<_> = std::fs::read_dir(work.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        kept,
+        ["bench.json"],
+        "the work directory was not cleaned up"
+    );
+    for e in std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let mine = std::os::unix::fs::MetadataExt::uid(&e.metadata().unwrap()) == uid;
+        assert!(
+            !(mine && name.starts_with("foliofs-bench.")),
+            "/dev/shm/{name} left behind"
+        );
+    }
+
+    // Said once at the start: what needs root, and why.
+    for why in [
+        "mounting the kernel's erofs, squashfs, ramfs and tmpfs, and loop devices, need root",
+        "/proc/sys/vm/drop_caches",
+        "/sys/class/bdi",
+    ] {
+        assert!(stderr.contains(why), "no {why:?} in:\n{stderr}");
+    }
+    // And on each row that needs it.
+    for skip in [
+        "skipped: needs root: mounting the kernel's erofs (mount(2) of the image file)",
+        "skipped: needs root: a loop device to mount the kernel's squashfs on",
+        "skipped: needs root: mounting a new kernel ramfs",
+        "skipped: needs root: mounting a new kernel tmpfs",
+    ] {
+        assert!(stdout.contains(skip), "no {skip:?} in:\n{stdout}");
+    }
+    // Cold is never warm in disguise: the notes say how runs were made cold.
+    assert!(
+        stdout.contains("posix_fadvise(POSIX_FADV_DONTNEED)"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("drops the page cache first"), "{stdout}");
+
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let sections = v["sections"].as_array().unwrap();
+    for name in ["seq", "tree", "ramfs", "startup"] {
+        let s = sections
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} section\n{stdout}"));
+        let rows = s["rows"].as_array().unwrap();
+        let measured = |r: &&serde_json::Value| {
+            r["note"].is_null()
+                && r["runs"].as_object().is_some_and(|m| {
+                    !m.is_empty() && m.values().all(|v| !v.as_array().unwrap().is_empty())
+                })
+        };
+        assert!(
+            rows.iter()
+                .filter(|r| r["kind"] == "foliofs")
+                .any(|r| measured(&r)),
+            "{name}: no foliofs row measured\n{stdout}"
+        );
+        for r in rows {
+            assert!(!r["failed"].as_bool().unwrap(), "{name}: row failed: {r}");
+            // A kernel row either ran without root or says it needs root.
+            if r["kind"] == "kernel" && !measured(&r) {
+                let note = r["note"].as_str().unwrap_or_default();
+                assert!(
+                    note.starts_with("needs root: ") || r["label"] == "kernel tmpfs at /dev/shm",
+                    "{name}: {r}"
+                );
+            }
+        }
     }
 }
