@@ -327,6 +327,56 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// Why mounting failed, with what to do when the mount point lies in a
+/// FUSE mount whose server died: every access to it then fails with
+/// ENOTCONN, which says nothing of the cure.
+fn mount_failure(e: foliofs_fuse::MountError, mountpoint: &Path) -> anyhow::Error {
+    let dead = matches!(&e, foliofs_fuse::MountError::Mountpoint { source, .. }
+        if source.raw_os_error() == Some(libc::ENOTCONN));
+    if !dead {
+        return e.into();
+    }
+    let Some(m) = dead_mount(mountpoint) else {
+        return anyhow::anyhow!(
+            "{e}; a FUSE mount there may have lost its server: run `foliofs umount {}` first",
+            mountpoint.display()
+        );
+    };
+    let cure = if m.fs_type == foliofs_fuse::FS_TYPE {
+        "foliofs umount"
+    } else {
+        "fusermount3 -u"
+    };
+    anyhow::anyhow!(
+        "{e}; the {} mount at {} lost its server: run `{cure} {}` first",
+        m.fs_type,
+        m.mountpoint.display(),
+        m.mountpoint.display()
+    )
+}
+
+/// The topmost FUSE mount at `p` or the nearest directory above it: the one
+/// whose dead server makes `p` unreachable. Found in the mount table, since
+/// the path itself cannot be resolved.
+fn dead_mount(p: &Path) -> Option<foliofs_fuse::MountInfo> {
+    let abs = std::path::absolute(p).ok()?;
+    // The table has canonical paths: resolve what still resolves, the
+    // directories above the dead mount.
+    let abs = abs.ancestors().find_map(|a| {
+        let rest = abs.strip_prefix(a).ok()?;
+        Some(a.canonicalize().ok()?.join(rest))
+    })?;
+    let table = foliofs_fuse::mount_table().ok()?;
+    abs.ancestors().find_map(|a| {
+        table
+            .iter()
+            .rev()
+            .find(|m| m.mountpoint == a)
+            .filter(|m| m.fs_type.starts_with("fuse"))
+            .cloned()
+    })
+}
+
 /// Mounts and serves until unmounted; reports readiness on `ready`.
 fn serve(
     args: &MountArgs,
@@ -373,7 +423,7 @@ fn serve(
     };
     let mounted = match foliofs_fuse::mount(opened.fs, &cfg) {
         Ok(m) => m,
-        Err(e) => return report_failure(ready, e.into()),
+        Err(e) => return report_failure(ready, mount_failure(e, &args.mountpoint)),
     };
     let info = mounted.info().clone();
     // Held until this process ends, whichever way: its closing is what

@@ -299,6 +299,22 @@ fn a_killed_users_server_is_cleared_by_foliofs_umount() {
     sigkill(pid);
     assert!(common::wait_until(GONE, || !process_alive(pid)));
     assert!(is_mounted(m.path()), "gone without auto_unmount");
+    // Mounting there again says what to run first.
+    let dead = m.path().parent().unwrap().canonicalize().unwrap();
+    let dead = dead.join(m.path().file_name().unwrap());
+    let again = foliofs_as_user(&[
+        std::ffi::OsStr::new("mount"),
+        "-t".as_ref(),
+        "ramfs".as_ref(),
+        "none".as_ref(),
+        m.path().as_os_str(),
+    ]);
+    let err = text(&again.stderr);
+    assert!(
+        !again.status.success()
+            && err.contains(&format!("run `foliofs umount {}` first", dead.display())),
+        "{err}"
+    );
     ok(
         "foliofs umount",
         foliofs_as_user(&[std::ffi::OsStr::new("umount"), m.path().as_os_str()]),

@@ -415,6 +415,26 @@ fn killed_server_mount_is_cleared_by_foliofs_umount() {
     );
     let list = String::from_utf8(common::foliofs_ok(["mounts"])).unwrap();
     assert!(list.contains("server=dead"), "{list}");
+    // Mounting there again fails with ENOTCONN, and says what to run first.
+    let dead = m
+        .path()
+        .parent()
+        .unwrap()
+        .canonicalize()
+        .unwrap()
+        .join(m.path().file_name().unwrap());
+    let again = common::foliofs([
+        OsStr::new("mount"),
+        fx.img.as_os_str(),
+        m.path().as_os_str(),
+    ]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success(), "mounted on a dead mount");
+    assert!(
+        err.contains("Transport endpoint is not connected")
+            && err.contains(&format!("run `foliofs umount {}` first", dead.display())),
+        "{err}"
+    );
     let out = common::foliofs([OsStr::new("umount"), m.path().as_os_str()]);
     assert!(
         out.status.success(),
