@@ -77,15 +77,14 @@ fn erofs_info(args: &ImageArgs) -> anyhow::Result<i32> {
     };
     let sb = e.superblock();
     let uuid: String = sb.uuid.iter().map(|b| format!("{b:02x}")).collect();
-    let mut features: Vec<String> = [
-        (sbm::COMPAT_SB_CHKSUM, "sb_csum"),
-        (sbm::COMPAT_MTIME, "mtime"),
-        (sbm::COMPAT_XATTR_FILTER, "xattr_filter"),
-    ]
-    .iter()
-    .filter(|(bit, _)| sb.has_compat(*bit))
-    .map(|(_, n)| (*n).to_owned())
-    .collect();
+    let mut features: Vec<String> = (0..32)
+        .map(|i| 1u32 << i)
+        .filter(|bit| sb.has_compat(*bit))
+        .map(|bit| match sbm::compat_name(bit) {
+            Some(name) => name.to_owned(),
+            None => format!("compat_{bit:#x}"),
+        })
+        .collect();
     features.extend(
         (0..32)
             .map(|i| 1u32 << i)
@@ -106,7 +105,9 @@ fn erofs_info(args: &ImageArgs) -> anyhow::Result<i32> {
         "volume name:     {}",
         String::from_utf8_lossy(sb.volume_name())
     );
-    println!("build time:      {}.{:09}", sb.epoch, sb.fixed_nsec);
+    println!("build time:      {}", sb.build_time());
+    // Compact inodes keep their mtime as seconds after this.
+    println!("epoch:           {}.{:09}", sb.epoch as i64, sb.fixed_nsec);
     println!("meta block:      {}", sb.meta_blkaddr);
     println!("xattr block:     {}", sb.xattr_blkaddr);
     println!("features:        {}", features.join(" "));

@@ -12,6 +12,8 @@ pub const NULL_ADDR: u32 = 0xFFFF_FFFF;
 pub const FORMAT_INDEXES: u16 = 0x20;
 /// Chunk format bits giving `chunkbits - blkszbits`.
 pub const FORMAT_BLKBITS_MASK: u16 = 0x1F;
+/// Chunk format bit: 8-byte indexes carry 48-bit block addresses.
+pub const FORMAT_48BIT: u16 = 0x40;
 
 /// The chunk format of a chunk-based inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,13 +22,15 @@ pub struct ChunkFormat {
     pub chunkbits: u32,
     /// 8-byte indexes (with a device id) rather than 4-byte block addresses.
     pub indexes: bool,
+    /// Indexes keep 48-bit block addresses (else 32).
+    pub wide: bool,
 }
 
 impl ChunkFormat {
     /// Decodes the format word in `i_u` of `inode`.
     pub fn of(inode: &Inode, blkszbits: u8) -> Result<ChunkFormat> {
         let fmt = inode.i_u as u16;
-        if fmt & !(FORMAT_INDEXES | FORMAT_BLKBITS_MASK) != 0 {
+        if fmt & !(FORMAT_48BIT | FORMAT_INDEXES | FORMAT_BLKBITS_MASK) != 0 {
             return Err(Error::incompatible(Incompatible::ChunkFormat {
                 nid: inode.nid,
                 format: fmt,
@@ -45,6 +49,7 @@ impl ChunkFormat {
         Ok(ChunkFormat {
             chunkbits,
             indexes: fmt & FORMAT_INDEXES != 0,
+            wide: fmt & FORMAT_48BIT != 0,
         })
     }
 
@@ -75,28 +80,70 @@ impl ChunkFormat {
 pub struct ChunkEntry {
     /// 0 = the primary device, n = extra device n.
     pub device_id: u16,
-    /// First block, or [`NULL_ADDR`] for a hole.
-    pub blkaddr: u32,
+    /// First block, or `None` for a hole (an address of all ones).
+    pub blkaddr: Option<u64>,
 }
 
 impl ChunkEntry {
-    /// Decodes an entry (`raw` is 4 or 8 bytes, matching the format).
-    pub fn parse(raw: &[u8], device_id_mask: u16) -> ChunkEntry {
-        if raw.len() == 8 {
-            ChunkEntry {
-                device_id: u16::from_le_bytes([raw[2], raw[3]]) & device_id_mask,
-                blkaddr: u32::from_le_bytes(raw[4..8].try_into().expect("4 bytes")),
-            }
+    /// Decodes an entry (`raw` is 4 or 8 bytes, matching the format; `wide`
+    /// for the 48BIT chunk format, whose indexes keep the address's high
+    /// 16 bits where older ones had an unused field).
+    pub fn parse(raw: &[u8], device_id_mask: u16, wide: bool) -> ChunkEntry {
+        let lo = |at: usize| {
+            u64::from(u32::from_le_bytes(
+                raw[at..at + 4].try_into().expect("4 bytes"),
+            ))
+        };
+        let (device_id, addr, mask) = if raw.len() == 8 {
+            let hi = u64::from(u16::from_le_bytes([raw[0], raw[1]]));
+            let mask = if wide {
+                (1u64 << 48) - 1
+            } else {
+                u64::from(NULL_ADDR)
+            };
+            (
+                u16::from_le_bytes([raw[2], raw[3]]) & device_id_mask,
+                (hi << 32 | lo(4)) & mask,
+                mask,
+            )
         } else {
-            ChunkEntry {
-                device_id: 0,
-                blkaddr: u32::from_le_bytes(raw[..4].try_into().expect("4 bytes")),
-            }
+            (0, lo(0), u64::from(NULL_ADDR))
+        };
+        ChunkEntry {
+            device_id,
+            blkaddr: (addr != mask).then_some(addr),
         }
     }
 
     /// True for a chunk with no blocks (reads as zeros).
     pub fn is_hole(&self) -> bool {
-        self.blkaddr == NULL_ADDR
+        self.blkaddr.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_and_holes_in_every_format() {
+        let map = 0x1234u32.to_le_bytes();
+        assert_eq!(ChunkEntry::parse(&map, 0, false).blkaddr, Some(0x1234));
+        assert!(ChunkEntry::parse(&u32::MAX.to_le_bytes(), 0, false).is_hole());
+        // startblk_hi, device id, startblk_lo.
+        let index = |hi: u16, dev: u16, lo: u32| {
+            let mut v = hi.to_le_bytes().to_vec();
+            v.extend(dev.to_le_bytes());
+            v.extend(lo.to_le_bytes());
+            v
+        };
+        // Without the 48BIT format the high word is ignored.
+        let e = ChunkEntry::parse(&index(7, 3, 9), 1, false);
+        assert_eq!((e.device_id, e.blkaddr), (1, Some(9)));
+        let e = ChunkEntry::parse(&index(7, 3, 9), 3, true);
+        assert_eq!((e.device_id, e.blkaddr), (3, Some(7 << 32 | 9)));
+        assert!(ChunkEntry::parse(&index(7, 0, u32::MAX), 0, false).is_hole());
+        assert!(!ChunkEntry::parse(&index(7, 0, u32::MAX), 0, true).is_hole());
+        assert!(ChunkEntry::parse(&index(u16::MAX, 0, u32::MAX), 0, true).is_hole());
     }
 }

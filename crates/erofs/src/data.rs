@@ -52,12 +52,8 @@ impl Erofs {
             // A block address may fall into an extra device's mapped range.
             let blk = pos >> bs_bits;
             for (i, d) in self.devices.iter().enumerate() {
-                let start = u64::from(d.slot.mapped_blkaddr);
-                if d.dev.is_some()
-                    && start != 0
-                    && blk >= start
-                    && blk < start + u64::from(d.slot.blocks)
-                {
+                let start = d.slot.mapped_blkaddr;
+                if d.dev.is_some() && start != 0 && blk >= start && blk - start < d.slot.blocks {
                     return Ok((i + 1, pos - (start << bs_bits)));
                 }
             }
@@ -77,7 +73,19 @@ impl Erofs {
             })?;
         match d.dev {
             Some(_) => Ok((usize::from(device_id), pos)),
-            None => Ok((0, pos + (u64::from(d.slot.mapped_blkaddr) << bs_bits))),
+            None => {
+                let base = d.slot.mapped_blkaddr << bs_bits;
+                let p = pos.checked_add(base).ok_or_else(|| {
+                    Error::corrupt(
+                        at,
+                        Corrupt::DeviceAddressOverflow {
+                            device: device_id,
+                            pos,
+                        },
+                    )
+                })?;
+                Ok((0, p))
+            }
         }
     }
 
@@ -97,11 +105,17 @@ impl Erofs {
     pub(crate) fn map_flat(&self, inode: &Inode, ofs: u64, want_end: u64) -> Result<Run> {
         let bs = u64::from(self.sb.block_size());
         let blk_pos = |inode: &Inode| {
-            u64::from(inode.i_u).checked_mul(bs).ok_or_else(|| {
+            inode.start_block().checked_mul(bs).ok_or_else(|| {
                 Error::corrupt(inode.pos, Corrupt::BlockAddressOverflow { nid: inode.nid })
             })
         };
         match inode.layout {
+            // A start block of all ones: no blocks, the file is zeros.
+            Layout::FlatPlain if inode.no_blocks() => Ok(Run {
+                la: 0,
+                len: inode.size,
+                phys: Phys::Hole,
+            }),
             Layout::FlatPlain => Ok(Run {
                 la: 0,
                 len: inode.size,
@@ -187,8 +201,8 @@ impl Erofs {
         let mut raw = [0u8; 8];
         let raw = &mut raw[..fmt.entry_size() as usize];
         self.meta(pos, raw)?;
-        let e = ChunkEntry::parse(raw, self.device_id_mask);
-        if e.is_hole() {
+        let e = ChunkEntry::parse(raw, self.device_id_mask, fmt.wide);
+        let Some(blkaddr) = e.blkaddr else {
             return Ok((
                 Run {
                     la,
@@ -197,8 +211,9 @@ impl Erofs {
                 },
                 0,
             ));
-        }
-        let bytes = u64::from(e.blkaddr) << self.sb.blkszbits;
+        };
+        // 48 bits of blocks at most, so this cannot overflow.
+        let bytes = blkaddr << self.sb.blkszbits;
         let (dev, p) = self.resolve(e.device_id, bytes, pos)?;
         Ok((
             Run {

@@ -34,6 +34,20 @@ pub enum Corrupt {
     /// The volume name fills its field without a NUL.
     #[error("volume name is not NUL-terminated")]
     VolumeNameNotTerminated,
+    /// More superblock extension slots than fit in its page.
+    #[error("{sb_extslots} superblock extension slots do not fit before the first 4 KiB end")]
+    SuperblockExtSlots { sb_extslots: u8 },
+    /// METABOX without the extension slot holding the metabox nid.
+    #[error(
+        "metabox feature but {sb_extslots} superblock extension slots (the metabox nid needs one)"
+    )]
+    MetaboxWithoutSlot { sb_extslots: u8 },
+    /// The packed inode's nid points into the metabox.
+    #[error("packed inode nid {nid:#x} points into the metabox")]
+    PackedInMetabox { nid: u64 },
+    /// The metabox inode's nid points into the metabox itself.
+    #[error("metabox inode nid {nid:#x} points into the metabox itself")]
+    MetaboxInMetabox { nid: u64 },
     /// The superblock's crc32c does not match.
     #[error("superblock checksum {stored:#010x} does not match its contents ({computed:#010x})")]
     SuperblockChecksum { stored: u32, computed: u32 },
@@ -123,6 +137,10 @@ pub enum Corrupt {
     /// A chunk on a device the table does not have.
     #[error("chunk names device {device} of {devices}")]
     NoSuchDevice { device: u16, devices: usize },
+    /// A block address on a flat extra device that overflows once the
+    /// device's place in the image is added.
+    #[error("device {device}: position {pos:#x} overflows where the device is mapped")]
+    DeviceAddressOverflow { device: u16, pos: u64 },
     /// File data past the end of the device holding it.
     #[error("{len} data bytes at {pos:#x} run past the end of {} ({size} bytes)", device.display())]
     DataOutOfImage {
@@ -356,6 +374,10 @@ pub enum Incompatible {
     /// symlink.
     #[error("inode {nid}: compressed {}", kind.short_name())]
     CompressedNonRegular { nid: u64, kind: FileType },
+    /// A compressed inode mapped by extent records, which this reader does
+    /// not read yet.
+    #[error("inode {nid}: compressed extent records (48bit block addresses)")]
+    ExtentMap { nid: u64 },
     /// Chunk format bits this reader does not know.
     #[error("inode {nid}: chunk format {format:#x}")]
     ChunkFormat { nid: u64, format: u16 },

@@ -264,7 +264,8 @@ impl Erofs {
                             }
                         }
                     }
-                    if nblocks > 0 && (!dot || !dotdot) {
+                    // A directory marked DOT_OMITTED has no "." entry.
+                    if nblocks > 0 && ((!dot && !inode.dot_omitted) || !dotdot) {
                         note(&mut r, &path, Error::corrupt(inode.pos, Corrupt::NoDots));
                     }
                 }

@@ -62,6 +62,15 @@ pub struct Inode {
     pub size: u64,
     /// The `i_u` union: block address, compressed block count, rdev or chunk format.
     pub i_u: u32,
+    /// High 16 bits of the start block or compressed block count: `i_nb`
+    /// of an extended inode, or of a compact one marked NLINK_1 (0 in
+    /// other compact inodes, whose `i_nb` is the link count).
+    pub addr_hi: u16,
+    /// Width of the start block (48 bits where `addr_hi` can be set, else
+    /// 32): a flat-plain start block of all ones in it means no blocks.
+    pub addr_bits: u8,
+    /// A directory without a "." entry (`i_format` bit 4 on a directory).
+    pub dot_omitted: bool,
     /// Owner.
     pub uid: u32,
     /// Group.
@@ -72,6 +81,11 @@ pub struct Inode {
 
 /// Largest number of bytes an inode occupies on disk.
 pub const MAX_INODE_SIZE: usize = 64;
+/// `i_format` bit 4: NLINK_1 (compact non-directories: the link count is
+/// 1 and `i_nb` holds high address bits) or DOT_OMITTED (directories).
+pub const FORMAT_BIT4: u16 = 0x10;
+/// Every `i_format` bit EROFS defines.
+pub const FORMAT_ALL: u16 = 0x1F;
 
 impl Inode {
     /// Where inode `nid` lives, or `None` when the address overflows.
@@ -85,7 +99,7 @@ impl Inode {
     pub fn parse(sb: &Superblock, nid: u64, pos: u64, raw: &[u8]) -> Result<Inode> {
         let format = le16(raw, 0);
         let bad = |kind: Corrupt| Error::corrupt(pos, kind);
-        if format & !0x0F != 0 {
+        if format & !FORMAT_ALL != 0 {
             return Err(bad(Corrupt::BadInodeFormat { nid, format }));
         }
         let extended = format & 1 != 0;
@@ -108,6 +122,10 @@ impl Inode {
         let mode = le16(raw, 4);
         let kind = FileType::from_mode(u32::from(mode))
             .ok_or_else(|| bad(Corrupt::BadFileType { nid, mode }))?;
+        // Bit 4 is NLINK_1 on anything but a directory, DOT_OMITTED on one.
+        let bit4 = format & FORMAT_BIT4 != 0;
+        let is_dir = kind == FileType::Directory;
+        let i_nb = le16(raw, 6);
         let (nlink, size, i_u, uid, gid, mtime) = if extended {
             let nsec = le32(raw, 0x28);
             if nsec >= 1_000_000_000 {
@@ -128,7 +146,7 @@ impl Inode {
                 0
             };
             (
-                u32::from(le16(raw, 6)),
+                if bit4 && !is_dir { 1 } else { u32::from(i_nb) },
                 u64::from(le32(raw, 0x08)),
                 le32(raw, 0x10),
                 u32::from(le16(raw, 0x18)),
@@ -157,6 +175,7 @@ impl Inode {
                 kind,
             }));
         }
+        let wide = extended || (bit4 && !is_dir);
         Ok(Inode {
             nid,
             pos,
@@ -168,10 +187,30 @@ impl Inode {
             nlink,
             size,
             i_u,
+            addr_hi: if wide { i_nb } else { 0 },
+            addr_bits: if wide { 48 } else { 32 },
+            dot_omitted: bit4 && is_dir,
             uid,
             gid,
             mtime,
         })
+    }
+
+    /// The start block of a flat or inline inode (`i_u` and `addr_hi`).
+    pub fn start_block(&self) -> u64 {
+        u64::from(self.i_u) | u64::from(self.addr_hi) << 32
+    }
+
+    /// A flat-plain inode with no blocks: its start block is all ones in
+    /// its width, and it reads as zeros.
+    pub fn no_blocks(&self) -> bool {
+        let mask = (1u64 << self.addr_bits) - 1;
+        self.layout == Layout::FlatPlain && self.start_block() & mask == mask
+    }
+
+    /// Blocks of compressed data (`i_u` and `addr_hi`).
+    pub fn compressed_blocks(&self) -> u64 {
+        self.start_block()
     }
 
     /// True when `raw`'s first bytes announce the 64-byte form.
@@ -242,7 +281,7 @@ impl Erofs {
     pub(crate) fn attr(&self, inode: &Inode) -> Attr {
         let bs = u64::from(self.sb.block_size());
         let blocks = if inode.layout.is_compressed() {
-            u64::from(inode.i_u) << (self.sb.blkszbits - 9)
+            inode.compressed_blocks() << (self.sb.blkszbits - 9)
         } else {
             (inode.size.div_ceil(bs) * bs) >> 9
         };
@@ -261,5 +300,70 @@ impl Erofs {
             ctime: inode.mtime,
             blksize: self.sb.block_size(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sb() -> Superblock {
+        let mut raw = vec![0u8; crate::superblock::SUPER_SIZE];
+        raw[..4].copy_from_slice(&crate::superblock::MAGIC.to_le_bytes());
+        raw[0x0C] = 12;
+        raw[0x18..0x20].copy_from_slice(&1_000u64.to_le_bytes());
+        raw[0x20..0x24].copy_from_slice(&5u32.to_le_bytes());
+        Superblock::parse(&raw).unwrap()
+    }
+
+    /// A compact inode: format, mode, i_nb, size, mtime, i_u.
+    fn compact(format: u16, mode: u16, i_nb: u16, size: u32, i_u: u32) -> Vec<u8> {
+        let mut raw = vec![0u8; 32];
+        raw[0..2].copy_from_slice(&format.to_le_bytes());
+        raw[4..6].copy_from_slice(&mode.to_le_bytes());
+        raw[6..8].copy_from_slice(&i_nb.to_le_bytes());
+        raw[8..12].copy_from_slice(&size.to_le_bytes());
+        raw[0x0C..0x10].copy_from_slice(&20u32.to_le_bytes());
+        raw[0x10..0x14].copy_from_slice(&i_u.to_le_bytes());
+        raw
+    }
+
+    #[test]
+    fn i_nb_is_the_link_count_or_the_high_address_bits() {
+        let sb = sb();
+        let plain = Inode::parse(&sb, 1, 0, &compact(0, 0o100644, 3, 10, 7)).unwrap();
+        assert_eq!((plain.nlink, plain.start_block()), (3, 7));
+        assert_eq!(plain.mtime, Timespec::new(1_020, 5));
+        // NLINK_1: one link, i_nb is the start block's high 16 bits.
+        let wide = Inode::parse(&sb, 1, 0, &compact(0x10, 0o100644, 3, 10, 7)).unwrap();
+        assert_eq!((wide.nlink, wide.start_block()), (1, 3 << 32 | 7));
+        assert!(!wide.dot_omitted);
+        // On a directory bit 4 is DOT_OMITTED and i_nb stays the link count.
+        let dir = Inode::parse(&sb, 1, 0, &compact(0x10, 0o40755, 3, 10, 7)).unwrap();
+        assert_eq!((dir.nlink, dir.start_block()), (3, 7));
+        assert!(dir.dot_omitted);
+        let e = Inode::parse(&sb, 1, 0, &compact(0x20, 0o100644, 1, 10, 7)).unwrap_err();
+        assert_eq!(
+            e.corruption::<Corrupt>(),
+            Some(&Corrupt::BadInodeFormat {
+                nid: 1,
+                format: 0x20
+            })
+        );
+    }
+
+    #[test]
+    fn a_flat_plain_start_block_of_all_ones_means_no_blocks() {
+        let sb = sb();
+        let narrow = Inode::parse(&sb, 1, 0, &compact(0, 0o100644, 1, 10, u32::MAX)).unwrap();
+        assert!(narrow.no_blocks());
+        // 48 bits wide: all ones needs the high word too.
+        let wide = compact(0x10, 0o100644, 0, 10, u32::MAX);
+        assert!(!Inode::parse(&sb, 1, 0, &wide).unwrap().no_blocks());
+        let wide = compact(0x10, 0o100644, u16::MAX, 10, u32::MAX);
+        assert!(Inode::parse(&sb, 1, 0, &wide).unwrap().no_blocks());
+        // Only the flat-plain layout has the rule (FLAT_INLINE is layout 2).
+        let inline = compact(4, 0o100644, 1, 10, u32::MAX);
+        assert!(!Inode::parse(&sb, 1, 0, &inline).unwrap().no_blocks());
     }
 }

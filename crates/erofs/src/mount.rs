@@ -9,6 +9,7 @@ use foliofs_vfs::{Error, FileType, Result, StatFs};
 
 use crate::superblock::{
     self, CompressionConfigs, DeviceSlot, Superblock, DEVT_SLOT_SIZE, SUPER_OFFSET, SUPER_SIZE,
+    SUPER_SIZE_EXT,
 };
 use crate::xattr::LongPrefix;
 use crate::zdata::CachedExtent;
@@ -50,20 +51,26 @@ impl Erofs {
             cache_bytes: 1 << 20,
         };
         let probe = BlockDev::open(path, &probe_opts, 4096)?;
-        let mut raw = [0u8; SUPER_SIZE];
+        let too_small = |e: Error| match e {
+            Error::Corrupt { .. } => Error::corrupt(
+                SUPER_OFFSET,
+                Corrupt::ImageTooSmall {
+                    path: path.to_owned(),
+                    size: probe.size(),
+                },
+            ),
+            other => other,
+        };
+        let mut raw = [0u8; SUPER_SIZE_EXT];
         probe
-            .read_exact(SUPER_OFFSET, &mut raw)
-            .map_err(|e| match e {
-                Error::Corrupt { .. } => Error::corrupt(
-                    SUPER_OFFSET,
-                    Corrupt::ImageTooSmall {
-                        path: path.to_owned(),
-                        size: probe.size(),
-                    },
-                ),
-                other => other,
-            })?;
-        let sb = Superblock::parse(&raw)?;
+            .read_exact(SUPER_OFFSET, &mut raw[..SUPER_SIZE])
+            .map_err(too_small)?;
+        // The extension slots (the metabox nid) follow the fixed part.
+        let size = Superblock::read_size(&raw);
+        probe
+            .read_exact(SUPER_OFFSET, &mut raw[..size])
+            .map_err(too_small)?;
+        let sb = Superblock::parse(&raw[..size])?;
         // The cache's blocks follow the image's, but never below what the
         // block layer or direct I/O can do.
         let default_bs = sb
@@ -153,7 +160,10 @@ impl Erofs {
         for i in 0..n as u64 {
             let mut raw = [0u8; DEVT_SLOT_SIZE as usize];
             self.meta(base + i * DEVT_SLOT_SIZE, &mut raw)?;
-            slots.push(DeviceSlot::parse(&raw));
+            slots.push(DeviceSlot::parse(
+                &raw,
+                self.sb.has_incompat(superblock::INCOMPAT_48BIT),
+            ));
         }
         self.device_id_mask = ((n + 1).next_power_of_two() - 1) as u16;
         let flat = paths.is_empty();
@@ -194,9 +204,12 @@ impl Erofs {
 
     /// The kernel's statfs view.
     pub(crate) fn statfs_inner(&self) -> StatFs {
-        let extra: u64 = self.devices.iter().map(|d| u64::from(d.slot.blocks)).sum();
+        let extra: u64 = self
+            .devices
+            .iter()
+            .fold(0u64, |n, d| n.saturating_add(d.slot.blocks));
         StatFs {
-            blocks: u64::from(self.sb.blocks) + extra,
+            blocks: self.sb.blocks.saturating_add(extra),
             bfree: 0,
             bavail: 0,
             files: u64::MAX,

@@ -1,5 +1,6 @@
-//! The EROFS superblock (128 bytes at byte 1024), its checksum, the
-//! compression configuration records after it and the device table.
+//! The EROFS superblock (128 bytes at byte 1024, and 16 more per extension
+//! slot), its checksum, the compression configuration records after it and
+//! the device table.
 
 use foliofs_vfs::{Error, Result};
 
@@ -10,6 +11,12 @@ use crate::{Corrupt, Incompatible};
 pub const SUPER_OFFSET: u64 = 1024;
 /// Size of the fixed part of the on-disk superblock.
 pub const SUPER_SIZE: usize = 128;
+/// Size of the superblock with its first extension slot, which holds the
+/// metabox nid: the most of it this reader has fields for.
+pub const SUPER_SIZE_EXT: usize = 144;
+/// Largest superblock (with its extension slots) the kernel takes: the
+/// rest of a 4 KiB page after byte 1024.
+pub const SUPER_MAX_SIZE: u64 = 4096 - SUPER_OFFSET;
 /// `EROFS_SUPER_MAGIC_V1`.
 pub const MAGIC: u32 = 0xE0F5_E1E2;
 
@@ -19,6 +26,14 @@ pub const COMPAT_SB_CHKSUM: u32 = 0x1;
 pub const COMPAT_MTIME: u32 = 0x2;
 /// Compat: xattr bloom filters (a hint; safe to ignore).
 pub const COMPAT_XATTR_FILTER: u32 = 0x4;
+/// Compat: shared xattrs live in the metabox inode's data, not the image.
+pub const COMPAT_SHARED_EA_IN_METABOX: u32 = 0x8;
+/// Compat: the long xattr prefix table is in the image even when the image
+/// has a packed inode or a metabox.
+pub const COMPAT_PLAIN_XATTR_PFX: u32 = 0x10;
+/// Compat: inodes carry a content digest xattr for page-cache sharing (a
+/// hint; safe to ignore).
+pub const COMPAT_ISHARE_XATTRS: u32 = 0x20;
 
 /// Incompat: LZ4 data right-aligned in its physical cluster.
 pub const INCOMPAT_LZ4_0PADDING: u32 = 0x1;
@@ -46,7 +61,22 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_LZ4_0PADDING
     | INCOMPAT_DEVICE_TABLE
     | INCOMPAT_ZTAILPACKING
     | INCOMPAT_FRAGMENTS
-    | INCOMPAT_XATTR_PREFIXES;
+    | INCOMPAT_XATTR_PREFIXES
+    | INCOMPAT_48BIT;
+
+/// The name of a compat feature bit, for listings (`None` for bits EROFS
+/// does not define).
+pub fn compat_name(bit: u32) -> Option<&'static str> {
+    Some(match bit {
+        COMPAT_SB_CHKSUM => "sb_csum",
+        COMPAT_MTIME => "mtime",
+        COMPAT_XATTR_FILTER => "xattr_filter",
+        COMPAT_SHARED_EA_IN_METABOX => "shared_ea_in_metabox",
+        COMPAT_PLAIN_XATTR_PFX => "plain_xattr_pfx",
+        COMPAT_ISHARE_XATTRS => "ishare_xattrs",
+        _ => return None,
+    })
+}
 
 /// Compression algorithm numbers (bit positions in the algorithm bitmap).
 pub const ALG_LZ4: u8 = 0;
@@ -281,7 +311,8 @@ pub struct Superblock {
     pub blkszbits: u8,
     /// 16-byte extension slots after the fixed superblock.
     pub sb_extslots: u8,
-    /// The root directory's nid.
+    /// The root directory's nid (the 8-byte field with 48BIT when it is
+    /// set, else the 2-byte one).
     pub root_nid: u64,
     /// Number of inodes.
     pub inos: u64,
@@ -289,8 +320,12 @@ pub struct Superblock {
     pub epoch: u64,
     /// Nanoseconds of every compact inode's mtime.
     pub fixed_nsec: u32,
-    /// Blocks of the primary device.
-    pub blocks: u32,
+    /// Seconds after `epoch` the image was built at (0 in images whose
+    /// epoch is the build time).
+    pub build_time: u32,
+    /// Blocks of the primary device (with 48BIT, the high 16 bits come from
+    /// the field that otherwise holds the 2-byte root nid).
+    pub blocks: u64,
     /// First block of the inode (metadata) area.
     pub meta_blkaddr: u32,
     /// First block of the shared xattr area.
@@ -313,7 +348,12 @@ pub struct Superblock {
     pub xattr_prefix_start: u32,
     /// The packed inode's nid (0 = none).
     pub packed_nid: u64,
+    /// The metabox inode's nid (0 = none; only with METABOX).
+    pub metabox_nid: u64,
 }
+
+/// Bit 63 of a nid: the inode lives in the metabox inode's data.
+pub const NID_METABOX: u64 = 1 << 63;
 
 /// Little-endian fields at byte `at` of `b` (callers check the length).
 pub(crate) fn le16(b: &[u8], at: usize) -> u16 {
@@ -327,7 +367,9 @@ pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
 }
 
 impl Superblock {
-    /// Parses and validates the 128-byte superblock `raw` (read from byte 1024).
+    /// Parses and validates the superblock `raw` (read from byte 1024): at
+    /// least its 128 fixed bytes, and [`Superblock::read_size`] bytes for
+    /// the fields of its extension slots.
     pub fn parse(raw: &[u8]) -> Result<Superblock> {
         let bad = |at: usize, kind: Corrupt| Error::corrupt(SUPER_OFFSET + at as u64, kind);
         if raw.len() < SUPER_SIZE {
@@ -337,21 +379,63 @@ impl Superblock {
         if magic != MAGIC {
             return Err(bad(0, Corrupt::BadMagic { found: magic }));
         }
+        let blkszbits = raw[0x0C];
+        if !(9..=16).contains(&blkszbits) {
+            return Err(bad(0x0C, Corrupt::BlockSize { blkszbits }));
+        }
+        // What this reader cannot read is said before anything the feature
+        // bits change the meaning of is looked at.
+        let feature_incompat = le32(raw, 0x50);
+        let unknown = feature_incompat & !SUPPORTED_INCOMPAT;
+        if unknown != 0 {
+            return Err(Error::incompatible(Incompatible::Features {
+                bits: unknown,
+            }));
+        }
+        let wide = feature_incompat & INCOMPAT_48BIT != 0;
+        let rootnid_8b = le64(raw, 0x70);
+        // With 48BIT and a non-zero 8-byte root nid, the 2-byte root nid
+        // field holds the high bits of the block count instead.
+        let (root_nid, blocks_hi) = if wide && rootnid_8b != 0 {
+            (rootnid_8b, u64::from(le16(raw, 0x0E)))
+        } else {
+            (u64::from(le16(raw, 0x0E)), 0)
+        };
+        let sb_extslots = raw[0x0D];
+        let size = SUPER_SIZE as u64 + 16 * u64::from(sb_extslots);
+        if size > SUPER_MAX_SIZE {
+            return Err(bad(0x0D, Corrupt::SuperblockExtSlots { sb_extslots }));
+        }
+        let metabox = feature_incompat & INCOMPAT_METABOX != 0;
+        let metabox_nid = if metabox {
+            // The nid sits in the first extension slot, which must exist
+            // and have been read.
+            if size < SUPER_SIZE_EXT as u64 {
+                return Err(bad(0x0D, Corrupt::MetaboxWithoutSlot { sb_extslots }));
+            }
+            if raw.len() < SUPER_SIZE_EXT {
+                return Err(bad(0, Corrupt::SuperblockTruncated));
+            }
+            le64(raw, 0x80)
+        } else {
+            0
+        };
         let sb = Superblock {
             checksum: le32(raw, 0x04),
             feature_compat: le32(raw, 0x08),
-            blkszbits: raw[0x0C],
-            sb_extslots: raw[0x0D],
-            root_nid: u64::from(le16(raw, 0x0E)),
+            blkszbits,
+            sb_extslots,
+            root_nid,
             inos: le64(raw, 0x10),
             epoch: le64(raw, 0x18),
             fixed_nsec: le32(raw, 0x20),
-            blocks: le32(raw, 0x24),
+            build_time: le32(raw, 0x6C),
+            blocks: u64::from(le32(raw, 0x24)) | blocks_hi << 32,
             meta_blkaddr: le32(raw, 0x28),
             xattr_blkaddr: le32(raw, 0x2C),
             uuid: raw[0x30..0x40].try_into().expect("16 bytes"),
             volume_name: raw[0x40..0x50].to_vec(),
-            feature_incompat: le32(raw, 0x50),
+            feature_incompat,
             compr_u16: le16(raw, 0x54),
             extra_devices: le16(raw, 0x56),
             devt_slotoff: le16(raw, 0x58),
@@ -359,21 +443,8 @@ impl Superblock {
             xattr_prefix_count: raw[0x5B],
             xattr_prefix_start: le32(raw, 0x5C),
             packed_nid: le64(raw, 0x60),
+            metabox_nid,
         };
-        if !(9..=16).contains(&sb.blkszbits) {
-            return Err(bad(
-                0x0C,
-                Corrupt::BlockSize {
-                    blkszbits: sb.blkszbits,
-                },
-            ));
-        }
-        let unknown = sb.feature_incompat & !SUPPORTED_INCOMPAT;
-        if unknown != 0 {
-            return Err(Error::incompatible(Incompatible::Features {
-                bits: unknown,
-            }));
-        }
         if sb.dirblkbits != 0 {
             return Err(Error::incompatible(Incompatible::DirBlockBits {
                 dirblkbits: sb.dirblkbits,
@@ -382,7 +453,34 @@ impl Superblock {
         if !sb.volume_name.contains(&0) {
             return Err(bad(0x40, Corrupt::VolumeNameNotTerminated));
         }
+        // Bit 63 of a nid says "in the metabox": the packed inode may not
+        // be there, and the metabox inode may not be inside itself.
+        if sb.packed_nid & NID_METABOX != 0 {
+            return Err(bad(0x60, Corrupt::PackedInMetabox { nid: sb.packed_nid }));
+        }
+        if sb.metabox_nid & NID_METABOX != 0 {
+            return Err(bad(
+                0x80,
+                Corrupt::MetaboxInMetabox {
+                    nid: sb.metabox_nid,
+                },
+            ));
+        }
         Ok(sb)
+    }
+
+    /// How many bytes from byte 1024 [`Superblock::parse`] needs, given the
+    /// fixed 128 (which say how many extension slots follow): the whole
+    /// superblock, but no more than the fields this reader knows.
+    pub fn read_size(fixed: &[u8]) -> usize {
+        let slots = fixed.get(0x0D).copied().unwrap_or(0);
+        (SUPER_SIZE + 16 * usize::from(slots)).min(SUPER_SIZE_EXT)
+    }
+
+    /// When the image was built, in seconds since 1970 (`epoch` plus
+    /// `build_time`).
+    pub fn build_time(&self) -> i64 {
+        (self.epoch as i64).wrapping_add(i64::from(self.build_time))
     }
 
     /// Block size in bytes.
@@ -461,23 +559,31 @@ pub struct DeviceSlot {
     /// The slot's tag (a path or digest the image was built with).
     pub tag: Vec<u8>,
     /// Size in blocks.
-    pub blocks: u32,
+    pub blocks: u64,
     /// Where the device's blocks start in a flat address space (0 = not mapped).
-    pub mapped_blkaddr: u32,
+    pub mapped_blkaddr: u64,
 }
 
 /// Size of one device table slot.
 pub const DEVT_SLOT_SIZE: u64 = 128;
 
 impl DeviceSlot {
-    /// Parses one 128-byte slot.
-    pub fn parse(raw: &[u8]) -> DeviceSlot {
+    /// Parses one 128-byte slot; `wide` (48BIT) adds the high 16 bits of
+    /// both block numbers, which older images leave as reserved zeros.
+    pub fn parse(raw: &[u8], wide: bool) -> DeviceSlot {
         let tag = &raw[..64];
         let end = tag.iter().position(|&b| b == 0).unwrap_or(64);
+        let hi = |at: usize| {
+            if wide {
+                u64::from(le16(raw, at)) << 32
+            } else {
+                0
+            }
+        };
         DeviceSlot {
             tag: tag[..end].to_vec(),
-            blocks: le32(raw, 64),
-            mapped_blkaddr: le32(raw, 68),
+            blocks: u64::from(le32(raw, 64)) | hi(72),
+            mapped_blkaddr: u64::from(le32(raw, 68)) | hi(74),
         }
     }
 }
@@ -694,5 +800,69 @@ mod tests {
         let sb = Superblock::parse(&minimal()).unwrap();
         let c = CompressionConfigs::load(&sb, |_, _| panic!("no records to read")).unwrap();
         assert_eq!(c.algorithms(), vec![ALG_LZ4]);
+    }
+
+    #[test]
+    fn the_48bit_fields_follow_the_kernel() {
+        let mut raw = minimal();
+        raw[0x50..0x54].copy_from_slice(&INCOMPAT_48BIT.to_le_bytes());
+        raw[0x0E..0x10].copy_from_slice(&0x0102u16.to_le_bytes());
+        raw[0x24..0x28].copy_from_slice(&7u32.to_le_bytes());
+        raw[0x18..0x20].copy_from_slice(&100u64.to_le_bytes());
+        raw[0x6C..0x70].copy_from_slice(&1_700_000_000u32.to_le_bytes());
+        // Without the 8-byte root nid, the 2-byte field is the root.
+        let sb = Superblock::parse(&raw).unwrap();
+        assert_eq!((sb.root_nid, sb.blocks), (0x0102, 7));
+        assert_eq!(sb.build_time(), 1_700_000_100);
+        // With it, the 2-byte field is the block count's high bits.
+        raw[0x70..0x78].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let sb = Superblock::parse(&raw).unwrap();
+        assert_eq!((sb.root_nid, sb.blocks), (1 << 40, 0x0102 << 32 | 7));
+        // Without 48BIT the 8-byte field means nothing.
+        raw[0x50..0x54].fill(0);
+        let sb = Superblock::parse(&raw).unwrap();
+        assert_eq!((sb.root_nid, sb.blocks), (0x0102, 7));
+    }
+
+    #[test]
+    fn hostile_superblock_fields_are_refused() {
+        let mut raw = minimal();
+        raw[0x0D] = 250;
+        let e = Superblock::parse(&raw).unwrap_err();
+        assert_eq!(e.offset(), Some(SUPER_OFFSET + 0x0D));
+        assert_eq!(
+            e.corruption::<Corrupt>(),
+            Some(&Corrupt::SuperblockExtSlots { sb_extslots: 250 })
+        );
+        let mut raw = minimal();
+        raw[0x60..0x68].copy_from_slice(&(NID_METABOX | 5).to_le_bytes());
+        let e = Superblock::parse(&raw).unwrap_err();
+        assert_eq!(
+            e.corruption::<Corrupt>(),
+            Some(&Corrupt::PackedInMetabox {
+                nid: NID_METABOX | 5
+            })
+        );
+        assert_eq!(Superblock::read_size(&raw), SUPER_SIZE);
+        raw[0x0D] = 3;
+        assert_eq!(Superblock::read_size(&raw), SUPER_SIZE_EXT);
+    }
+
+    #[test]
+    fn device_slots_read_their_high_words_with_48bit() {
+        let mut raw = vec![0u8; DEVT_SLOT_SIZE as usize];
+        raw[..3].copy_from_slice(b"tag");
+        raw[64..68].copy_from_slice(&10u32.to_le_bytes());
+        raw[68..72].copy_from_slice(&20u32.to_le_bytes());
+        raw[72..74].copy_from_slice(&1u16.to_le_bytes());
+        raw[74..76].copy_from_slice(&2u16.to_le_bytes());
+        let narrow = DeviceSlot::parse(&raw, false);
+        assert_eq!((narrow.blocks, narrow.mapped_blkaddr), (10, 20));
+        assert_eq!(narrow.tag, b"tag");
+        let wide = DeviceSlot::parse(&raw, true);
+        assert_eq!(
+            (wide.blocks, wide.mapped_blkaddr),
+            (1 << 32 | 10, 2 << 32 | 20)
+        );
     }
 }

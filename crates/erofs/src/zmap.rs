@@ -32,6 +32,9 @@ const FRAGMENT_INODE: u64 = 1 << 63;
 
 /// Map header advice: 2-byte compact indexes are used.
 pub const ADVISE_COMPACTED_2B: u16 = 0x1;
+/// Map header advice (full layout): extent records instead of lcluster
+/// indexes (the same bit as [`ADVISE_COMPACTED_2B`]).
+pub const ADVISE_EXTENTS: u16 = 0x1;
 /// Map header advice: HEAD1 clusters may span several blocks.
 pub const ADVISE_BIG_PCLUSTER_1: u16 = 0x2;
 /// Map header advice: HEAD2 clusters may span several blocks.
@@ -175,6 +178,9 @@ impl Erofs {
                     header_only: true,
                 }),
             });
+        }
+        if inode.layout == Layout::CompressedFull && advise & ADVISE_EXTENTS != 0 {
+            return Err(Error::incompatible(Incompatible::ExtentMap { nid }));
         }
         let algorithms = [h[6] & 15, h[6] >> 4];
         let lclusterbits = u32::from(self.sb.blkszbits) + u32::from(h[7] & 15);
@@ -641,15 +647,16 @@ impl Erofs {
         })
     }
 
-    /// Size in bytes of the physical cluster headed by `head`.
+    /// Size in bytes of the physical cluster headed by `head`: one block,
+    /// unless its kind may span several (HEAD1 with BIG_PCLUSTER_1; HEAD2
+    /// and uncompressed heads with BIG_PCLUSTER_2), as the kernel sizes it.
     fn compressed_blocks(&self, inode: &Inode, z: &ZInfo, head: &Lcluster) -> Result<u64> {
         let big = match head.kind {
             TYPE_HEAD1 => z.advise & ADVISE_BIG_PCLUSTER_1 != 0,
-            TYPE_HEAD2 => z.advise & ADVISE_BIG_PCLUSTER_2 != 0,
-            _ => false,
+            _ => z.advise & ADVISE_BIG_PCLUSTER_2 != 0,
         };
         if !big {
-            return Ok(1u64 << z.lclusterbits);
+            return Ok(u64::from(self.sb.block_size()));
         }
         let mut blks = head.compressedblks;
         if blks == 0 {

@@ -241,6 +241,12 @@ impl Tools {
 }
 
 fn conformance_with(tools: &Tools, args: &[&str], blob: bool) {
+    conformance_checked(tools, args, blob, &|_| {});
+}
+
+/// [`conformance_with`], then `check` on the opened image (that it has the
+/// layout the test is about).
+fn conformance_checked(tools: &Tools, args: &[&str], blob: bool, check: &dyn Fn(&Erofs)) {
     let src = source_tree();
     let tmp = tempfile::Builder::new()
         .prefix("foliofs-erofs-img.")
@@ -284,6 +290,7 @@ fn conformance_with(tools: &Tools, args: &[&str], blob: bool) {
         vec![]
     };
     let fs = Erofs::open(&img, &OpenOptions::default(), &devices).unwrap();
+    check(&fs);
     assert_same("library", &kernel, &walk_library(&fs));
 
     // fsck.erofs and foliofs fsck agree on a good image.
@@ -408,6 +415,83 @@ fn zstd() {
 #[test]
 fn zstd_big_pclusters() {
     codec_conformance("zstd_big_pclusters", &["-zzstd", "-C65536"]);
+}
+
+/// [`codec_conformance`], then `check` on the opened image.
+fn codec_conformance_checked(test: &str, args: &[&str], check: &dyn Fn(&Erofs)) {
+    if let Some(tools) = Tools::v1_9_3(test) {
+        conformance_checked(&tools, args, false, check);
+    }
+}
+
+/// `INCOMPAT_48BIT`.
+const BITS48: u32 = 0x80;
+
+fn has_48bit(fs: &Erofs) {
+    assert_ne!(
+        fs.superblock().feature_incompat & BITS48,
+        0,
+        "no 48bit feature"
+    );
+}
+
+/// Every inode of the image, by nid (the packed and metabox inodes, which
+/// no directory names, left out).
+fn all_inodes(fs: &Erofs) -> Vec<foliofs_erofs::Inode> {
+    let mut out = Vec::new();
+    let mut stack = vec![fs.root()];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(ino) = stack.pop() {
+        if !seen.insert(ino) {
+            continue;
+        }
+        let a = fs.getattr(ino).unwrap();
+        if a.kind == foliofs_vfs::FileType::Directory {
+            fs.readdir(ino, 0, &mut |e| {
+                stack.push(e.ino);
+                false
+            })
+            .unwrap();
+        }
+        out.push(fs.inode(ino).unwrap());
+    }
+    out
+}
+
+/// 48-bit block addresses (uncompressed): compact inodes' mtimes are
+/// 32-bit seconds after the superblock's epoch, all with one nanosecond
+/// value, which is what the kernel shows and what is compared.
+#[test]
+fn bits48() {
+    codec_conformance_checked("bits48", &["-E48bit"], &has_48bit);
+}
+
+/// Directories without "." entries (which implies 48bit).
+#[test]
+fn dot_omitted() {
+    codec_conformance_checked("dot_omitted", &["-Edot-omitted"], &|fs| {
+        has_48bit(fs);
+        let root = fs.inode(fs.superblock().root_nid).unwrap();
+        assert!(root.dot_omitted, "the root keeps its \".\"");
+    });
+}
+
+/// 8-byte chunk indexes in a 48-bit image.
+#[test]
+fn bits48_chunk_indexes() {
+    codec_conformance_checked(
+        "bits48_chunk_indexes",
+        &["--chunksize=8192", "-E48bit,force-chunk-indexes"],
+        &|fs| {
+            has_48bit(fs);
+            assert!(
+                all_inodes(fs)
+                    .iter()
+                    .any(|i| i.layout == foliofs_erofs::Layout::ChunkBased && i.i_u & 0x20 != 0),
+                "no chunk indexes"
+            );
+        },
+    );
 }
 
 /// Every algorithm listed, each with its configuration record, while the

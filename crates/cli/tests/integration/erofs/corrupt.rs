@@ -372,7 +372,13 @@ fn unsupported_features_are_named() {
     // (description, base image, superblock byte, bits set in it, words the
     // refusal must contain)
     let cases: [(&str, &Vec<u8>, usize, u8, &str); 4] = [
-        ("48-bit addresses", &plain, 0x50, 0x80, "48bit"),
+        (
+            "the first bit past metabox",
+            &plain,
+            0x51,
+            0x02,
+            "unknown incompat feature bit 0x200",
+        ),
         ("metabox", &plain, 0x51, 0x01, "metabox"),
         (
             "a future feature",
