@@ -167,6 +167,10 @@ pub fn decompress_into(
             Ok(())
         }
         ZFormat::Fragment => Err(bad(Decode::NotInCluster)),
+        ZFormat::Zeros => {
+            out[..llen].fill(0);
+            Ok(())
+        }
         ZFormat::Lz4 if !codec.lz4_zero_padding => lz4_unpadded(src, out, llen).map_err(bad),
         format => {
             let alg = format.algorithm().expect("a compressed format");

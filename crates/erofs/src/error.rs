@@ -194,6 +194,17 @@ pub enum Corrupt {
     #[error("inode {nid}: physical cluster of {bytes} bytes exceeds {MAX_PCLUSTER}")]
     PclusterTooLarge { nid: u64, bytes: u64 },
 
+    // ---- compressed data: extent records
+    /// An extent record table that runs past the image.
+    #[error("inode {nid}: {count} extent records of {recsz} bytes run past the image")]
+    ExtentRecordsOutOfImage { nid: u64, count: u64, recsz: u8 },
+    /// Extent records not in increasing order of logical start.
+    #[error("inode {nid}: extent record {index} starts at {lstart}, not after the one before")]
+    ExtentOrder { nid: u64, index: u64, lstart: u64 },
+    /// An extent record starting past the end of the file.
+    #[error("inode {nid}: extent record starts at {lstart}, past the {size}-byte file")]
+    ExtentPastEnd { nid: u64, lstart: u64, size: u64 },
+
     // ---- compressed data: extents
     /// An inline compressed tail that does not fit the rest of its block.
     #[error("inode {nid}: inline compressed tail crosses a block")]
@@ -374,10 +385,6 @@ pub enum Incompatible {
     /// symlink.
     #[error("inode {nid}: compressed {}", kind.short_name())]
     CompressedNonRegular { nid: u64, kind: FileType },
-    /// A compressed inode mapped by extent records, which this reader does
-    /// not read yet.
-    #[error("inode {nid}: compressed extent records (48bit block addresses)")]
-    ExtentMap { nid: u64 },
     /// Chunk format bits this reader does not know.
     #[error("inode {nid}: chunk format {format:#x}")]
     ChunkFormat { nid: u64, format: u16 },

@@ -18,7 +18,7 @@ pub struct Extent {
     /// Length in the file.
     pub length: u64,
     /// Device (0 = the image, n = extra device n) and byte position; `None`
-    /// for a hole or a fragment.
+    /// for a hole (zeros) or a fragment.
     pub physical: Option<(usize, u64)>,
     /// Bytes stored on disk for this extent.
     pub physical_len: u64,
@@ -39,12 +39,22 @@ impl Erofs {
             let z = self.zinfo(inode)?;
             while pos < inode.size {
                 let e = self.zmap(inode, &z, pos)?;
+                if e.llen == 0 || e.la > pos {
+                    return Err(foliofs_vfs::Error::corrupt(
+                        inode.pos,
+                        crate::Corrupt::NoExtent {
+                            nid: inode.nid,
+                            offset: pos,
+                        },
+                    ));
+                }
                 let fragment = (e.format == ZFormat::Fragment).then_some(e.pa);
+                let stored = fragment.is_none() && e.format != ZFormat::Zeros;
                 out.push(Extent {
                     logical: e.la,
                     length: e.llen,
-                    physical: fragment.is_none().then_some((0, e.pa)),
-                    physical_len: if fragment.is_some() { 0 } else { e.plen },
+                    physical: stored.then_some((0, e.pa)),
+                    physical_len: if stored { e.plen } else { 0 },
                     compressed: e.format.algorithm().is_some(),
                     inline: e.inline,
                     fragment,
@@ -87,6 +97,9 @@ impl Erofs {
                 let z = self.zinfo(inode)?;
                 if z.fragment.is_some_and(|f| f.header_only) {
                     return Ok(Some((z.header_pos, 8)));
+                }
+                if let Some(m) = &z.extents {
+                    return Ok(Some((z.header_pos, m.end() - z.header_pos)));
                 }
                 let lclusters = inode.size.div_ceil(1u64 << z.lclusterbits);
                 let len = if inode.layout == Layout::CompressedFull {

@@ -73,9 +73,12 @@ impl Erofs {
         let mut pos = 0u64;
         if inode.layout.is_compressed() {
             let z = self.zinfo(inode)?;
+            if let Some(m) = &z.extents {
+                self.check_ext_order(inode, m)?;
+            }
             while pos < inode.size {
                 let ext = match self.extent_data(inode, &z, pos)? {
-                    Piece::Decoded(ext, _) => ext,
+                    Piece::Decoded(ext, _) | Piece::Zeros(ext) => ext,
                     // The packed inode's bytes are checked once, on their
                     // own; here only that the fragment lies inside them.
                     Piece::Fragment(ext) => {

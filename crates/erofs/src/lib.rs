@@ -1,6 +1,7 @@
 //! Read EROFS images: the superblock, compact and extended inodes, flat,
 //! inline, chunk-based and compressed data (LZ4, MicroLZMA, DEFLATE, Zstd;
-//! dedupe's partial references and fragments in the packed inode included),
+//! dedupe's partial references and fragments in the packed inode included;
+//! lcluster indexes or extent records), 48-bit block addresses,
 //! directories (compressed ones too), symlinks, device nodes and extended
 //! attributes, served through [`foliofs_vfs::FileSystem`].
 //!
@@ -20,9 +21,9 @@
 // The on-disk structures have a public module each. Reading an image is
 // split by job, much as Linux splits its driver: opening the image and its
 // devices (`mount`), mapping and reading plain data (`data`), decoding
-// compressed extents (`zdata`), fragments in the packed inode (`fragment`),
-// directories (`dir`), name lookup (`namei`), and the `FileSystem` trait
-// on top of them (`fs`).
+// compressed extents (`zdata`; `zmap` and `zmap_ext` map them), fragments
+// in the packed inode (`fragment`), directories (`dir`), name lookup
+// (`namei`), and the `FileSystem` trait on top of them (`fs`).
 
 pub mod chunk;
 mod data;
@@ -38,9 +39,12 @@ pub mod inode;
 mod mount;
 mod namei;
 pub mod superblock;
+#[cfg(test)]
+mod testimage;
 pub mod xattr;
 mod zdata;
 pub mod zmap;
+pub mod zmap_ext;
 
 pub use error::{ConfigProblem, Corrupt, Decode, Incompatible};
 pub use extent::Extent;

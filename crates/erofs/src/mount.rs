@@ -13,6 +13,7 @@ use crate::superblock::{
 };
 use crate::xattr::LongPrefix;
 use crate::zdata::CachedExtent;
+use crate::zmap_ext::RunningSums;
 use crate::{Corrupt, Incompatible};
 
 /// Longest name EROFS stores.
@@ -38,6 +39,8 @@ pub struct Erofs {
     pub(crate) configs: CompressionConfigs,
     /// Recently decompressed extents: (nid, logical start, bytes).
     pub(crate) zcache: Mutex<Vec<CachedExtent>>,
+    /// Running sums of recently used 4-byte extent record tables.
+    pub(crate) ext_sums: Mutex<Vec<RunningSums>>,
     pub(crate) path: PathBuf,
 }
 
@@ -87,6 +90,7 @@ impl Erofs {
             prefixes: Vec::new(),
             configs: CompressionConfigs::default(),
             zcache: Mutex::new(Vec::new()),
+            ext_sums: Mutex::new(Vec::new()),
             path: path.to_owned(),
         };
         fs.check_superblock()?;

@@ -22,7 +22,19 @@ pub(crate) type CachedExtent = (u64, u64, Arc<Vec<u8>>);
 /// a whole-file fragment is as long as the file).
 pub(crate) enum Piece {
     Fragment(ZExtent),
+    /// Nothing stored: zeros, never materialised (such an extent may be as
+    /// long as the file).
+    Zeros(ZExtent),
     Decoded(ZExtent, Arc<Vec<u8>>),
+}
+
+impl Piece {
+    /// The extent, whatever holds its bytes.
+    pub(crate) fn extent(&self) -> &ZExtent {
+        match self {
+            Piece::Fragment(ext) | Piece::Zeros(ext) | Piece::Decoded(ext, _) => ext,
+        }
+    }
 }
 
 impl Erofs {
@@ -37,24 +49,37 @@ impl Erofs {
     ) -> Result<&'a [u8]> {
         let total = (end - offset) as usize;
         let z = self.zinfo(inode)?;
-        let (ext, data) = match self.extent_data(inode, &z, offset)? {
+        let piece = match self.extent_data(inode, &z, offset)? {
             // A fragment runs to the end of the file.
             Piece::Fragment(ext) => return self.read_fragment(inode, &ext, offset, total, scratch),
-            Piece::Decoded(ext, data) => (ext, data),
+            Piece::Decoded(ext, data) if ext.la + ext.llen >= end => {
+                let within = (offset - ext.la) as usize;
+                return Ok(&scratch.hold(data)[within..within + total]);
+            }
+            other => other,
         };
-        if ext.la + ext.llen >= end {
-            let within = (offset - ext.la) as usize;
-            return Ok(&scratch.hold(data)[within..within + total]);
-        }
         let out = scratch.get(total);
         let mut pos = offset;
-        let (mut ext, mut data) = (ext, data);
+        let mut piece = piece;
         loop {
-            let from = (pos - ext.la) as usize;
-            let n = ((ext.la + ext.llen).min(end) - pos) as usize;
             let at = (pos - offset) as usize;
-            out[at..at + n].copy_from_slice(&data[from..from + n]);
-            pos += n as u64;
+            match piece {
+                Piece::Fragment(ext) => {
+                    self.fragment_into(inode, &ext, pos, &mut out[at..])?;
+                    break;
+                }
+                Piece::Zeros(ext) => {
+                    let n = ((ext.la + ext.llen).min(end) - pos) as usize;
+                    out[at..at + n].fill(0);
+                    pos += n as u64;
+                }
+                Piece::Decoded(ext, data) => {
+                    let from = (pos - ext.la) as usize;
+                    let n = ((ext.la + ext.llen).min(end) - pos) as usize;
+                    out[at..at + n].copy_from_slice(&data[from..from + n]);
+                    pos += n as u64;
+                }
+            }
             // Extents wholly inside the request decode straight into the
             // reply; only the one running past its end is kept for the
             // next request.
@@ -63,7 +88,7 @@ impl Erofs {
                 if next.la != pos
                     || next.la + next.llen > end
                     || next.partial
-                    || next.format == zmap::ZFormat::Fragment
+                    || matches!(next.format, zmap::ZFormat::Fragment | zmap::ZFormat::Zeros)
                 {
                     break;
                 }
@@ -79,23 +104,8 @@ impl Erofs {
             if pos >= end {
                 break;
             }
-            (ext, data) = match self.extent_data(inode, &z, pos)? {
-                Piece::Decoded(ext, data) => (ext, data),
-                Piece::Fragment(ext) => {
-                    if ext.la > pos {
-                        return Err(Error::corrupt(
-                            inode.pos,
-                            Corrupt::NoExtent {
-                                nid: inode.nid,
-                                offset: pos,
-                            },
-                        ));
-                    }
-                    let at = (pos - offset) as usize;
-                    self.fragment_into(inode, &ext, pos, &mut out[at..])?;
-                    break;
-                }
-            };
+            piece = self.extent_data(inode, &z, pos)?;
+            let ext = piece.extent();
             if ext.la > pos || ext.la + ext.llen <= pos {
                 return Err(Error::corrupt(
                     inode.pos,
@@ -116,13 +126,16 @@ impl Erofs {
             return Ok(Piece::Decoded(ext, data));
         }
         let ext = self.map_extent(inode, z, ofs)?;
-        if ext.format == zmap::ZFormat::Fragment {
-            return Ok(Piece::Fragment(ext));
+        match ext.format {
+            zmap::ZFormat::Fragment => return Ok(Piece::Fragment(ext)),
+            zmap::ZFormat::Zeros => return Ok(Piece::Zeros(ext)),
+            _ => {}
         }
         // A stream may run past its extent by up to a logical cluster in
         // legacy images; a partial reference (dedupe) decodes only the
-        // prefix it keeps of its cluster's output.
-        let room = if ext.partial {
+        // prefix it keeps of its cluster's output, and extent records give
+        // every stream's exact length.
+        let room = if ext.partial || z.extents.is_some() {
             ext.llen as usize
         } else {
             ext.llen as usize + (1usize << z.lclusterbits)

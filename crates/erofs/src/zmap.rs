@@ -11,6 +11,7 @@ use foliofs_vfs::{Error, Result};
 use crate::decompress::{Algorithm, MAX_DECODED};
 use crate::inode::{Inode, Layout};
 use crate::superblock::INCOMPAT_COMPR_CFGS;
+use crate::zmap_ext::ExtentMap;
 use crate::{Corrupt, Erofs, Incompatible};
 
 /// Logical cluster type: starts an uncompressed extent.
@@ -71,6 +72,31 @@ pub struct ZInfo {
     tail: Option<(u64, u64)>,
     /// The file's data from some extent on lives in the packed inode.
     pub fragment: Option<Fragment>,
+    /// Extent records instead of lcluster indexes (`zmap_ext`).
+    pub extents: Option<ExtentMap>,
+}
+
+impl ZInfo {
+    /// The map of an inode with extent records.
+    pub(crate) fn extents(
+        advise: u16,
+        lclusterbits: u32,
+        header_pos: u64,
+        map: ExtentMap,
+    ) -> ZInfo {
+        ZInfo {
+            advise,
+            algorithms: [0; 2],
+            lclusterbits,
+            idata_size: 0,
+            header_pos,
+            compact: false,
+            total: 0,
+            tail: None,
+            fragment: None,
+            extents: Some(map),
+        }
+    }
 }
 
 /// Where a file's tail (or whole data) lies in the packed inode.
@@ -121,6 +147,8 @@ pub enum ZFormat {
     Deflate,
     /// Zstd-compressed.
     Zstd,
+    /// Not stored: the extent reads as zeros (an extent record of length 0).
+    Zeros,
 }
 
 /// A decompressed extent and where its source lies.
@@ -177,10 +205,11 @@ impl Erofs {
                     offset: word & !FRAGMENT_INODE,
                     header_only: true,
                 }),
+                extents: None,
             });
         }
         if inode.layout == Layout::CompressedFull && advise & ADVISE_EXTENTS != 0 {
-            return Err(Error::incompatible(Incompatible::ExtentMap { nid }));
+            return self.ext_zinfo(inode, header_pos, &h);
         }
         let algorithms = [h[6] & 15, h[6] >> 4];
         let lclusterbits = u32::from(self.sb.blkszbits) + u32::from(h[7] & 15);
@@ -232,6 +261,7 @@ impl Erofs {
             total,
             tail: None,
             fragment: None,
+            extents: None,
         };
         if uses_fragment && inode.size > 0 {
             // The extent holding the last byte is the fragment; full
@@ -533,6 +563,9 @@ impl Erofs {
             format: ZFormat::Fragment,
             partial: false,
         };
+        if let Some(m) = &z.extents {
+            return self.zmap_ext(inode, z, m, ofs);
+        }
         if let Some(f) = z.fragment.filter(|f| f.head_lcn == 0) {
             return Ok(fragment(0, f.offset));
         }

@@ -494,6 +494,51 @@ fn bits48_chunk_indexes() {
     );
 }
 
+/// Whether some file of the image is mapped by extent records (a full
+/// layout whose map header has the EXTENTS advice) rather than lcluster
+/// indexes.
+fn any_extent_records(fs: &Erofs, image: &Path) -> bool {
+    let bytes = fs::read(image).unwrap();
+    all_inodes(fs).iter().any(|i| {
+        let h = ((i.pos + i.inode_size() + i.xattr_size()).div_ceil(8) * 8) as usize;
+        i.layout == foliofs_erofs::Layout::CompressedFull
+            && bytes[h + 7] & 0x80 == 0
+            && u16::from_le_bytes([bytes[h + 4], bytes[h + 5]]) & 1 != 0
+    })
+}
+
+/// LZ4 in a 48-bit image: compact indexes, and extent records where
+/// mkfs.erofs picks them.
+#[test]
+fn lz4_48bit() {
+    codec_conformance_checked("lz4_48bit", &["-zlz4", "-E48bit"], &|fs| {
+        has_48bit(fs);
+        assert!(any_extent_records(fs, fs.path()), "no extent records");
+    });
+}
+
+/// Zstd in a 48-bit image: extent records with byte-aligned clusters.
+#[test]
+fn zstd_48bit() {
+    codec_conformance_checked("zstd_48bit", &["-zzstd", "-E48bit"], &|fs| {
+        has_48bit(fs);
+        assert!(any_extent_records(fs, fs.path()), "no extent records");
+    });
+}
+
+/// Extent records with fragment tails and dedupe's partial records.
+#[test]
+fn zstd_48bit_fragments_dedupe() {
+    codec_conformance_checked(
+        "zstd_48bit_fragments_dedupe",
+        &["-zzstd", "-C65536", "-E48bit,fragments,dedupe"],
+        &|fs| {
+            has_48bit(fs);
+            assert!(any_extent_records(fs, fs.path()), "no extent records");
+        },
+    );
+}
+
 /// Every algorithm listed, each with its configuration record, while the
 /// files use LZ4 only: the image must open and read.
 #[test]

@@ -327,6 +327,19 @@ fn lz4hc_all_fragments_fragdedupe_1m() {
     assert!(any_fragment(&img), "no file uses a fragment");
 }
 
+/// Extent records (48-bit images) with fragment tails and dedupe's
+/// partial records, over the files sharing long runs.
+#[test]
+fn zstd_48bit_extents_fragments_dedupe() {
+    require!("root", "kernel-erofs");
+    let Some(bin) = erofs_utils_193!() else {
+        return;
+    };
+    let (_t, img) = layouts(&bin, &["-zzstd", "-C65536", "-E48bit,fragments,dedupe"]);
+    assert_ne!(features(&img).1 & 0x80, 0, "no 48bit feature");
+    assert!(any_fragment(&img), "no file uses a fragment");
+}
+
 #[test]
 fn lz4_compressed_directories() {
     require!("root", "kernel-erofs");
