@@ -100,6 +100,9 @@ fn erofs_info(args: &ImageArgs) -> anyhow::Result<i32> {
     println!("blocks:          {}", sb.blocks);
     println!("inodes:          {}", sb.inos);
     println!("root nid:        {}", sb.root_nid);
+    if sb.has_incompat(sbm::INCOMPAT_METABOX) {
+        println!("metabox nid:     {}", sb.metabox_nid);
+    }
     println!("uuid:            {uuid}");
     println!(
         "volume name:     {}",

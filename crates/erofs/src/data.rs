@@ -17,6 +17,9 @@ pub(crate) enum Phys {
     Hole,
     /// Device index (0 = primary) and byte position.
     At(usize, u64),
+    /// Byte position in the metabox inode's data (the inline tail of an
+    /// inode kept there).
+    Metabox(u64),
 }
 
 /// A run of uncompressed file data starting at logical offset `la`.
@@ -144,13 +147,17 @@ impl Erofs {
                 Ok(Run {
                     la: tail,
                     len,
-                    phys: Phys::At(0, pos),
+                    phys: if inode.in_metabox {
+                        Phys::Metabox(pos)
+                    } else {
+                        Phys::At(0, pos)
+                    },
                 })
             }
             Layout::ChunkBased => {
                 let fmt = ChunkFormat::of(inode, self.sb.blkszbits)?;
                 let table_end = fmt.entry_pos(inode, fmt.count(inode.size));
-                if table_end.is_none_or(|end| end > self.dev.size()) {
+                if table_end.is_none_or(|end| end > self.meta_limit(inode)) {
                     return Err(Error::corrupt(
                         inode.pos,
                         Corrupt::ChunkTableOutOfImage {
@@ -200,7 +207,7 @@ impl Erofs {
         })?;
         let mut raw = [0u8; 8];
         let raw = &mut raw[..fmt.entry_size() as usize];
-        self.meta(pos, raw)?;
+        self.meta_of(inode, pos, raw)?;
         let e = ChunkEntry::parse(raw, self.device_id_mask, fmt.wide);
         let Some(blkaddr) = e.blkaddr else {
             return Ok((
@@ -270,6 +277,11 @@ impl Erofs {
             let within = offset - run.la;
             return match run.phys {
                 Phys::At(dev, p) => self.read_phys(dev, p + within, total, scratch),
+                Phys::Metabox(p) => {
+                    let out = scratch.get(total);
+                    self.metabox_bytes(inode.nid, p + within, out)?;
+                    Ok(out)
+                }
                 Phys::Hole => {
                     let out = scratch.get(total);
                     out.fill(0);
@@ -285,6 +297,9 @@ impl Erofs {
             let at = (pos - offset) as usize;
             match run.phys {
                 Phys::Hole => out[at..at + n].fill(0),
+                Phys::Metabox(p) => {
+                    self.metabox_bytes(inode.nid, p + (pos - run.la), &mut out[at..at + n])?
+                }
                 Phys::At(dev, p) => with_scratch(&PIECE, |piece| -> Result<()> {
                     let got = self.read_phys(dev, p + (pos - run.la), n, piece)?;
                     out[at..at + n].copy_from_slice(got);

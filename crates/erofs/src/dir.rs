@@ -53,7 +53,7 @@ impl Erofs {
                 .map_flat(dir, start, start + 1)
                 .ok()
                 .and_then(|r| match r.phys {
-                    Phys::At(_, p) => Some(p + (start - r.la)),
+                    Phys::At(_, p) | Phys::Metabox(p) => Some(p + (start - r.la)),
                     Phys::Hole => None,
                 })
                 .unwrap_or(dir.pos),
@@ -62,7 +62,7 @@ impl Erofs {
     }
 
     pub(crate) fn dir_inode(&self, ino: Ino) -> Result<Inode> {
-        let dir = self.inode(ino)?;
+        let dir = self.inode(self.nid_of(ino))?;
         if dir.kind != FileType::Directory {
             return Err(Error::NotDir);
         }
@@ -113,7 +113,7 @@ impl Erofs {
                     None => self.inode(nid)?.kind,
                 };
                 if sink(DirEntry {
-                    ino: nid,
+                    ino: self.ino_of(nid),
                     next,
                     kind,
                     name: OsStr::from_bytes(&name),

@@ -60,8 +60,9 @@ pub enum Corrupt {
     /// A long xattr name prefix of a size the kernel refuses.
     #[error("long xattr prefix {index} is {len} bytes (1 to 256 allowed)")]
     XattrPrefixLength { index: u8, len: usize },
-    /// The long prefix table runs past the end of the packed inode.
-    #[error("long xattr prefix lies beyond the packed inode")]
+    /// The long prefix table runs past the end of the packed (or metabox)
+    /// inode holding it.
+    #[error("long xattr prefix lies beyond the packed or metabox inode holding the table")]
     XattrPrefixOutOfPacked,
 
     // ---- the packed inode and its fragments
@@ -84,6 +85,24 @@ pub enum Corrupt {
         offset: u64,
         len: u64,
         packed_size: u64,
+    },
+    // ---- the metabox
+    /// The metabox inode is not a regular file.
+    #[error("metabox inode {nid} is not a regular file")]
+    MetaboxNotRegular { nid: u64 },
+    /// A nid in the metabox on an image without one.
+    #[error("nid {nid:#x} is in the metabox but the image has none")]
+    NoMetabox { nid: u64 },
+    /// A nid whose inode would lie past the end of the metabox.
+    #[error("inode {nid:#x} lies beyond the end of the {size}-byte metabox")]
+    InodeOutOfMetabox { nid: u64, size: u64 },
+    /// Metadata of an inode past the end of the metabox.
+    #[error("inode {nid:#x}: {len} metadata bytes at {pos} run past the {size}-byte metabox")]
+    OutOfMetabox {
+        nid: u64,
+        pos: u64,
+        len: u64,
+        size: u64,
     },
     /// The root is not a directory.
     #[error("root nid {nid} is not a directory")]

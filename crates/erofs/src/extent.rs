@@ -50,10 +50,13 @@ impl Erofs {
                 }
                 let fragment = (e.format == ZFormat::Fragment).then_some(e.pa);
                 let stored = fragment.is_none() && e.format != ZFormat::Zeros;
+                // An inline cluster of an inode in the metabox is on no
+                // device.
+                let on_device = stored && !(e.inline && inode.in_metabox);
                 out.push(Extent {
                     logical: e.la,
                     length: e.llen,
-                    physical: stored.then_some((0, e.pa)),
+                    physical: on_device.then_some((0, e.pa)),
                     physical_len: if stored { e.plen } else { 0 },
                     compressed: e.format.algorithm().is_some(),
                     inline: e.inline,
@@ -65,18 +68,21 @@ impl Erofs {
         }
         while pos < inode.size {
             let r = self.map_flat(inode, pos, pos + 1)?;
+            // An inline tail in the metabox has no place on a device.
             let physical = match r.phys {
-                Phys::Hole => None,
+                Phys::Hole | Phys::Metabox(_) => None,
                 Phys::At(d, p) => Some((d, p)),
             };
+            let inline = matches!(r.phys, Phys::Metabox(_))
+                || (inode.layout == Layout::FlatInline
+                    && physical == Some((0, inode.trailer_pos())));
             out.push(Extent {
                 logical: r.la,
                 length: r.len,
                 physical,
-                physical_len: if physical.is_some() { r.len } else { 0 },
+                physical_len: if r.phys == Phys::Hole { 0 } else { r.len },
                 compressed: false,
-                inline: inode.layout == Layout::FlatInline
-                    && physical == Some((0, inode.trailer_pos())),
+                inline,
                 fragment: None,
             });
             pos = r.la + r.len;
@@ -84,8 +90,9 @@ impl Erofs {
         Ok(out)
     }
 
-    /// The image range holding `inode`'s chunk table or compression
-    /// indexes (map header included), if it has one.
+    /// The range holding `inode`'s chunk table or compression indexes (map
+    /// header included), if it has one: in the image, or in the metabox
+    /// inode's data for an inode kept there.
     pub fn index_range(&self, inode: &Inode) -> Result<Option<(u64, u64)>> {
         Ok(match inode.layout {
             Layout::ChunkBased => {

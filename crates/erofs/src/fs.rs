@@ -16,7 +16,7 @@ const SYMLINK_MAX: u64 = 4095;
 
 impl FileSystem for Erofs {
     fn root(&self) -> Ino {
-        self.sb.root_nid
+        self.ino_of(self.sb.root_nid)
     }
 
     fn info(&self) -> FsInfo {
@@ -33,7 +33,7 @@ impl FileSystem for Erofs {
     }
 
     fn getattr(&self, ino: Ino) -> Result<Attr> {
-        Ok(self.attr(&self.inode(ino)?))
+        Ok(self.attr(&self.inode(self.nid_of(ino))?))
     }
 
     fn lookup(&self, parent: Ino, name: &OsStr) -> Result<Attr> {
@@ -43,7 +43,7 @@ impl FileSystem for Erofs {
             return Err(Error::NameTooLong);
         }
         match self.lookup_nid(&dir, name)? {
-            Some(nid) => self.getattr(nid),
+            Some(nid) => Ok(self.attr(&self.inode(nid)?)),
             None => Err(Error::NotFound),
         }
     }
@@ -68,7 +68,7 @@ impl FileSystem for Erofs {
         size: u32,
         scratch: &'a mut Scratch,
     ) -> Result<&'a [u8]> {
-        let inode = self.inode(ino)?;
+        let inode = self.inode(self.nid_of(ino))?;
         match inode.kind {
             FileType::Directory => Err(Error::IsDir),
             FileType::RegularFile | FileType::Symlink => {
@@ -81,7 +81,7 @@ impl FileSystem for Erofs {
     /// `SEEK_DATA` / `SEEK_HOLE`: chunk holes are holes, as the kernel's
     /// iomap reports them; every other layout is all data.
     fn lseek(&self, ino: Ino, offset: u64, whence: i32) -> Result<u64> {
-        let inode = self.inode(ino)?;
+        let inode = self.inode(self.nid_of(ino))?;
         if offset >= inode.size {
             return Err(Error::NoDataPastOffset);
         }
@@ -122,7 +122,7 @@ impl FileSystem for Erofs {
     }
 
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
-        let inode = self.inode(ino)?;
+        let inode = self.inode(self.nid_of(ino))?;
         if inode.kind != FileType::Symlink {
             return Err(Error::NotSymlink);
         }
@@ -146,7 +146,7 @@ impl FileSystem for Erofs {
     }
 
     fn getxattr(&self, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {
-        let inode = self.inode(ino)?;
+        let inode = self.inode(self.nid_of(ino))?;
         let name = name.as_bytes();
         for e in self.xattrs(&inode)? {
             if e.name == name {
@@ -157,7 +157,7 @@ impl FileSystem for Erofs {
     }
 
     fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
-        let inode = self.inode(ino)?;
+        let inode = self.inode(self.nid_of(ino))?;
         Ok(self.xattrs(&inode)?.into_iter().map(|e| e.name).collect())
     }
 }

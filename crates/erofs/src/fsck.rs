@@ -102,12 +102,19 @@ impl Erofs {
                 ));
             }
             let end = run.la + run.len;
-            if let Phys::At(dev, p) = run.phys {
-                while pos < end {
-                    let n = (end - pos).min(1 << 20) as usize;
-                    self.read_phys(dev, p + (pos - run.la), n, scratch)?;
-                    pos += n as u64;
+            match run.phys {
+                Phys::At(dev, p) => {
+                    while pos < end {
+                        let n = (end - pos).min(1 << 20) as usize;
+                        self.read_phys(dev, p + (pos - run.la), n, scratch)?;
+                        pos += n as u64;
+                    }
                 }
+                Phys::Metabox(p) => {
+                    let mut tail = vec![0u8; (end - pos) as usize];
+                    self.metabox_bytes(inode.nid, p + (pos - run.la), &mut tail)?;
+                }
+                Phys::Hole => {}
             }
             pos = end;
         }
@@ -286,12 +293,15 @@ impl Erofs {
                 _ => r.specials += 1,
             }
         }
-        // No directory names the packed inode; its data (every fragment)
-        // is read here.
-        if self.sb.packed_nid != 0 {
-            let path = "<packed inode>";
-            match self.inode(self.sb.packed_nid) {
-                Ok(packed) => match self.check_data(&packed, &mut scratch) {
+        // No directory names the packed or the metabox inode; their data
+        // (every fragment, every inode kept in the metabox) is read here.
+        let hidden = [
+            (self.sb.packed_nid != 0).then_some((self.sb.packed_nid, "<packed inode>")),
+            self.metabox.as_ref().map(|m| (m.nid, "<metabox inode>")),
+        ];
+        for (nid, path) in hidden.into_iter().flatten() {
+            match self.inode(nid) {
+                Ok(inode) => match self.check_data(&inode, &mut scratch) {
                     Ok(n) => r.data_bytes += n,
                     Err(e) => note(&mut r, path, e),
                 },

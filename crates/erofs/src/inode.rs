@@ -3,7 +3,7 @@
 
 use foliofs_vfs::{Attr, Error, FileType, Rdev, Result, Timespec};
 
-use crate::superblock::{le16, le32, le64, Superblock};
+use crate::superblock::{le16, le32, le64, Superblock, NID_METABOX};
 use crate::{Corrupt, Erofs, Incompatible};
 
 /// How an inode's data is laid out (`i_format` bits 1..3).
@@ -42,10 +42,15 @@ impl Layout {
 /// A parsed inode.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inode {
-    /// The inode's number (its slot in the metadata area).
+    /// The inode's number (its slot in the metadata area, or with bit 63
+    /// set, in the metabox).
     pub nid: u64,
-    /// Byte position of the inode in the image.
+    /// Byte position of the inode in the image, or in the metabox inode's
+    /// data when `in_metabox`; its inline xattrs, tail, chunk table and
+    /// compression map follow it there.
     pub pos: u64,
+    /// The inode's metadata is in the metabox (nid bit 63).
+    pub in_metabox: bool,
     /// The 64-byte form (else the 32-byte compact one).
     pub extended: bool,
     /// How the data is stored.
@@ -88,8 +93,12 @@ pub const FORMAT_BIT4: u16 = 0x10;
 pub const FORMAT_ALL: u16 = 0x1F;
 
 impl Inode {
-    /// Where inode `nid` lives, or `None` when the address overflows.
+    /// Where inode `nid` lives in the image, or `None` when the address
+    /// overflows or the inode is in the metabox.
     pub fn position(sb: &Superblock, nid: u64) -> Option<u64> {
+        if nid & NID_METABOX != 0 {
+            return None;
+        }
         let base = u64::from(sb.meta_blkaddr) << sb.blkszbits;
         nid.checked_mul(32)?.checked_add(base)
     }
@@ -179,6 +188,7 @@ impl Inode {
         Ok(Inode {
             nid,
             pos,
+            in_metabox: nid & NID_METABOX != 0,
             extended,
             layout,
             xattr_icount: le16(raw, 2),
@@ -257,8 +267,11 @@ impl Inode {
 }
 
 impl Erofs {
-    /// Parses inode `nid`.
+    /// Parses inode `nid` (from the metabox when its bit 63 is set).
     pub fn inode(&self, nid: u64) -> Result<Inode> {
+        if nid & NID_METABOX != 0 {
+            return self.metabox_inode(nid);
+        }
         let pos = Inode::position(&self.sb, nid)
             .ok_or_else(|| Error::corrupt(0, Corrupt::NidOverflow { nid }))?;
         let mut raw = [0u8; MAX_INODE_SIZE];
@@ -286,7 +299,7 @@ impl Erofs {
             (inode.size.div_ceil(bs) * bs) >> 9
         };
         Attr {
-            ino: inode.nid,
+            ino: self.ino_of(inode.nid),
             size: inode.size,
             blocks,
             kind: inode.kind,

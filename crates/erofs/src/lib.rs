@@ -1,11 +1,14 @@
 //! Read EROFS images: the superblock, compact and extended inodes, flat,
 //! inline, chunk-based and compressed data (LZ4, MicroLZMA, DEFLATE, Zstd;
 //! dedupe's partial references and fragments in the packed inode included;
-//! lcluster indexes or extent records), 48-bit block addresses,
+//! lcluster indexes or extent records), 48-bit block addresses, metadata
+//! in a metabox inode,
 //! directories (compressed ones too), symlinks, device nodes and extended
 //! attributes, served through [`foliofs_vfs::FileSystem`].
 //!
-//! Inode numbers are EROFS nids, as the kernel reports them in `st_ino`.
+//! Inode numbers are what the kernel reports in `st_ino`: EROFS nids, or
+//! on images with a metabox the kernel's 64-bit mapping of them
+//! ([`Erofs::ino_of`], [`Erofs::nid_of`]); [`Erofs::inode`] takes nids.
 //! Every structure is bounds-checked where it is read: a damaged image gives
 //! [`Error::Corrupt`] naming the offset, with a [`Corrupt`] kind saying what
 //! was wrong, for the file that touches the damage, and never a panic or an
@@ -22,8 +25,9 @@
 // split by job, much as Linux splits its driver: opening the image and its
 // devices (`mount`), mapping and reading plain data (`data`), decoding
 // compressed extents (`zdata`; `zmap` and `zmap_ext` map them), fragments
-// in the packed inode (`fragment`), directories (`dir`), name lookup
-// (`namei`), and the `FileSystem` trait on top of them (`fs`).
+// in the packed inode (`fragment`), metadata in the metabox inode
+// (`metabox`), directories (`dir`), name lookup (`namei`), and the
+// `FileSystem` trait on top of them (`fs`).
 
 pub mod chunk;
 mod data;
@@ -36,6 +40,7 @@ mod fragment;
 mod fs;
 pub mod fsck;
 pub mod inode;
+mod metabox;
 mod mount;
 mod namei;
 pub mod superblock;
@@ -50,4 +55,5 @@ pub use error::{ConfigProblem, Corrupt, Decode, Incompatible};
 pub use extent::Extent;
 pub use fsck::FsckReport;
 pub use inode::{Inode, Layout};
+pub use metabox::{ino_to_nid, nid_to_ino};
 pub use mount::{Erofs, NAME_MAX};

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use foliofs_block::{BlockDev, BlockSizeChoice, OpenOptions, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use foliofs_vfs::{Error, FileType, Result, StatFs};
 
+use crate::inode::Inode;
 use crate::superblock::{
     self, CompressionConfigs, DeviceSlot, Superblock, DEVT_SLOT_SIZE, SUPER_OFFSET, SUPER_SIZE,
     SUPER_SIZE_EXT,
@@ -41,6 +42,11 @@ pub struct Erofs {
     pub(crate) zcache: Mutex<Vec<CachedExtent>>,
     /// Running sums of recently used 4-byte extent record tables.
     pub(crate) ext_sums: Mutex<Vec<RunningSums>>,
+    /// The metabox inode, on images whose inodes may live in it.
+    pub(crate) metabox: Option<Inode>,
+    /// Recently decompressed extents of the metabox inode, apart from the
+    /// files' so that reading files does not push inodes out.
+    pub(crate) mcache: Mutex<Vec<CachedExtent>>,
     pub(crate) path: PathBuf,
 }
 
@@ -91,10 +97,13 @@ impl Erofs {
             configs: CompressionConfigs::default(),
             zcache: Mutex::new(Vec::new()),
             ext_sums: Mutex::new(Vec::new()),
+            metabox: None,
+            mcache: Mutex::new(Vec::new()),
             path: path.to_owned(),
         };
         fs.check_superblock()?;
         fs.open_devices(opts, devices)?;
+        fs.metabox = fs.open_metabox()?;
         fs.prefixes = fs.load_prefixes()?;
         let root = fs.inode(fs.sb.root_nid)?;
         if root.kind != FileType::Directory {

@@ -62,7 +62,8 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_LZ4_0PADDING
     | INCOMPAT_ZTAILPACKING
     | INCOMPAT_FRAGMENTS
     | INCOMPAT_XATTR_PREFIXES
-    | INCOMPAT_48BIT;
+    | INCOMPAT_48BIT
+    | INCOMPAT_METABOX;
 
 /// The name of a compat feature bit, for listings (`None` for bits EROFS
 /// does not define).
@@ -603,15 +604,21 @@ mod tests {
     fn parses_minimal_and_refuses_unknown_features() {
         let raw = minimal();
         assert_eq!(Superblock::parse(&raw).unwrap().block_size(), 4096);
-        let mut metabox = raw.clone();
-        metabox[0x50..0x54]
-            .copy_from_slice(&(INCOMPAT_METABOX | INCOMPAT_LZ4_0PADDING).to_le_bytes());
-        let e = Superblock::parse(&metabox).unwrap_err();
+        // The first bit past every feature EROFS has defined.
+        let mut next = raw.clone();
+        next[0x50..0x54].copy_from_slice(&(0x200 | INCOMPAT_LZ4_0PADDING).to_le_bytes());
+        let e = Superblock::parse(&next).unwrap_err();
         assert_eq!(
             e.incompatibility::<Incompatible>(),
-            Some(&Incompatible::Features {
-                bits: INCOMPAT_METABOX
-            })
+            Some(&Incompatible::Features { bits: 0x200 })
+        );
+        // The metabox nid needs an extension slot.
+        let mut metabox = raw.clone();
+        metabox[0x50..0x54].copy_from_slice(&INCOMPAT_METABOX.to_le_bytes());
+        let e = Superblock::parse(&metabox).unwrap_err();
+        assert_eq!(
+            e.corruption::<Corrupt>(),
+            Some(&Corrupt::MetaboxWithoutSlot { sb_extslots: 0 })
         );
         let mut future = raw.clone();
         future[0x50..0x54].copy_from_slice(&0x8000u32.to_le_bytes());

@@ -67,15 +67,21 @@ impl TestImage {
         META_BLK * BS + nid * 32
     }
 
-    /// A compact inode at `nid`: `format` (layout bits), `mode`, size,
-    /// `i_u`, one link, mtime 0.
-    pub(crate) fn inode(&mut self, nid: u64, format: u16, mode: u16, size: u32, i_u: u32) {
+    /// A compact inode: `format` (layout bits), `mode`, size, `i_u`, one
+    /// link, mtime 0.
+    pub(crate) fn inode_bytes(format: u16, mode: u16, size: u32, i_u: u32) -> [u8; 32] {
         let mut raw = [0u8; 32];
         raw[0..2].copy_from_slice(&format.to_le_bytes());
         raw[4..6].copy_from_slice(&mode.to_le_bytes());
         raw[6..8].copy_from_slice(&1u16.to_le_bytes());
         raw[8..12].copy_from_slice(&size.to_le_bytes());
         raw[0x10..0x14].copy_from_slice(&i_u.to_le_bytes());
+        raw
+    }
+
+    /// [`TestImage::inode_bytes`] written at `nid`'s place in the image.
+    pub(crate) fn inode(&mut self, nid: u64, format: u16, mode: u16, size: u32, i_u: u32) {
+        let raw = Self::inode_bytes(format, mode, size, i_u);
         self.put(Self::inode_pos(nid), &raw);
     }
 
@@ -114,5 +120,13 @@ impl TestImage {
         std::fs::write(&path, &self.bytes).unwrap();
         let fs = Erofs::open(&path, &OpenOptions::default(), &[]).unwrap();
         (dir, fs)
+    }
+
+    /// Writes the image to a temporary file and tries to open it.
+    pub(crate) fn try_open(&self) -> foliofs_vfs::Result<Erofs> {
+        let dir = tempfile::tempdir().unwrap();
+        let path: PathBuf = dir.path().join("image.erofs");
+        std::fs::write(&path, &self.bytes).unwrap();
+        Erofs::open(&path, &OpenOptions::default(), &[])
     }
 }

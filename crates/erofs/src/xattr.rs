@@ -4,15 +4,13 @@
 use foliofs_vfs::{Error, Result};
 
 use crate::inode::Inode;
+use crate::superblock::{COMPAT_PLAIN_XATTR_PFX, COMPAT_SHARED_EA_IN_METABOX};
 use crate::{Corrupt, Erofs};
 
 /// Size of the in-inode xattr header.
 const IBODY_HEADER: u64 = 12;
 /// Bit of `e_name_index` selecting a long prefix.
 pub const LONG_PREFIX: u8 = 0x80;
-/// Compat bit: the long prefix table is in the image itself even when the
-/// image has a packed inode.
-const COMPAT_PLAIN_XATTR_PFX: u32 = 0x10;
 
 /// The name prefix of a built-in index, as the kernel lists it. Index 5
 /// (Lustre) has no handler in Linux and is neither listed nor found.
@@ -41,23 +39,33 @@ pub struct LongPrefix {
 pub struct XattrEntry {
     /// The full name (`user.foo`).
     pub name: Vec<u8>,
-    /// Image position of the value.
+    /// Position of the value: in the image, or in the metabox inode's
+    /// data when `in_metabox`.
     pub value_pos: u64,
     /// Length of the value.
     pub value_len: u16,
+    /// The value is in the metabox.
+    pub in_metabox: bool,
+    /// The inode the attribute was read for.
+    pub nid: u64,
 }
 
 impl Erofs {
-    /// Loads the long-prefix table where the superblock says: in the image
-    /// when it is marked plain or there is no packed inode, else in the
-    /// packed inode's data.
+    /// Loads the long-prefix table where the superblock says, as Linux
+    /// 6.18 looks for it: in the image when it is marked plain, else in the
+    /// metabox inode's data on a metabox image, else in the packed inode's
+    /// data when there is one, else in the image.
     pub(crate) fn load_prefixes(&self) -> Result<Vec<LongPrefix>> {
         let count = self.sb.xattr_prefix_count;
         let mut out = Vec::with_capacity(usize::from(count));
         if count == 0 {
             return Ok(out);
         }
-        let packed = if self.sb.packed_nid != 0 && !self.sb.has_compat(COMPAT_PLAIN_XATTR_PFX) {
+        let holder = if self.sb.has_compat(COMPAT_PLAIN_XATTR_PFX) {
+            None
+        } else if let Some(metabox) = &self.metabox {
+            Some(metabox.clone())
+        } else if self.sb.packed_nid != 0 {
             Some(self.inode(self.sb.packed_nid)?)
         } else {
             None
@@ -66,7 +74,7 @@ impl Erofs {
         for i in 0..count {
             pos = pos.div_ceil(4) * 4;
             let mut len = [0u8; 2];
-            self.prefix_bytes(packed.as_ref(), pos, &mut len)?;
+            self.prefix_bytes(holder.as_ref(), pos, &mut len)?;
             let len = usize::from(u16::from_le_bytes(len));
             // The kernel's limit: a base index byte and an infix no longer
             // than a name.
@@ -77,7 +85,7 @@ impl Erofs {
                 ));
             }
             let mut body = vec![0u8; len];
-            self.prefix_bytes(packed.as_ref(), pos + 2, &mut body)?;
+            self.prefix_bytes(holder.as_ref(), pos + 2, &mut body)?;
             out.push(LongPrefix {
                 base_index: body[0],
                 infix: body[1..].to_vec(),
@@ -87,8 +95,10 @@ impl Erofs {
         Ok(out)
     }
 
-    fn prefix_bytes(&self, packed: Option<&Inode>, pos: u64, buf: &mut [u8]) -> Result<()> {
-        match packed {
+    /// Reads prefix table bytes at `pos` of the image, or of `holder`'s
+    /// data (the packed or the metabox inode).
+    fn prefix_bytes(&self, holder: Option<&Inode>, pos: u64, buf: &mut [u8]) -> Result<()> {
+        match holder {
             None => self.meta(pos, buf),
             Some(inode) => {
                 let got = self.read_to_vec(inode, pos, buf.len())?;
@@ -123,19 +133,37 @@ impl Erofs {
         })
     }
 
-    /// Reads the entry at `pos`; returns it (if visible) and its aligned size.
-    fn xattr_entry(&self, pos: u64) -> Result<(Option<XattrEntry>, u64)> {
+    /// Reads xattr bytes at `pos` of the image, or of the metabox when
+    /// `in_metabox` (`nid` names the inode they belong to, for messages).
+    fn xattr_bytes(&self, nid: u64, in_metabox: bool, pos: u64, buf: &mut [u8]) -> Result<()> {
+        if in_metabox {
+            self.metabox_bytes(nid, pos, buf)
+        } else {
+            self.meta(pos, buf)
+        }
+    }
+
+    /// Reads the entry at `pos` (in the metabox when `in_metabox`); returns
+    /// it (if visible) and its aligned size.
+    fn xattr_entry(
+        &self,
+        nid: u64,
+        in_metabox: bool,
+        pos: u64,
+    ) -> Result<(Option<XattrEntry>, u64)> {
         let mut h = [0u8; 4];
-        self.meta(pos, &mut h)?;
+        self.xattr_bytes(nid, in_metabox, pos, &mut h)?;
         let name_len = usize::from(h[0]);
         let value_len = u16::from_le_bytes([h[2], h[3]]);
         let mut suffix = vec![0u8; name_len];
-        self.meta(pos + 4, &mut suffix)?;
+        self.xattr_bytes(nid, in_metabox, pos + 4, &mut suffix)?;
         let size = (4 + name_len as u64 + u64::from(value_len)).div_ceil(4) * 4;
         let entry = self.full_name(h[1], &suffix).map(|name| XattrEntry {
             name,
             value_pos: pos + 4 + name_len as u64,
             value_len,
+            in_metabox,
+            nid,
         });
         Ok((entry, size))
     }
@@ -149,7 +177,7 @@ impl Erofs {
         let body = inode.pos + inode.inode_size();
         let total = inode.xattr_size();
         let mut h = [0u8; 12];
-        self.meta(body, &mut h)?;
+        self.meta_of(inode, body, &mut h)?;
         let shared = u64::from(h[4]);
         if IBODY_HEADER + 4 * shared > total {
             return Err(Error::corrupt(
@@ -161,18 +189,22 @@ impl Erofs {
                 },
             ));
         }
+        // Shared xattrs are in the image, or in the metabox when the
+        // superblock says so.
         let shared_base = u64::from(self.sb.xattr_blkaddr) << self.sb.blkszbits;
+        let shared_in_metabox =
+            self.metabox.is_some() && self.sb.has_compat(COMPAT_SHARED_EA_IN_METABOX);
         for k in 0..shared {
             let mut id = [0u8; 4];
-            self.meta(body + IBODY_HEADER + 4 * k, &mut id)?;
+            self.meta_of(inode, body + IBODY_HEADER + 4 * k, &mut id)?;
             let pos = shared_base + 4 * u64::from(u32::from_le_bytes(id));
-            let (e, _) = self.xattr_entry(pos)?;
+            let (e, _) = self.xattr_entry(inode.nid, shared_in_metabox, pos)?;
             out.extend(e);
         }
         let mut pos = body + IBODY_HEADER + 4 * shared;
         let end = body + total;
         while pos < end {
-            let (e, size) = self.xattr_entry(pos)?;
+            let (e, size) = self.xattr_entry(inode.nid, inode.in_metabox, pos)?;
             if pos + size > end {
                 return Err(Error::corrupt(
                     pos,
@@ -188,7 +220,7 @@ impl Erofs {
     /// The value of `entry`.
     pub fn xattr_value(&self, entry: &XattrEntry) -> Result<Vec<u8>> {
         let mut v = vec![0u8; usize::from(entry.value_len)];
-        self.meta(entry.value_pos, &mut v)?;
+        self.xattr_bytes(entry.nid, entry.in_metabox, entry.value_pos, &mut v)?;
         Ok(v)
     }
 }

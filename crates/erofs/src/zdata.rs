@@ -13,6 +13,10 @@ use crate::{Corrupt, Erofs};
 
 /// Decompressed extents kept for sequential readers.
 const ZCACHE_ENTRIES: usize = 32;
+/// Decompressed extents of the metabox inode kept (every inode lookup on a
+/// metabox image reads one), and the most bytes they may hold together.
+const MCACHE_ENTRIES: usize = 512;
+const MCACHE_BYTES: usize = 32 << 20;
 
 /// A decompressed extent: owning nid, logical start, bytes.
 pub(crate) type CachedExtent = (u64, u64, Arc<Vec<u8>>);
@@ -144,17 +148,33 @@ impl Erofs {
         self.decode_extent(inode, &ext, &mut data)?;
         data.truncate(ext.llen as usize);
         let data = Arc::new(data);
-        let mut cache = self.zcache.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() >= ZCACHE_ENTRIES {
-            cache.remove(0);
+        let (cache, entries, bytes) = self.cache_for(inode.nid);
+        let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held: usize = cache.iter().map(|(_, _, d)| d.len()).sum();
+        while !cache.is_empty() && (cache.len() >= entries || held + data.len() > bytes) {
+            held -= cache.remove(0).2.len();
         }
         cache.push((inode.nid, ext.la, data.clone()));
         Ok(Piece::Decoded(ext, data))
     }
 
+    /// The cache `nid`'s extents go to, with its entry and byte limits:
+    /// the metabox inode's own, or the files'.
+    fn cache_for(&self, nid: u64) -> (&std::sync::Mutex<Vec<CachedExtent>>, usize, usize) {
+        if self.metabox.as_ref().is_some_and(|m| m.nid == nid) {
+            (&self.mcache, MCACHE_ENTRIES, MCACHE_BYTES)
+        } else {
+            (&self.zcache, ZCACHE_ENTRIES, usize::MAX)
+        }
+    }
+
     /// The cached decompressed extent of `nid` holding `ofs`, if any.
     fn cached_extent(&self, nid: u64, ofs: u64) -> Option<(ZExtent, Arc<Vec<u8>>)> {
-        let cache = self.zcache.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = self
+            .cache_for(nid)
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         cache
             .iter()
             .find(|(n, la, data)| *n == nid && *la <= ofs && ofs < *la + data.len() as u64)
@@ -193,7 +213,7 @@ impl Erofs {
         let codec = self.codec();
         if ext.inline {
             let mut src = vec![0u8; ext.plen as usize];
-            self.meta(ext.pa, &mut src)?;
+            self.meta_of(inode, ext.pa, &mut src)?;
             return decompress::decompress_into(ext, &src, &codec, out, ext.partial);
         }
         let (dev, p) = self.resolve(0, ext.pa, inode.pos)?;

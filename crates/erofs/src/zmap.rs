@@ -176,7 +176,7 @@ impl Erofs {
     pub(crate) fn zinfo(&self, inode: &Inode) -> Result<ZInfo> {
         let header_pos = inode.trailer_pos().div_ceil(8) * 8;
         let mut h = [0u8; 8];
-        self.meta(header_pos, &mut h)?;
+        self.meta_of(inode, header_pos, &mut h)?;
         let nid = inode.nid;
         let bad = |kind: Corrupt| Error::corrupt(header_pos, kind);
         let word = u64::from_le_bytes(h);
@@ -244,7 +244,7 @@ impl Erofs {
         let need = total
             .checked_mul(min_index)
             .and_then(|n| n.checked_add(header_pos + 8));
-        if need.is_none_or(|end| end > self.dev.size()) {
+        if need.is_none_or(|end| end > self.meta_limit(inode)) {
             return Err(bad(Corrupt::IndexesOutOfImage {
                 nid,
                 size: inode.size,
@@ -319,7 +319,7 @@ impl Erofs {
     fn load_full(&self, inode: &Inode, z: &ZInfo, lcn: u64) -> Result<Lcluster> {
         let pos = z.header_pos + 16 + lcn * 8;
         let mut di = [0u8; 8];
-        self.meta(pos, &mut di)?;
+        self.meta_of(inode, pos, &mut di)?;
         let nid = inode.nid;
         let bad = |kind: Corrupt| Error::corrupt(pos, kind);
         let advise = u16::from_le_bytes([di[0], di[1]]);
@@ -397,7 +397,7 @@ impl Erofs {
         let pack_len = u64::from(vcnt) << shift;
         let pack_pos = pos / pack_len * pack_len;
         let mut pack = [0u8; 36];
-        self.meta(pack_pos, &mut pack[..pack_len as usize])?;
+        self.meta_of(inode, pack_pos, &mut pack[..pack_len as usize])?;
         let nid = inode.nid;
         let bad = |kind: Corrupt| Error::corrupt(pos, kind);
         let lobits = z.lclusterbits.max(12);

@@ -102,7 +102,7 @@ impl Erofs {
         let end = count
             .checked_mul(recsz)
             .and_then(|n| n.checked_add(records));
-        if end.is_none_or(|end| end > self.dev.size()) {
+        if end.is_none_or(|end| end > self.meta_limit(inode)) {
             return Err(Error::corrupt(
                 header_pos,
                 Corrupt::ExtentRecordsOutOfImage {
@@ -137,7 +137,7 @@ impl Erofs {
         let (la, lend, rec, last) = if m.recsz <= 8 {
             let bits = z.lclusterbits;
             let k = ofs >> bits;
-            let mut rec = self.ext_record(m, k)?;
+            let mut rec = self.ext_record(inode, m, k)?;
             if m.recsz == 4 {
                 rec.pa = self.ext_running_pa(inode, m, k)?;
             }
@@ -152,7 +152,7 @@ impl Erofs {
             let mut lend = inode.size;
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
-                let r = self.ext_record(m, mid)?;
+                let r = self.ext_record(inode, m, mid)?;
                 if r.la > ofs {
                     hi = mid;
                     lend = r.la;
@@ -273,11 +273,11 @@ impl Erofs {
     }
 
     /// Reads record `i` of `m` (`i < m.count`).
-    fn ext_record(&self, m: &ExtentMap, i: u64) -> Result<Record> {
+    fn ext_record(&self, inode: &Inode, m: &ExtentMap, i: u64) -> Result<Record> {
         let mut raw = [0u8; 32];
         let raw = &mut raw[..m.recsz as usize];
         let pos = m.records + i * m.recsz;
-        self.meta(pos, raw)?;
+        self.meta_of(inode, pos, raw)?;
         let plen = le32(raw, 0);
         let (pa, la) = match m.recsz {
             4 => (0, 0),
@@ -297,7 +297,7 @@ impl Erofs {
             (c * SUM_STRIDE, sums[c as usize])
         } else {
             let mut base = [0u8; 8];
-            self.meta(m.records - 8, &mut base)?;
+            self.meta_of(inode, m.records - 8, &mut base)?;
             (0, u64::from_le_bytes(base))
         };
         self.ext_add_lengths(inode, m, from, k, sum)
@@ -317,7 +317,7 @@ impl Erofs {
         while i < to {
             let n = (to - i).min(RECORDS_PER_READ);
             let chunk = &mut buf[..(n * 4) as usize];
-            self.meta(m.records + i * 4, chunk)?;
+            self.meta_of(inode, m.records + i * 4, chunk)?;
             for w in chunk.chunks_exact(4) {
                 let len = u32::from_le_bytes(w.try_into().expect("4 bytes")) & PLEN_MASK;
                 sum = sum.checked_add(u64::from(len)).ok_or_else(|| {
@@ -340,7 +340,7 @@ impl Erofs {
             }
         }
         let mut base = [0u8; 8];
-        self.meta(m.records - 8, &mut base)?;
+        self.meta_of(inode, m.records - 8, &mut base)?;
         let mut sum = u64::from_le_bytes(base);
         let mut sums = Vec::with_capacity((m.count / SUM_STRIDE + 1) as usize);
         let mut i = 0;
@@ -369,7 +369,7 @@ impl Erofs {
         }
         let mut prev: Option<u64> = None;
         for i in 0..m.count {
-            let rec = self.ext_record(m, i)?;
+            let rec = self.ext_record(inode, m, i)?;
             let (la, at) = (rec.la, rec.pos);
             if prev.is_some_and(|p| la <= p) {
                 return Err(Error::corrupt(
