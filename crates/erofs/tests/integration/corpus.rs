@@ -9,27 +9,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use foliofs_block::{BlockSizeChoice, OpenOptions};
-use foliofs_erofs::superblock::{INCOMPAT_48BIT, INCOMPAT_METABOX};
-use foliofs_erofs::{Erofs, Incompatible};
+use foliofs_erofs::Erofs;
 use foliofs_vfs::{FileSystem, FileType, Scratch};
 use sha2::{Digest, Sha256};
 
 use crate::manifest::{self, Entry, Manifest, Walk};
-
-/// Images the library refuses for now, for a feature it does not read yet
-/// (48-bit addresses, metabox). Their tests check the refusal names the
-/// feature; once it reads them the tests fail until the name leaves here.
-const NOT_YET: &[&str] = &[
-    "48bit",
-    "48bit_lz4",
-    "48bit_zstd",
-    "48bit_zstd_frag",
-    "dot_omitted",
-    "chunk_48bit",
-    "metabox",
-    "metabox_lzma",
-    "metabox_mixed",
-];
 
 pub fn corpus() -> &'static Path {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -138,28 +122,6 @@ fn check(name: &str) {
     let m = load(name);
     let img = dir.join(&m.image);
     let devices: Vec<PathBuf> = m.device.iter().map(|d| dir.join(d)).collect();
-    if NOT_YET.contains(&name) {
-        let e = Erofs::open(&img, &OpenOptions::default(), &devices)
-            .err()
-            .unwrap_or_else(|| panic!("{name} opens now: take it off NOT_YET ({})", m.mkfs));
-        let mut want = INCOMPAT_48BIT;
-        if m.mkfs.contains(" -m") {
-            want |= INCOMPAT_METABOX;
-        }
-        assert!(
-            matches!(
-                e.incompatibility::<Incompatible>(),
-                Some(Incompatible::Features { bits }) if bits & want == want
-            ),
-            "{name}: refused, but not for its features: {e}"
-        );
-        let text = e.to_string();
-        assert!(text.contains("48bit"), "{name}: {text}");
-        if want & INCOMPAT_METABOX != 0 {
-            assert!(text.contains("metabox"), "{name}: {text}");
-        }
-        return;
-    }
     // The cache's block size is the mount's choice, not the image's: the
     // image's own, and one far larger, must read the same.
     for bs in [BlockSizeChoice::Default, BlockSizeChoice::Fixed(1 << 20)] {
@@ -220,9 +182,6 @@ fn every_image_has_a_test() {
         .collect();
     tested.sort();
     assert_eq!(tested, in_archive);
-    for n in NOT_YET {
-        assert!(in_archive.iter().any(|a| a == n), "NOT_YET names {n}");
-    }
 }
 
 /// The fuzzer's seeds of the layouts Debian's mkfs.erofs cannot write

@@ -29,7 +29,8 @@ pub struct Entry {
     pub nlink: u64,
     pub size: u64,
     pub mtime: (i64, u32),
-    /// `st_ino` as Linux reports it: the nid.
+    /// `st_ino` as Linux reports it: the nid, or on metabox images the
+    /// kernel's 64-bit inode number made from it.
     pub ino: u64,
     pub rdev: (u32, u32),
     /// Of a regular file's data.

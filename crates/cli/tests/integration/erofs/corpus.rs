@@ -122,3 +122,20 @@ fn extra_devices() {
     mounted_reads_as_manifest("tar_i", "");
     mounted_reads_as_manifest("chunk_blob", "");
 }
+
+/// 48-bit addresses, the extent map, omitted "." entries and metabox inodes,
+/// whose inode numbers are the kernel's mapping of their nids: the mount's
+/// `st_ino` must be the one the manifest took from the kernel.
+#[test]
+fn forty_eight_bit_and_metabox() {
+    require!("fuse");
+    for name in [
+        "48bit_zstd_frag",
+        "dot_omitted",
+        "chunk_48bit",
+        "metabox_lzma",
+        "metabox_mixed",
+    ] {
+        mounted_reads_as_manifest(name, "");
+    }
+}
