@@ -60,7 +60,7 @@ fn walk(fs: &Erofs) {
                     let _ = fs.getxattr(ino, OsStr::from_bytes_compat(&n));
                 }
             }
-            if let Ok(inode) = fs.inode(ino) {
+            if let Ok(inode) = fs.inode(fs.nid_of(ino)) {
                 let _ = fs.index_range(&inode);
                 if a.size < 1 << 24 {
                     let _ = fs.extents(&inode);
