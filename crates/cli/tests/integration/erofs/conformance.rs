@@ -391,6 +391,7 @@ fn chunked_blobdev() {
 /// Images compressed with every algorithm Linux reads besides LZ4, as
 /// erofs-utils 1.9.3 writes them.
 fn codec_conformance(test: &str, args: &[&str]) {
+    require!("root", "kernel-erofs");
     if let Some(tools) = Tools::v1_9_3(test) {
         conformance_with(&tools, args, false);
     }
@@ -494,6 +495,7 @@ pub(super) fn metabox_shared_xattrs(
 
 /// [`codec_conformance`], then `check` on the opened image.
 fn codec_conformance_checked(test: &str, args: &[&str], check: &dyn Fn(&Erofs)) {
+    require!("root", "kernel-erofs");
     if let Some(tools) = Tools::v1_9_3(test) {
         conformance_checked(&tools, args, false, check);
     }
