@@ -15,6 +15,7 @@ mod man;
 mod mkfs;
 mod mount;
 mod mount_state;
+mod mount_stats;
 mod mounts;
 mod open;
 mod progress;

@@ -98,7 +98,7 @@ pub fn state_dir() -> io::Result<PathBuf> {
 }
 
 /// This user's record directory if it exists (for reading).
-fn own_dir() -> Option<PathBuf> {
+pub fn own_dir() -> Option<PathBuf> {
     candidates(
         uid(),
         std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
@@ -126,6 +126,16 @@ fn load_from(dir: &Path, mount_id: u64) -> Option<MountState> {
     )
 }
 
+/// The directories mount `m`'s records may be in: this user's, then its
+/// owner's (where this user may read them).
+pub fn dirs_for(m: &MountInfo) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = own_dir().into_iter().collect();
+    if let Some(owner) = m.user_id().filter(|&o| o != uid()) {
+        dirs.extend(candidates(owner, None));
+    }
+    dirs
+}
+
 impl MountState {
     /// Writes the record (atomically: a reader never sees half of it).
     pub fn save(&self) -> io::Result<()> {
@@ -146,11 +156,8 @@ impl MountState {
     /// The record of mount `m`, from this user's directory or its owner's
     /// (where this user may read it), if one names the same mount point.
     pub fn find(m: &MountInfo) -> Option<MountState> {
-        let mut dirs: Vec<PathBuf> = own_dir().into_iter().collect();
-        if let Some(owner) = m.user_id().filter(|&o| o != uid()) {
-            dirs.extend(candidates(owner, None));
-        }
-        dirs.iter()
+        dirs_for(m)
+            .iter()
             .filter_map(|d| load_from(d, m.mount_id))
             .find(|s| s.mountpoint == m.mountpoint)
     }

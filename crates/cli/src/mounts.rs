@@ -7,7 +7,11 @@ use crate::mount_state::{process_alive, MountState};
 
 /// List live foliofs mounts.
 #[derive(clap::Args, Debug)]
-pub struct MountsArgs {}
+pub struct MountsArgs {
+    /// Also show each mount's FUSE requests so far, by opcode.
+    #[arg(long)]
+    pub stats: bool,
+}
 
 /// Escapes as `/proc/mounts` does, so every line splits on spaces.
 fn escape(s: &str) -> String {
@@ -21,13 +25,15 @@ fn escape(s: &str) -> String {
     out
 }
 
-pub fn run(_args: MountsArgs) -> anyhow::Result<i32> {
+pub fn run(args: MountsArgs) -> anyhow::Result<i32> {
     let table = foliofs_fuse::mount_table()?;
     let all: Vec<_> = table
         .into_iter()
         .filter(|m| m.fs_type == foliofs_fuse::FS_TYPE)
         .collect();
-    MountState::prune(&all.iter().map(|m| m.mount_id).collect::<Vec<_>>());
+    let live: Vec<u64> = all.iter().map(|m| m.mount_id).collect();
+    MountState::prune(&live);
+    crate::mount_stats::prune(&live);
     let uid = nix::unistd::getuid().as_raw();
     let everyone = foliofs_fuse::privilege::has_cap_sys_admin();
     let ours: Vec<_> = all
@@ -61,6 +67,15 @@ pub fn run(_args: MountsArgs) -> anyhow::Result<i32> {
             format,
             opts
         )?;
+        if args.stats {
+            let counts = crate::mount_stats::read(m)
+                .map(|c| match crate::mount_stats::line(&c) {
+                    l if l.is_empty() => "none".to_owned(),
+                    l => l,
+                })
+                .unwrap_or_else(|| "not published".to_owned());
+            writeln!(out, "  requests: {counts}")?;
+        }
     }
     Ok(0)
 }

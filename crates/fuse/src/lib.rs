@@ -20,6 +20,7 @@ pub mod options;
 pub mod privilege;
 mod server;
 mod session;
+mod stats;
 pub mod watch;
 
 pub use convert::Overrides;
@@ -31,3 +32,4 @@ pub use session::{
     find_mount, mount, mount_table, unmount, MountConfig, MountError, MountInfo, MountMethod,
     Mounted, FS_TYPE,
 };
+pub use stats::{Op, RequestCounts};

@@ -18,6 +18,7 @@ use fuser::{
 
 use crate::convert::{ctx, errno, file_attr, fuser_kind, time_set, Overrides};
 use crate::ids::IdMap;
+use crate::stats::{Op, RequestCounts};
 
 thread_local! {
     /// One read buffer per server thread: reads reply with a slice of it, so
@@ -39,6 +40,9 @@ pub struct ServerConfig {
     pub debug: bool,
     /// Ask for the kernel's writeback cache (writable file systems only).
     pub writeback: bool,
+    /// Where the server counts its requests by opcode; the caller keeps a
+    /// clone to publish them while the mount is live.
+    pub requests: Arc<RequestCounts>,
 }
 
 /// The adapter between fuser's callbacks and the file system.
@@ -49,6 +53,7 @@ pub(crate) struct Server {
     /// Whether write-only descriptors bypass the page cache (see
     /// [`Server::open_flags`]).
     direct_writes: bool,
+    requests: Arc<RequestCounts>,
 }
 
 /// Whether the running kernel's release is at least `major.minor`.
@@ -78,6 +83,7 @@ impl Server {
         Server {
             fs,
             ids,
+            requests: cfg.requests.clone(),
             cfg,
             direct_writes,
         }
@@ -197,6 +203,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.requests.bump(Op::Lookup);
         self.log(format_args!(
             "lookup({}, {name:?}) pid {}",
             parent.0,
@@ -206,11 +213,23 @@ impl fuser::Filesystem for Server {
         self.reply_entry(r, reply);
     }
 
+    fn destroy(&mut self) {
+        // What the mount cost in round trips, once, as it goes away.
+        let summary = self.requests.summary();
+        if self.cfg.debug {
+            eprintln!("foliofs: requests: {summary}");
+        } else {
+            log::debug!("requests: {summary}");
+        }
+    }
+
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.requests.bump(Op::Forget);
         self.fs.forget(self.ino(ino), nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.requests.bump(Op::Getattr);
         self.log(format_args!("getattr({})", ino.0));
         match self.fs.getattr(self.ino(ino)) {
             Ok(a) => reply.attr(&self.cfg.ttl, &self.attr_out(a, a.ino)),
@@ -236,6 +255,7 @@ impl fuser::Filesystem for Server {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.requests.bump(Op::Setattr);
         self.log(format_args!(
             "setattr({}, mode {mode:?}, uid {uid:?}, gid {gid:?}, size {size:?})",
             ino.0
@@ -260,6 +280,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.requests.bump(Op::Readlink);
         self.log(format_args!("readlink({})", ino.0));
         match self.fs.readlink(self.ino(ino)) {
             Ok(t) => reply.data(&t),
@@ -277,6 +298,7 @@ impl fuser::Filesystem for Server {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.requests.bump(Op::Mknod);
         self.log(format_args!("mknod({}, {name:?}, {mode:o})", parent.0));
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
@@ -304,6 +326,7 @@ impl fuser::Filesystem for Server {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.requests.bump(Op::Mkdir);
         self.log(format_args!("mkdir({}, {name:?}, {mode:o})", parent.0));
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
@@ -318,6 +341,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.requests.bump(Op::Unlink);
         self.log(format_args!("unlink({}, {name:?})", parent.0));
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
@@ -327,6 +351,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.requests.bump(Op::Rmdir);
         self.log(format_args!("rmdir({}, {name:?})", parent.0));
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
@@ -343,6 +368,7 @@ impl fuser::Filesystem for Server {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.requests.bump(Op::Symlink);
         self.log(format_args!(
             "symlink({}, {link_name:?}, {target:?})",
             parent.0
@@ -369,6 +395,7 @@ impl fuser::Filesystem for Server {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.requests.bump(Op::Rename);
         self.log(format_args!(
             "rename({}, {name:?}, {}, {newname:?}, {flags})",
             parent.0, newparent.0
@@ -395,6 +422,7 @@ impl fuser::Filesystem for Server {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.requests.bump(Op::Link);
         self.log(format_args!(
             "link({}, {}, {newname:?})",
             ino.0, newparent.0
@@ -409,6 +437,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.requests.bump(Op::Open);
         self.log(format_args!("open({}, {:#x})", ino.0, flags.0));
         if self.cfg.read_only {
             // An image never changes under its mount, and the mount is
@@ -435,6 +464,7 @@ impl fuser::Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.requests.bump(Op::Read);
         self.log(format_args!("read({}, {offset}, {size})", ino.0));
         let ino = self.ino(ino);
         SCRATCH.with(|s| {
@@ -461,6 +491,7 @@ impl fuser::Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.requests.bump(Op::Write);
         self.log(format_args!("write({}, {offset}, {})", ino.0, data.len()));
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
@@ -503,6 +534,7 @@ impl fuser::Filesystem for Server {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.requests.bump(Op::Flush);
         // Nothing is buffered here between write(2) and close(2), and the
         // kernel writes its own dirty pages back before it would ask. ENOSYS
         // makes it stop sending a FLUSH round trip on every close.
@@ -519,6 +551,7 @@ impl fuser::Filesystem for Server {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.requests.bump(Op::Release);
         let r = self.fs.release(self.ino(ino), fh.0);
         self.reply_empty(r, reply);
     }
@@ -531,11 +564,13 @@ impl fuser::Filesystem for Server {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.requests.bump(Op::Fsync);
         let r = self.fs.fsync(self.ino(ino), datasync);
         self.reply_empty(r, reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.requests.bump(Op::Opendir);
         self.log(format_args!("opendir({})", ino.0));
         if self.cfg.read_only {
             // As for open: no opendir/releasedir round trips, and the kernel
@@ -564,6 +599,7 @@ impl fuser::Filesystem for Server {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.requests.bump(Op::Readdir);
         self.log(format_args!("readdir({}, {offset})", ino.0));
         let dir = self.ino(ino);
         // Cookies 1 and 2 follow "." and ".."; the file system's own cookies
@@ -599,6 +635,7 @@ impl fuser::Filesystem for Server {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        self.requests.bump(Op::Readdirplus);
         self.log(format_args!("readdirplus({}, {offset})", ino.0));
         let dir = self.ino(ino);
         let ttl = self.cfg.ttl;
@@ -688,6 +725,66 @@ impl fuser::Filesystem for Server {
         }
     }
 
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.requests.bump(Op::Releasedir);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // As fuser's default: ENOSYS, so the kernel stops asking (nothing
+        // of a directory is buffered between it and here).
+        self.requests.bump(Op::Fsyncdir);
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        // ENOSYS: the kernel keeps POSIX locks itself, local to this mount.
+        self.requests.bump(Op::Other);
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        _sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.requests.bump(Op::Other);
+        reply.error(Errno::ENOSYS);
+    }
+
     /// No file here has ioctls. Programs probe files with some on open
     /// (Python asks every file whether it is a terminal): answer at once,
     /// as a plain file does, without the library's per-call warning.
@@ -702,10 +799,12 @@ impl fuser::Filesystem for Server {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
+        self.requests.bump(Op::Ioctl);
         reply.error(Errno::ENOTTY);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.requests.bump(Op::Statfs);
         match self.fs.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -724,6 +823,7 @@ impl fuser::Filesystem for Server {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.requests.bump(Op::Setxattr);
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
         }
@@ -734,12 +834,14 @@ impl fuser::Filesystem for Server {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.requests.bump(Op::Getxattr);
         self.log(format_args!("getxattr({}, {name:?})", ino.0));
         let r = self.fs.getxattr(self.ino(ino), name);
         self.reply_xattr(r, size, reply);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.requests.bump(Op::Listxattr);
         let r = self.fs.listxattr(self.ino(ino)).map(|names| {
             let mut out = Vec::new();
             for n in names {
@@ -752,6 +854,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.requests.bump(Op::Removexattr);
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
         }
@@ -760,6 +863,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.requests.bump(Op::Access);
         // Only reached without default_permissions; check like the kernel's
         // generic_permission would, on the attributes the kernel sees.
         let a = match self.fs.getattr(self.ino(ino)) {
@@ -806,6 +910,7 @@ impl fuser::Filesystem for Server {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.requests.bump(Op::Create);
         self.log(format_args!("create({}, {name:?}, {mode:o})", parent.0));
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
@@ -841,6 +946,7 @@ impl fuser::Filesystem for Server {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.requests.bump(Op::Fallocate);
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
         }
@@ -857,6 +963,7 @@ impl fuser::Filesystem for Server {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        self.requests.bump(Op::Lseek);
         let Ok(offset) = u64::try_from(offset) else {
             return reply.error(Errno::ENXIO);
         };

@@ -1,0 +1,130 @@
+//! A live mount's request counts, published for `foliofs mounts --stats`
+//! and `foliofs bench` in `stats/<mount id>` of the mounting user's record
+//! directory (`/run/foliofs` for root; see [`crate::mount_state`]).
+//!
+//! The server rewrites the file (atomically) at most every
+//! [`INTERVAL`] and only when a count changed, so an idle mount costs one
+//! wake-up per interval and no I/O. A file rather than a signal or socket:
+//! anyone allowed to read the mount records can read it with `cat`, the
+//! server needs no request handling of its own, and a reader that wants
+//! exact figures for a workload waits until two reads an interval apart
+//! agree (requests the kernel sends late, FORGET and RELEASE, land by then).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use foliofs_fuse::{MountInfo, RequestCounts};
+
+use crate::mount_state;
+
+/// How often the server looks for changed counts.
+pub const INTERVAL: Duration = Duration::from_millis(100);
+
+fn stats_dir(records: &Path) -> PathBuf {
+    records.join("stats")
+}
+
+/// This user's stats directory, if its record directory exists.
+fn own_dir() -> Option<PathBuf> {
+    mount_state::own_dir().map(|d| stats_dir(&d))
+}
+
+/// Counts by opcode name, as the file lists them.
+pub type Counts = BTreeMap<String, u64>;
+
+fn write(mount_id: u64, snap: &[(&'static str, u64)]) -> io::Result<()> {
+    let dir = stats_dir(&mount_state::state_dir()?);
+    fs::create_dir_all(&dir)?;
+    let mut text = String::new();
+    for (name, n) in snap {
+        text.push_str(&format!("{name}={n}\n"));
+    }
+    let tmp = dir.join(format!(".{mount_id}.tmp"));
+    fs::write(&tmp, text)?;
+    fs::rename(tmp, dir.join(mount_id.to_string()))
+}
+
+/// Starts the thread that keeps mount `mount_id`'s file current for the
+/// life of the process.
+pub fn publish(mount_id: u64, counts: Arc<RequestCounts>) {
+    let spawned = std::thread::Builder::new()
+        .name("foliofs-stats".into())
+        .spawn(move || {
+            let mut last = None;
+            loop {
+                let snap = counts.snapshot();
+                if last.as_ref() != Some(&snap) {
+                    if let Err(e) = write(mount_id, &snap) {
+                        log::warn!("cannot write request counts: {e}");
+                        return;
+                    }
+                    last = Some(snap);
+                }
+                std::thread::sleep(INTERVAL);
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("cannot start the request counter thread: {e}");
+    }
+}
+
+/// Mount `m`'s counts, if its server publishes them where this user may
+/// read them.
+pub fn read(m: &MountInfo) -> Option<Counts> {
+    let text = mount_state::dirs_for(m)
+        .iter()
+        .find_map(|d| fs::read_to_string(stats_dir(d).join(m.mount_id.to_string())).ok())?;
+    Some(
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
+            .collect(),
+    )
+}
+
+/// Removes mount `mount_id`'s file (its server is done with it).
+pub fn remove(mount_id: u64) {
+    if let Some(dir) = own_dir() {
+        let _ = fs::remove_file(dir.join(mount_id.to_string()));
+    }
+}
+
+/// Removes the files of mounts that are gone (`live` = ids of live mounts).
+pub fn prune(live: &[u64]) {
+    let Some(Ok(entries)) = own_dir().map(fs::read_dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let id = e.file_name().to_str().and_then(|n| n.parse::<u64>().ok());
+        if id.is_some_and(|id| !live.contains(&id)) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
+/// `name=N name=N ...` of the non-zero counts.
+pub fn line(c: &Counts) -> String {
+    c.iter()
+        .filter(|&(_, &n)| n > 0)
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_list_what_is_not_zero() {
+        let c: Counts = [("lookup", 2), ("read", 0), ("create", 1)]
+            .iter()
+            .map(|&(k, n)| (k.to_owned(), n))
+            .collect();
+        assert_eq!(line(&c), "create=1 lookup=2");
+    }
+}
