@@ -75,15 +75,53 @@ pub fn publish(mount_id: u64, counts: Arc<RequestCounts>) {
 /// Mount `m`'s counts, if its server publishes them where this user may
 /// read them.
 pub fn read(m: &MountInfo) -> Option<Counts> {
-    let text = mount_state::dirs_for(m)
+    mount_state::dirs_for(m)
         .iter()
-        .find_map(|d| fs::read_to_string(stats_dir(d).join(m.mount_id.to_string())).ok())?;
+        .find_map(|d| read_from(&stats_dir(d), m.mount_id))
+}
+
+/// The counts of mount `mount_id`, one of this user's own.
+fn read_own(mount_id: u64) -> Option<Counts> {
+    read_from(&own_dir()?, mount_id)
+}
+
+fn read_from(dir: &Path, mount_id: u64) -> Option<Counts> {
+    let text = fs::read_to_string(dir.join(mount_id.to_string())).ok()?;
     Some(
         text.lines()
             .filter_map(|l| l.split_once('='))
             .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
             .collect(),
     )
+}
+
+/// The counts of mount `mount_id` (one of this user's own) once they have settled: two reads an interval
+/// apart that agree (bounded at two seconds of waiting).
+pub fn read_settled(mount_id: u64) -> Option<Counts> {
+    let mut last = read_own(mount_id)?;
+    for _ in 0..20 {
+        std::thread::sleep(INTERVAL * 2);
+        let now = read_own(mount_id)?;
+        if now == last {
+            return Some(now);
+        }
+        last = now;
+    }
+    Some(last)
+}
+
+/// `after - before`, per opcode, leaving out the ones that did not move.
+pub fn delta(before: &Counts, after: &Counts) -> Counts {
+    after
+        .iter()
+        .map(|(k, &v)| {
+            (
+                k.clone(),
+                v.saturating_sub(before.get(k).copied().unwrap_or(0)),
+            )
+        })
+        .filter(|&(_, d)| d > 0)
+        .collect()
 }
 
 /// Removes mount `mount_id`'s file (its server is done with it).
@@ -119,12 +157,22 @@ pub fn line(c: &Counts) -> String {
 mod tests {
     use super::*;
 
+    fn counts(v: &[(&str, u64)]) -> Counts {
+        v.iter().map(|&(k, n)| (k.to_owned(), n)).collect()
+    }
+
+    #[test]
+    fn deltas_keep_what_moved() {
+        let a = counts(&[("lookup", 3), ("create", 1), ("read", 0)]);
+        let b = counts(&[("lookup", 5), ("create", 1), ("read", 2)]);
+        assert_eq!(delta(&a, &b), counts(&[("lookup", 2), ("read", 2)]));
+        assert_eq!(line(&delta(&a, &b)), "lookup=2 read=2");
+        assert_eq!(line(&counts(&[("x", 0)])), "");
+    }
+
     #[test]
     fn lines_list_what_is_not_zero() {
-        let c: Counts = [("lookup", 2), ("read", 0), ("create", 1)]
-            .iter()
-            .map(|&(k, n)| (k.to_owned(), n))
-            .collect();
+        let c = counts(&[("lookup", 2), ("read", 0), ("create", 1)]);
         assert_eq!(line(&c), "create=1 lookup=2");
     }
 }

@@ -5,6 +5,7 @@ mod data;
 mod env;
 mod report;
 mod sections;
+mod smallfiles;
 mod stats;
 
 use std::io::IsTerminal;
@@ -26,6 +27,8 @@ pub enum Which {
     Ramfs,
     /// Container start-up: unpack, 1st run, later runs (EROFS buffered vs direct).
     Startup,
+    /// Small files on ramfs: untar, read back and rm -rf a tree; many creates and unlinks.
+    Smallfiles,
     /// Every section.
     All,
 }
@@ -76,6 +79,7 @@ pub struct Config {
     pub startup_bytes: u64,
     /// The mkfs.erofs to run, `None` when there is none.
     pub mkfs_erofs: Option<PathBuf>,
+    pub small_files: u64,
     pub tty: bool,
 }
 
@@ -112,6 +116,7 @@ impl Config {
             startup_files: if q { 400 } else { 3_000 },
             startup_bytes: if q { 20_000_000 } else { 300_000_000 },
             mkfs_erofs,
+            small_files: if q { 10_000 } else { 100_000 },
             tty: std::io::stderr().is_terminal(),
         })
     }
@@ -131,7 +136,13 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         eprintln!("{}", env::NOT_ROOT);
     }
     let wanted = match args.which {
-        Which::All => vec![Which::Seq, Which::Tree, Which::Ramfs, Which::Startup],
+        Which::All => vec![
+            Which::Seq,
+            Which::Tree,
+            Which::Ramfs,
+            Which::Startup,
+            Which::Smallfiles,
+        ],
         w => vec![w],
     };
     let mut report = Report {
@@ -146,6 +157,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             Which::Tree => sections::tree(&env, &cfg),
             Which::Ramfs => sections::ramfs(&env, &cfg),
             Which::Startup => sections::startup(&env, &cfg),
+            Which::Smallfiles => smallfiles::smallfiles(&env, &cfg),
             Which::All => unreachable!("expanded above"),
         }?;
         if cfg.tty {
@@ -204,6 +216,7 @@ mod tests {
         assert!(quick.seq_size < full.seq_size);
         assert!(quick.tree_files < full.tree_files);
         assert!(quick.ramfs_bytes < full.ramfs_bytes);
+        assert!(quick.small_files < full.small_files);
         assert!(quick.runs < full.runs);
     }
 

@@ -1,0 +1,367 @@
+//! The small-file section: a real source tree unpacked, read back and
+//! removed, and many tiny files created and unlinked, on foliofs's ramfs
+//! beside the kernel's tmpfs and ramfs. Each file costs FUSE several round
+//! trips, so beside the times it reports the foliofs server's requests per
+//! opcode for each workload.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use super::env::{have, time_cmd, BenchEnv, How, Mounted};
+use super::report::{Column, Row, Section, Unit};
+use super::sections::progress;
+use super::stats::summarize;
+use super::Config;
+use crate::mount_stats::{self, Counts};
+
+/// The tree to unpack: the newest Python standard library under /usr/lib
+/// (many small source files, a few large ones, a few hundred directories).
+fn python_stdlib() -> Option<PathBuf> {
+    let mut found: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib")
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let minor = name.strip_prefix("python3.")?.parse::<u32>().ok()?;
+            let p = e.path();
+            p.join("os.py").is_file().then_some((minor, p))
+        })
+        .collect();
+    found.sort();
+    found.pop().map(|(_, p)| p)
+}
+
+/// Entries (files, directories, links) under `dir`, `dir` itself left out.
+fn count_entries(dir: &Path) -> Result<u64> {
+    let mut n = 0;
+    for e in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let e = e?;
+        n += 1;
+        if e.file_type()?.is_dir() {
+            n += count_entries(&e.path())?;
+        }
+    }
+    Ok(n)
+}
+
+/// `n` files of 100 bytes in a new directory `dir` (open, write, close
+/// each, as a build or a mail spool does); returns seconds.
+fn create_files(dir: &Path, n: u64) -> Result<f64> {
+    fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let buf = [b'x'; 100];
+    let start = Instant::now();
+    for i in 0..n {
+        let p = dir.join(format!("f{i}"));
+        let mut f = File::create(&p).with_context(|| format!("creating {}", p.display()))?;
+        f.write_all(&buf)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Unlinks every other file [`create_files`] made; returns seconds.
+fn unlink_half(dir: &Path, n: u64) -> Result<f64> {
+    let start = Instant::now();
+    for i in (0..n).step_by(2) {
+        let p = dir.join(format!("f{i}"));
+        fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// The live mount id of a foliofs mount at `dir`, to find its counts.
+fn mount_id(dir: &Path) -> Option<u64> {
+    let dir = dir.canonicalize().ok()?;
+    foliofs_fuse::find_mount(&dir)
+        .ok()
+        .flatten()
+        .filter(|m| m.fs_type == foliofs_fuse::FS_TYPE)
+        .map(|m| m.mount_id)
+}
+
+struct Plan {
+    label: &'static str,
+    kind: &'static str,
+    how: How,
+}
+
+/// Requests per workload of the last round of the foliofs row.
+type Trips = Vec<(&'static str, Counts)>;
+
+/// Ratios of a row to the reference per workload: the median of the
+/// rounds' own ratios (each round ran both rows back to back) and the best
+/// run's against the best run.
+fn ratio_line(row: &Row, reference: &Row, columns: &[Column]) -> Option<String> {
+    let mut parts = Vec::new();
+    for c in columns {
+        let (Some(a), Some(b)) = (row.runs.get(c.key), reference.runs.get(c.key)) else {
+            continue;
+        };
+        if a.len() != b.len() || a.is_empty() {
+            continue;
+        }
+        let per_round: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+        let (Some(med), Some(best_a), Some(best_b)) =
+            (summarize(&per_round), summarize(a), summarize(b))
+        else {
+            continue;
+        };
+        parts.push(format!(
+            "{} {:.1}x (best/best {:.1}x)",
+            c.key,
+            med.median,
+            best_a.min / best_b.min
+        ));
+    }
+    (!parts.is_empty())
+        .then(|| format!("{} / {}: {}", row.label, reference.label, parts.join(", ")))
+}
+
+/// Untar, read back and remove a real tree, then `N` small creates and
+/// `N/2` unlinks, on foliofs ramfs, tmpfs and the kernel's ramfs.
+pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
+    let n = cfg.small_files;
+    let mut notes = Vec::new();
+    // The archive, made once; the same page-cached file feeds every row.
+    let tree = match python_stdlib() {
+        None => {
+            notes.push(
+                "no Python standard library under /usr/lib (python3.N/os.py): untar, read-back and rm -rf skipped".into(),
+            );
+            None
+        }
+        Some(_) if !have("tar") => {
+            notes.push("tar is not installed: untar, read-back and rm -rf skipped".into());
+            None
+        }
+        Some(src) => {
+            progress(cfg, &format!("[smallfiles] archiving {}", src.display()));
+            let archive = env.dir.join("smallfiles.tar");
+            let name = src.file_name().context("the tree has no name")?.to_owned();
+            let parent = src.parent().context("the tree has no parent")?;
+            super::env::run(
+                Command::new("tar")
+                    .arg("cf")
+                    .arg(&archive)
+                    .arg("-C")
+                    .arg(parent)
+                    .arg(&name),
+            )?;
+            let entries = count_entries(&src)? + 1;
+            let bytes = fs::metadata(&archive)?.len();
+            notes.push(format!(
+                "tree: {} ({entries} entries, a {} MB tar); read-back = du -s, then cat of every file",
+                src.display(),
+                bytes / 1_000_000
+            ));
+            Some((archive, name, entries))
+        }
+    };
+    let mut columns = Vec::new();
+    if tree.is_some() {
+        for (key, label) in [
+            ("untar", "tar x"),
+            ("read", "du + cat all"),
+            ("rm", "rm -rf"),
+        ] {
+            columns.push(Column {
+                key,
+                label,
+                unit: Unit::Seconds,
+            });
+        }
+    }
+    columns.push(Column {
+        key: "create",
+        label: "creates",
+        unit: Unit::Seconds,
+    });
+    columns.push(Column {
+        key: "unlink",
+        label: "unlinks",
+        unit: Unit::Seconds,
+    });
+    notes.push(format!(
+        "creates: {n} files of 100 bytes in one directory (open, write, close); unlinks: every other one of them"
+    ));
+
+    let plans = [
+        Plan {
+            label: "foliofs ramfs",
+            kind: "foliofs",
+            how: How::Foliofs {
+                fstype: "ramfs",
+                opts: String::new(),
+            },
+        },
+        Plan {
+            label: "kernel tmpfs",
+            kind: "kernel",
+            how: How::KernelMem {
+                fstype: "tmpfs",
+                opts: String::new(),
+            },
+        },
+        Plan {
+            label: "kernel ramfs",
+            kind: "kernel",
+            how: How::KernelMem {
+                fstype: "ramfs",
+                opts: String::new(),
+            },
+        },
+    ];
+    let reference = 1;
+    let mut rows: Vec<Row> = plans
+        .iter()
+        .map(|p| {
+            let mut row = Row::new(p.label, p.kind);
+            if matches!(p.how, How::KernelMem { .. }) && !env.root {
+                row.note = Some("kernel mounts need root".into());
+            } else if matches!(p.how, How::Foliofs { .. }) && !Path::new("/dev/fuse").exists() {
+                row.note = Some("/dev/fuse is missing".into());
+            }
+            row
+        })
+        .collect();
+    let mut trips: Trips = Vec::new();
+    for round in 0..cfg.runs {
+        for (plan, row) in plans.iter().zip(rows.iter_mut()) {
+            if row.note.is_some() {
+                continue;
+            }
+            progress(
+                cfg,
+                &format!(
+                    "[smallfiles] round {}/{}: {}",
+                    round + 1,
+                    cfg.runs,
+                    plan.label
+                ),
+            );
+            let mut these: Trips = Vec::new();
+            let r = (|| -> Result<()> {
+                let m = Mounted::new(env, &plan.how, Path::new("none"), &env.fresh_dir("mnt")?)?;
+                let id = mount_id(&m.dir);
+                let mut last = id.and_then(mount_stats::read_settled);
+                let mut measure = |key: &'static str, v: f64, row: &mut Row| {
+                    row.runs.entry(key).or_default().push(v);
+                    if let Some(id) = id {
+                        let now = mount_stats::read_settled(id);
+                        if let (Some(a), Some(b)) = (&last, &now) {
+                            these.push((key, mount_stats::delta(a, b)));
+                        }
+                        last = now;
+                    }
+                };
+                if let Some((archive, name, _)) = &tree {
+                    let t = time_cmd(
+                        Command::new("tar")
+                            .arg("xf")
+                            .arg(archive)
+                            .arg("-C")
+                            .arg(&m.dir),
+                    )?;
+                    measure("untar", t, row);
+                    let unpacked = m.dir.join(name);
+                    let start = Instant::now();
+                    super::env::run(Command::new("du").arg("-s").arg(&unpacked))?;
+                    super::env::run(
+                        Command::new("find")
+                            .arg(&unpacked)
+                            .args(["-type", "f", "-exec", "cat", "{}", "+"]),
+                    )?;
+                    measure("read", start.elapsed().as_secs_f64(), row);
+                    let t = time_cmd(Command::new("rm").arg("-rf").arg(&unpacked))?;
+                    measure("rm", t, row);
+                }
+                let dir = m.dir.join("small");
+                let t = create_files(&dir, n)?;
+                measure("create", t, row);
+                let t = unlink_half(&dir, n)?;
+                measure("unlink", t, row);
+                Ok(())
+            })();
+            if let Err(e) = r {
+                row.note = Some(crate::error_line(&e));
+                row.failed = true;
+            } else if !these.is_empty() {
+                trips = these;
+            }
+        }
+    }
+    for (i, row) in rows.iter().enumerate() {
+        if i != reference && row.note.is_none() {
+            if let Some(l) = ratio_line(row, &rows[reference], &columns) {
+                notes.push(l);
+            }
+        }
+    }
+    let entries = tree.as_ref().map(|t| t.2);
+    for (key, counts) in &trips {
+        let total: u64 = counts.values().sum();
+        let per = match *key {
+            "untar" | "read" | "rm" => entries,
+            "create" => Some(n),
+            _ => Some(n / 2),
+        };
+        let per = per
+            .filter(|&p| p > 0)
+            .map(|p| format!(", {:.1} per entry", total as f64 / p as f64))
+            .unwrap_or_default();
+        notes.push(format!(
+            "foliofs requests, {key}: {} ({total}{per})",
+            mount_stats::line(counts)
+        ));
+    }
+    Ok(Section {
+        name: "smallfiles",
+        title: "smallfiles: unpack, read back and remove a tree; many small creates and unlinks"
+            .into(),
+        columns,
+        rows,
+        reference,
+        pairs: Vec::new(),
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_pair_rounds_and_best_runs() {
+        let mut a = Row::new("foliofs ramfs", "foliofs");
+        a.runs.insert("create", vec![4.0, 9.0, 6.0]);
+        let mut b = Row::new("kernel tmpfs", "kernel");
+        b.runs.insert("create", vec![1.0, 3.0, 1.0]);
+        let cols = [Column {
+            key: "create",
+            label: "creates",
+            unit: Unit::Seconds,
+        }];
+        // Per round 4, 3, 6: median 4; best 4 against best 1.
+        assert_eq!(
+            ratio_line(&a, &b, &cols).unwrap(),
+            "foliofs ramfs / kernel tmpfs: create 4.0x (best/best 4.0x)"
+        );
+        b.runs.clear();
+        assert!(ratio_line(&a, &b, &cols).is_none());
+    }
+
+    #[test]
+    fn small_files_are_made_and_half_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("s");
+        create_files(&dir, 10).unwrap();
+        unlink_half(&dir, 10).unwrap();
+        assert_eq!(count_entries(&dir).unwrap(), 5);
+        assert_eq!(fs::metadata(dir.join("f1")).unwrap().len(), 100);
+    }
+}
