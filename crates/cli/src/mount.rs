@@ -30,13 +30,14 @@ const THREADS: usize = 4;
 /// Readahead of a read-only mount's bdi, in KiB (the kernel's FUSE default
 /// is 128).
 pub(crate) const READ_AHEAD_KB: u32 = 4096;
-/// Lifetime of cached entries and attributes of an image: it cannot change
-/// under the mount.
+/// Lifetime of cached entries and attributes. An image cannot change under
+/// the mount, and a ramfs changes only through it: the kernel updates or
+/// drops its cached entries and attributes itself on every change it sends
+/// (it invalidates a directory's attributes after a create or unlink in it,
+/// a file's after a write, link, unlink or rename, and takes a SETATTR's
+/// reply as the new attributes), and the server tells it when it drops
+/// set-user-ID on a write by itself.
 const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
-/// Lifetime of cached attributes of a writable file system: short, as
-/// libfuse's default, so timestamps the server sets (ctime on link or
-/// rename) show up without the kernel having to know every rule.
-const WRITABLE_TTL: Duration = Duration::from_secs(1);
 
 /// Mount an image (or a new ramfs) over FUSE.
 #[derive(clap::Args, Debug)]
@@ -398,7 +399,7 @@ fn serve(
         threads: opts.threads.unwrap_or(THREADS),
         read_ahead_kb: read_only.then_some(READ_AHEAD_KB),
         server: ServerConfig {
-            ttl: if opened.writable { WRITABLE_TTL } else { TTL },
+            ttl: TTL,
             read_only,
             overrides: if !opened.writable {
                 // romfs stores no owners (Linux reports 0:0): its files

@@ -5,8 +5,8 @@ use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use foliofs_vfs::{self as vfs, Attr, Error, FileSystem, Ino, Scratch, SetAttr};
 use fuser::{
@@ -54,6 +54,31 @@ pub(crate) struct Server {
     /// [`Server::open_flags`]).
     direct_writes: bool,
     requests: Arc<RequestCounts>,
+    /// The session's notifier, once the session exists (see
+    /// [`Server::notifier_slot`]).
+    notifier: Arc<OnceLock<fuser::Notifier>>,
+}
+
+/// The attributes of a negative entry: node 0 tells the kernel the name is
+/// missing; the rest is never looked at.
+fn missing() -> fuser::FileAttr {
+    fuser::FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: fuser::FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
 }
 
 /// Whether the running kernel's release is at least `major.minor`.
@@ -86,6 +111,25 @@ impl Server {
             requests: cfg.requests.clone(),
             cfg,
             direct_writes,
+            notifier: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Where the session's notifier goes once the session is made: the
+    /// server needs it to tell the kernel of attribute changes it makes on
+    /// its own.
+    pub(crate) fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// Drops the kernel's cached attributes of `node` (not its pages).
+    /// Sent from inside a request is safe for attributes: the kernel takes
+    /// no page or inode lock for them.
+    fn forget_cached_attrs(&self, node: INodeNo) {
+        if let Some(n) = self.notifier.get() {
+            if let Err(e) = n.inval_inode(node, -1, 0) {
+                log::warn!("cannot invalidate the attributes of node {}: {e}", node.0);
+            }
         }
     }
 
@@ -209,8 +253,15 @@ impl fuser::Filesystem for Server {
             parent.0,
             req.pid()
         ));
-        let r = self.fs.lookup(self.ino(parent), name);
-        self.reply_entry(r, reply);
+        match self.fs.lookup(self.ino(parent), name) {
+            // A name that is not there stays cached as missing (node 0 with
+            // a lifetime) like a found one: every way a name can appear goes
+            // through this mount, and the kernel makes the entry positive
+            // itself when it does. Saves a LOOKUP per repeated miss (stat
+            // of a missing file, a create without O_EXCL after a check).
+            Err(Error::NotFound) => reply.entry(&self.cfg.ttl, &missing(), Generation(0)),
+            r => self.reply_entry(r, reply),
+        }
     }
 
     fn destroy(&mut self) {
@@ -496,10 +547,18 @@ impl fuser::Filesystem for Server {
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
         }
+        let node = ino;
         let ino = self.ino(ino);
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            let before = self.fs.getattr(ino).map(|a| a.perm);
             if let Err(e) = self.fs.kill_suid(ino) {
                 return reply.error(errno(&e));
+            }
+            // The kernel cannot know the mode changed: its cached mode
+            // would keep set-user-ID for permission checks (exec) until the
+            // attributes expire, which on a writable mount they do not soon.
+            if before.is_ok_and(|p| self.fs.getattr(ino).is_ok_and(|a| a.perm != p)) {
+                self.forget_cached_attrs(node);
             }
         }
         if !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {

@@ -332,8 +332,10 @@ pub fn mount(fs: Arc<dyn FileSystem>, cfg: &MountConfig) -> Result<Mounted, Moun
     fcfg.n_threads = Some(cfg.threads.max(1));
     fcfg.clone_fd = true;
     let server = Server::new(fs, cfg.server.clone());
+    let notifier = server.notifier_slot();
     let session = fuser::Session::from_fd(server, dev, acl, fcfg)
         .map_err(|e| undo(MountError::Handshake(e)))?;
+    let _ = notifier.set(session.notifier());
 
     // The INIT reply may only lower readahead, so it is raised after it.
     // Only root of the machine may write a bdi's settings; a user's mount

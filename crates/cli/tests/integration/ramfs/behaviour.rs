@@ -702,3 +702,116 @@ fn readers_during_direct_writes_see_the_new_bytes_after() {
         );
     }
 }
+
+/// The kernel caches missing names too (a LOOKUP miss answered with node 0
+/// and a lifetime): every way of making the name through the mount must
+/// turn the cached miss into the new entry at once.
+#[test]
+fn names_cached_as_missing_appear_when_made_through_the_mount() {
+    require!("fuse");
+    let m = ramfs("");
+    let p = |n: &str| m.path().join(n);
+    let missing = |n: &str| {
+        for _ in 0..2 {
+            let e = fs::symlink_metadata(p(n)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotFound, "{n}: {e}");
+        }
+    };
+    // A create without O_EXCL goes straight to the cached miss.
+    missing("file");
+    fs::write(p("file"), b"abc").unwrap();
+    assert_eq!(fs::metadata(p("file")).unwrap().len(), 3);
+    assert_eq!(fs::read(p("file")).unwrap(), b"abc");
+    missing("dir");
+    fs::create_dir(p("dir")).unwrap();
+    assert!(fs::metadata(p("dir")).unwrap().is_dir());
+    missing("dir/inner");
+    fs::write(p("dir/inner"), b"x").unwrap();
+    assert_eq!(fs::read_dir(p("dir")).unwrap().count(), 1);
+    missing("link");
+    std::os::unix::fs::symlink("file", p("link")).unwrap();
+    assert_eq!(fs::read_link(p("link")).unwrap(), Path::new("file"));
+    missing("hard");
+    fs::hard_link(p("file"), p("hard")).unwrap();
+    assert_eq!(fs::metadata(p("hard")).unwrap().nlink(), 2);
+    missing("moved");
+    fs::rename(p("dir/inner"), p("moved")).unwrap();
+    assert_eq!(fs::read(p("moved")).unwrap(), b"x");
+    missing("dir/inner");
+    // And back: removed names are missing again, and can be made again.
+    fs::remove_file(p("file")).unwrap();
+    missing("file");
+    assert_eq!(fs::read(p("hard")).unwrap(), b"abc");
+    fs::write(p("file"), b"new").unwrap();
+    assert_eq!(fs::read(p("file")).unwrap(), b"new");
+    fs::remove_dir(p("dir")).unwrap();
+    missing("dir");
+}
+
+/// Entries and attributes stay cached for as long as the kernel likes (a
+/// ramfs changes only through its mount), so every change made through it
+/// must show at once, without waiting for a cache to expire.
+#[test]
+fn attributes_changed_through_the_mount_show_at_once() {
+    require!("fuse");
+    let m = ramfs("");
+    let f = m.path().join("f");
+    let md = || fs::metadata(&f).unwrap();
+    let mut w = File::create(&f).unwrap();
+    let made = md();
+    assert_eq!(made.len(), 0);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    w.write_all(b"hello").unwrap();
+    let after = md();
+    assert_eq!(after.len(), 5);
+    assert!(after.modified().unwrap() > made.modified().unwrap());
+    // Another descriptor appends; a third truncates.
+    OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b" world")
+        .unwrap();
+    assert_eq!(md().len(), 11);
+    assert_eq!(fs::read(&f).unwrap(), b"hello world");
+    OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(2)
+        .unwrap();
+    assert_eq!(md().len(), 2);
+    assert_eq!(fs::read(&f).unwrap(), b"he");
+    drop(w);
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    File::options()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+    assert_eq!(md().modified().unwrap(), t);
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(md().mode() & 0o7777, 0o640);
+    // Link counts and ctime, which the server changes as a side effect.
+    let c0 = md().ctime_nsec() as i128 + md().ctime() as i128 * 1_000_000_000;
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::hard_link(&f, m.path().join("g")).unwrap();
+    assert_eq!(md().nlink(), 2);
+    let c1 = md().ctime_nsec() as i128 + md().ctime() as i128 * 1_000_000_000;
+    assert!(c1 > c0, "link left ctime at {c0}");
+    fs::remove_file(m.path().join("g")).unwrap();
+    assert_eq!(md().nlink(), 1);
+    // A directory's size, times and link count follow what is made in it.
+    let d = m.path().join("d");
+    fs::create_dir(&d).unwrap();
+    let d0 = fs::metadata(&d).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::create_dir(d.join("sub")).unwrap();
+    let d1 = fs::metadata(&d).unwrap();
+    assert_eq!(d1.nlink(), d0.nlink() + 1);
+    assert!(d1.modified().unwrap() > d0.modified().unwrap());
+    fs::rename(&f, d.join("f")).unwrap();
+    assert_eq!(fs::metadata(d.join("f")).unwrap().len(), 2);
+    assert!(fs::metadata(&d).unwrap().modified().unwrap() > d1.modified().unwrap());
+}
