@@ -27,6 +27,13 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// Server threads: enough for the kernel's parallel readahead and a
 /// metadata walk at once on a small machine.
 const THREADS: usize = 4;
+/// Server threads of a ramfs: no more than the machine has cores. Its
+/// requests are a few microseconds of work in memory, with no reads to
+/// overlap, so threads past that only add wake-ups: on two cores, creating
+/// small files one after another ran 15-20% faster with 2 threads than 4.
+fn ramfs_threads() -> usize {
+    std::thread::available_parallelism().map_or(THREADS, |n| n.get().min(THREADS))
+}
 /// Readahead of a read-only mount's bdi, in KiB (the kernel's FUSE default
 /// is 128).
 pub(crate) const READ_AHEAD_KB: u32 = 4096;
@@ -396,7 +403,11 @@ fn serve(
         flags: opts.flags,
         read_only,
         allow_other: opts.allow_other,
-        threads: opts.threads.unwrap_or(THREADS),
+        threads: opts.threads.unwrap_or(if opened.writable {
+            ramfs_threads()
+        } else {
+            THREADS
+        }),
         read_ahead_kb: read_only.then_some(READ_AHEAD_KB),
         server: ServerConfig {
             ttl: TTL,
