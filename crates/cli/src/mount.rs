@@ -475,13 +475,13 @@ fn serve(
     if let Err(e) = state.save() {
         log::warn!("cannot record the mount for `foliofs mounts`: {e}");
     }
-    crate::mount_stats::publish(info.mount_id, cfg.server.requests.clone());
+    let stats = crate::mount_stats::publish(info.mount_id, cfg.server.requests.clone());
     if let Some(mut r) = ready {
         let _ = writeln!(r, "ready");
     }
     let res = mounted.run();
     MountState::remove(info.mount_id, pid);
-    crate::mount_stats::remove(info.mount_id);
+    stats.finish();
     res.context("serving the mount failed")?;
     Ok(0)
 }

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,14 +49,24 @@ fn write(mount_id: u64, snap: &[(&'static str, u64)]) -> io::Result<()> {
     fs::rename(tmp, dir.join(mount_id.to_string()))
 }
 
-/// Starts the thread that keeps mount `mount_id`'s file current for the
-/// life of the process.
-pub fn publish(mount_id: u64, counts: Arc<RequestCounts>) {
+/// The thread keeping a mount's file current; [`Publisher::finish`] stops
+/// it and removes the file.
+pub struct Publisher {
+    mount_id: u64,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Starts the thread that keeps mount `mount_id`'s file current until
+/// [`Publisher::finish`].
+pub fn publish(mount_id: u64, counts: Arc<RequestCounts>) -> Publisher {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
     let spawned = std::thread::Builder::new()
         .name("foliofs-stats".into())
         .spawn(move || {
             let mut last = None;
-            loop {
+            while !stopped.load(Ordering::Relaxed) {
                 let snap = counts.snapshot();
                 if last.as_ref() != Some(&snap) {
                     if let Err(e) = write(mount_id, &snap) {
@@ -64,11 +75,31 @@ pub fn publish(mount_id: u64, counts: Arc<RequestCounts>) {
                     }
                     last = Some(snap);
                 }
-                std::thread::sleep(INTERVAL);
+                std::thread::park_timeout(INTERVAL);
             }
         });
-    if let Err(e) = spawned {
-        log::warn!("cannot start the request counter thread: {e}");
+    let thread = spawned
+        .map_err(|e| log::warn!("cannot start the request counter thread: {e}"))
+        .ok();
+    Publisher {
+        mount_id,
+        stop,
+        thread,
+    }
+}
+
+impl Publisher {
+    /// Stops the thread, then removes the file (the thread could otherwise
+    /// write it again after the removal).
+    pub fn finish(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        if let Some(dir) = own_dir() {
+            let _ = fs::remove_file(dir.join(self.mount_id.to_string()));
+        }
     }
 }
 
@@ -122,13 +153,6 @@ pub fn delta(before: &Counts, after: &Counts) -> Counts {
         })
         .filter(|&(_, d)| d > 0)
         .collect()
-}
-
-/// Removes mount `mount_id`'s file (its server is done with it).
-pub fn remove(mount_id: u64) {
-    if let Some(dir) = own_dir() {
-        let _ = fs::remove_file(dir.join(mount_id.to_string()));
-    }
 }
 
 /// Removes the files of mounts that are gone (`live` = ids of live mounts).
