@@ -13,10 +13,17 @@ use crate::{Corrupt, Erofs};
 
 /// Decompressed extents kept for sequential readers.
 const ZCACHE_ENTRIES: usize = 32;
+/// Most compressed bytes read with one I/O for extents decoded straight
+/// into a reply.
+const RUN_BYTES: u64 = 2 << 20;
 /// Decompressed extents of the metabox inode kept (every inode lookup on a
 /// metabox image reads one), and the most bytes they may hold together.
 const MCACHE_ENTRIES: usize = 512;
 const MCACHE_BYTES: usize = 32 << 20;
+
+/// An extent with the device and offset its cluster starts at (`None`
+/// for one inline in its inode's metadata).
+type Located = (ZExtent, Option<(usize, u64)>);
 
 /// A decompressed extent: owning nid, logical start, bytes.
 pub(crate) type CachedExtent = (u64, u64, Arc<Vec<u8>>);
@@ -88,22 +95,18 @@ impl Erofs {
             // reply; only the one running past its end is kept for the
             // next request.
             while pos < end && self.cached_extent(inode.nid, pos).is_none() {
-                let next = self.map_extent(inode, &z, pos)?;
-                if next.la != pos
-                    || next.la + next.llen > end
-                    || next.partial
-                    || matches!(next.format, zmap::ZFormat::Fragment | zmap::ZFormat::Zeros)
-                {
+                let run = self.direct_run(inode, &z, pos, end)?;
+                if run.is_empty() {
                     break;
                 }
                 let at = (pos - offset) as usize;
-                let span = &mut out[at..at + next.llen as usize];
-                if self.decode_extent(inode, &next, span).is_err() {
+                let done = self.decode_run(inode, &run, &mut out[at..])?;
+                pos += done;
+                if done < run.iter().map(|(ext, _)| ext.llen).sum() {
                     // A stream longer than its extent needs room beyond
                     // it: the cached path below has that room.
                     break;
                 }
-                pos += next.llen;
             }
             if pos >= end {
                 break;
@@ -121,6 +124,80 @@ impl Erofs {
             }
         }
         Ok(out)
+    }
+
+    /// The extents from `pos` on that lie wholly before `end` and decode
+    /// straight into a reply, as long as their clusters follow each other
+    /// on one device (with where each starts there); empty if the first
+    /// does not qualify.
+    fn direct_run(&self, inode: &Inode, z: &ZInfo, mut pos: u64, end: u64) -> Result<Vec<Located>> {
+        let mut run: Vec<Located> = Vec::new();
+        let mut bytes = 0u64;
+        while pos < end && bytes < RUN_BYTES {
+            let next = self.map_extent(inode, z, pos)?;
+            if next.la != pos
+                || next.la + next.llen > end
+                || next.partial
+                || matches!(next.format, zmap::ZFormat::Fragment | zmap::ZFormat::Zeros)
+            {
+                break;
+            }
+            let at = if next.inline {
+                None
+            } else {
+                Some(self.resolve(0, next.pa, inode.pos)?)
+            };
+            if let Some((prev, prev_at)) = run.last() {
+                let follows = match (prev_at, at) {
+                    (Some((d0, p0)), Some((d1, p1))) => *d0 == d1 && p0 + prev.plen == p1,
+                    _ => false,
+                };
+                if !follows {
+                    break;
+                }
+            }
+            pos += next.llen;
+            bytes += next.plen;
+            let inline = at.is_none();
+            run.push((next, at));
+            if inline {
+                break;
+            }
+        }
+        Ok(run)
+    }
+
+    /// Decodes `run` (from [`Erofs::direct_run`]) into the front of `out`,
+    /// its clusters read with one I/O: through the block cache, every small
+    /// cluster cost a miss, a freshly allocated cached block and an
+    /// eviction. Returns how many bytes it decoded, which falls short of
+    /// the run where an extent did not decode in place.
+    fn decode_run(&self, inode: &Inode, run: &[Located], out: &mut [u8]) -> Result<u64> {
+        let (ext, at) = &run[0];
+        let Some((dev, p)) = *at else {
+            let span = &mut out[..ext.llen as usize];
+            return Ok(match self.decode_extent(inode, ext, span) {
+                Ok(()) => ext.llen,
+                Err(_) => 0,
+            });
+        };
+        let len: u64 = run.iter().map(|(ext, _)| ext.plen).sum();
+        let codec = self.codec();
+        with_scratch(&PIECE, |piece| -> Result<u64> {
+            let src = self.read_phys(dev, p, len as usize, piece)?;
+            let mut done = 0u64;
+            let mut from = 0usize;
+            for (ext, _) in run {
+                let cluster = &src[from..from + ext.plen as usize];
+                let span = &mut out[done as usize..(done + ext.llen) as usize];
+                if decompress::decompress_into(ext, cluster, &codec, span, false).is_err() {
+                    break;
+                }
+                from += ext.plen as usize;
+                done += ext.llen;
+            }
+            Ok(done)
+        })
     }
 
     /// The extent holding `ofs`: decompressed (from the cache or decoded
