@@ -20,6 +20,7 @@
 //! [`Error::Incompatible`]: foliofs_vfs::Error::Incompatible
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 // The on-disk structures have a public module each. Reading an image is
 // split by job, much as Linux splits its driver: opening the image and its

@@ -23,7 +23,7 @@ pub const TYPE_NONHEAD: u8 = 2;
 /// Logical cluster type: starts an extent of the second algorithm.
 pub const TYPE_HEAD2: u8 = 3;
 
-/// `Z_EROFS_LI_D0_CBLKCNT`: delta[0] holds a compressed block count.
+/// `Z_EROFS_LI_D0_CBLKCNT`: `delta[0]` holds a compressed block count.
 const D0_CBLKCNT: u32 = 1 << 11;
 /// `Z_EROFS_LI_PARTIAL_REF` (full indexes, head types): the extent is a
 /// prefix of its physical cluster's output (dedupe).
