@@ -475,14 +475,22 @@ fn zstd_window(frame: &[u8]) -> std::result::Result<u64, &'static str> {
 /// final block's end exactly where the extent ends, as the kernel checks; a
 /// partial one stops when the extent is full.
 fn deflate(stream: &[u8], dst: &mut [u8], partial: bool) -> std::result::Result<(), Decode> {
-    let mut inflater = flate2::Decompress::new(false);
-    let status = inflater
-        .decompress(stream, dst, flate2::FlushDecompress::Finish)
-        .map_err(|e| Decode::Invalid {
-            algorithm: Algorithm::Deflate,
-            reason: e.to_string(),
-        })?;
-    let decoded = inflater.total_out() as usize;
+    thread_local! {
+        // One inflater per server thread, reset for each stream: a new one
+        // allocates and sets up its window and tables for every cluster,
+        // which at 4 KiB clusters costs as much as the decoding.
+        static INFLATER: std::cell::RefCell<flate2::Decompress> =
+            std::cell::RefCell::new(flate2::Decompress::new(false));
+    }
+    let (status, decoded) = INFLATER.with_borrow_mut(|inflater| {
+        inflater.reset(false);
+        let status = inflater.decompress(stream, dst, flate2::FlushDecompress::Finish);
+        (status, inflater.total_out() as usize)
+    });
+    let status = status.map_err(|e| Decode::Invalid {
+        algorithm: Algorithm::Deflate,
+        reason: e.to_string(),
+    })?;
     let ended = status == flate2::Status::StreamEnd;
     if decoded == dst.len() && (ended || partial) {
         return Ok(());
