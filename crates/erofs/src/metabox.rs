@@ -83,8 +83,8 @@ impl Erofs {
             return Err(Error::corrupt(0, Corrupt::NoMetabox { nid }));
         };
         let len = buf.len() as u64;
-        if pos.checked_add(len).is_none_or(|end| end > metabox.size) {
-            return Err(Error::corrupt(
+        let outside = || {
+            Error::corrupt(
                 pos,
                 Corrupt::OutOfMetabox {
                     nid,
@@ -92,7 +92,10 @@ impl Erofs {
                     len,
                     size: metabox.size,
                 },
-            ));
+            )
+        };
+        if pos.checked_add(len).is_none_or(|end| end > metabox.size) {
+            return Err(outside());
         }
         let mut done = 0usize;
         with_scratch(&METABUF, |scratch| -> Result<()> {
@@ -100,15 +103,7 @@ impl Erofs {
                 let want = (buf.len() - done).min(1 << 20) as u32;
                 let got = self.read_inode(metabox, pos + done as u64, want, scratch)?;
                 if got.is_empty() {
-                    return Err(Error::corrupt(
-                        pos,
-                        Corrupt::OutOfMetabox {
-                            nid,
-                            pos,
-                            len,
-                            size: metabox.size,
-                        },
-                    ));
+                    return Err(outside());
                 }
                 buf[done..done + got.len()].copy_from_slice(got);
                 done += got.len();

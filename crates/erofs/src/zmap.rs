@@ -171,6 +171,22 @@ pub struct ZExtent {
     pub partial: bool,
 }
 
+impl ZExtent {
+    /// The tail of `inode` from `la` on, kept at `offset` of the packed
+    /// inode.
+    pub(crate) fn fragment(inode: &Inode, la: u64, offset: u64) -> ZExtent {
+        ZExtent {
+            la,
+            llen: inode.size - la,
+            pa: offset,
+            plen: inode.size - la,
+            inline: false,
+            format: ZFormat::Fragment,
+            partial: false,
+        }
+    }
+}
+
 impl Erofs {
     /// Reads the map header of compressed `inode`.
     pub(crate) fn zinfo(&self, inode: &Inode) -> Result<ZInfo> {
@@ -554,15 +570,7 @@ impl Erofs {
 
     /// Maps byte `ofs` (< size) of compressed `inode` to its whole extent.
     pub(crate) fn zmap(&self, inode: &Inode, z: &ZInfo, ofs: u64) -> Result<ZExtent> {
-        let fragment = |la: u64, offset: u64| ZExtent {
-            la,
-            llen: inode.size - la,
-            pa: offset,
-            plen: inode.size - la,
-            inline: false,
-            format: ZFormat::Fragment,
-            partial: false,
-        };
+        let fragment = |la: u64, offset: u64| ZExtent::fragment(inode, la, offset);
         if let Some(m) = &z.extents {
             return self.zmap_ext(inode, z, m, ofs);
         }

@@ -194,15 +194,7 @@ impl Erofs {
             if m.recsz > 4 {
                 offset |= rec.pa << 32;
             }
-            return Ok(ZExtent {
-                la,
-                llen: inode.size - la,
-                pa: offset,
-                plen: inode.size - la,
-                inline: false,
-                format: ZFormat::Fragment,
-                partial: false,
-            });
+            return Ok(ZExtent::fragment(inode, la, offset));
         }
         let plen = u64::from(rec.plen & PLEN_MASK);
         if plen == 0 {
