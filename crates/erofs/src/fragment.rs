@@ -45,15 +45,7 @@ impl Erofs {
         debug_assert_eq!(ext.format, ZFormat::Fragment);
         let packed = self.packed_inode(inode)?;
         if ext.pa.checked_add(ext.llen).is_none_or(|e| e > packed.size) {
-            return Err(Error::corrupt(
-                inode.pos,
-                Corrupt::FragmentOutOfPacked {
-                    nid: inode.nid,
-                    offset: ext.pa,
-                    len: ext.llen,
-                    packed_size: packed.size,
-                },
-            ));
+            return Err(out_of_packed(inode, ext, &packed));
         }
         Ok(packed)
     }
@@ -72,15 +64,7 @@ impl Erofs {
         let start = ext.pa + (pos - ext.la);
         let got = self.read_inode(&packed, start, len as u32, scratch)?;
         if got.len() != len {
-            return Err(Error::corrupt(
-                inode.pos,
-                Corrupt::FragmentOutOfPacked {
-                    nid: inode.nid,
-                    offset: ext.pa,
-                    len: ext.llen,
-                    packed_size: packed.size,
-                },
-            ));
+            return Err(out_of_packed(inode, ext, &packed));
         }
         Ok(got)
     }
@@ -99,4 +83,17 @@ impl Erofs {
             Ok(())
         })
     }
+}
+
+/// `ext` of `inode` runs past the end of the packed inode.
+fn out_of_packed(inode: &Inode, ext: &ZExtent, packed: &Inode) -> Error {
+    Error::corrupt(
+        inode.pos,
+        Corrupt::FragmentOutOfPacked {
+            nid: inode.nid,
+            offset: ext.pa,
+            len: ext.llen,
+            packed_size: packed.size,
+        },
+    )
 }
