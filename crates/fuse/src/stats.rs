@@ -68,18 +68,30 @@ ops! {
 /// Relaxed atomic adds: a few nanoseconds beside a round trip of tens of
 /// microseconds, so they stay on in every mount. Share it (`Arc`) with
 /// whatever publishes the counts while the mount is live.
+///
+/// Beside the requests it counts what the server sent unasked: data pushed
+/// into the kernel's page cache (`FUSE_NOTIFY_STORE`), as stores and as
+/// bytes in whole pages (what the kernel holds for them).
 #[derive(Debug)]
 pub struct RequestCounts {
     counts: Box<[AtomicU64]>,
+    pushes: AtomicU64,
+    pushed_bytes: AtomicU64,
 }
 
 impl Default for RequestCounts {
     fn default() -> Self {
         RequestCounts {
             counts: Op::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
+            pushes: AtomicU64::new(0),
+            pushed_bytes: AtomicU64::new(0),
         }
     }
 }
+
+/// The names [`RequestCounts::snapshot`] gives the push counts, after the
+/// opcodes.
+pub const PUSH_NAMES: [&str; 2] = ["push", "push_bytes"];
 
 impl RequestCounts {
     /// Counts one request of `op`.
@@ -92,15 +104,32 @@ impl RequestCounts {
         self.counts[op as usize].load(Ordering::Relaxed)
     }
 
-    /// Every opcode's count so far, in [`Op::ALL`] order (zeros included).
+    /// Counts one store of `bytes` (whole pages) pushed into the kernel.
+    pub fn pushed(&self, bytes: u64) {
+        self.pushes.fetch_add(1, Ordering::Relaxed);
+        self.pushed_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Stores pushed so far, and their bytes in whole pages.
+    pub fn pushes(&self) -> (u64, u64) {
+        (
+            self.pushes.load(Ordering::Relaxed),
+            self.pushed_bytes.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Every opcode's count so far, in [`Op::ALL`] order (zeros included),
+    /// then the push counts named [`PUSH_NAMES`].
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let (n, bytes) = self.pushes();
         Op::ALL
             .iter()
             .map(|&op| (op.name(), self.get(op)))
+            .chain([(PUSH_NAMES[0], n), (PUSH_NAMES[1], bytes)])
             .collect()
     }
 
-    /// All requests so far.
+    /// All requests so far (pushes are not requests).
     pub fn total(&self) -> u64 {
         Op::ALL.iter().map(|&op| self.get(op)).sum()
     }
@@ -132,16 +161,22 @@ mod tests {
         assert_eq!(c.get(Op::Write), 0);
         assert_eq!(c.total(), 4);
         assert_eq!(c.summary(), "lookup=2 create=1 other=1");
+        c.pushed(8192);
+        assert_eq!(c.total(), 4);
+        assert_eq!(
+            c.summary(),
+            "lookup=2 create=1 other=1 push=1 push_bytes=8192"
+        );
         let snap = c.snapshot();
-        assert_eq!(snap.len(), Op::ALL.len());
+        assert_eq!(snap.len(), Op::ALL.len() + PUSH_NAMES.len());
         assert_eq!(snap[0], ("lookup", 2));
     }
 
     #[test]
     fn names_are_unique() {
-        let mut names: Vec<_> = Op::ALL.iter().map(|o| o.name()).collect();
+        let mut names: Vec<_> = Op::ALL.iter().map(|o| o.name()).chain(PUSH_NAMES).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), Op::ALL.len());
+        assert_eq!(names.len(), Op::ALL.len() + PUSH_NAMES.len());
     }
 }
