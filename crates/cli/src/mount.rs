@@ -55,7 +55,8 @@ pub struct MountArgs {
     pub fstype: String,
     /// Comma-separated options: ro, rw, largeblocks, blocksize=N, directio,
     /// nodirectio, allow_other, uid=N, gid=N, umask=OCT, fsname=NAME, debug, writeback,
-    /// device=PATH, threads=N, and the usual noexec/noatime/sync.
+    /// device=PATH, threads=N, push=SIZE, nopush, record=FILE, prefetch=FILE,
+    /// and the usual noexec/noatime/sync.
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Serve in the foreground instead of returning once the mount is live.
@@ -83,6 +84,12 @@ struct Opened {
     writable: bool,
     /// The format's effective options, as `foliofs mounts` shows them.
     shown: String,
+    /// Bytes the server may push into the kernel unasked (0: none).
+    push_budget: u64,
+    /// `record=`: where the profile goes, and the image's key.
+    record: Option<(PathBuf, foliofs_fuse::ImageKey)>,
+    /// `prefetch=`: the profile to replay, if it is this image's.
+    profile: Option<Arc<foliofs_fuse::Profile>>,
 }
 
 pub fn run(mut args: MountArgs) -> anyhow::Result<i32> {
@@ -188,13 +195,76 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
     if let Some(m) = opts.umask {
         shown.push(format!("umask={m:04o}"));
     }
+    let (push_budget, record, profile) = profiles(source, opts)?;
+    if let Some((p, _)) = &record {
+        shown.push(format!("record={}", p.display()));
+    }
+    if profile.is_some() {
+        if let Some(p) = &opts.prefetch {
+            shown.push(format!("prefetch={}", p.display()));
+        }
+    }
+    if push_budget > 0 && record.is_none() {
+        shown.push(format!("push={}", format_size(push_budget)));
+    } else {
+        shown.push("nopush".to_owned());
+    }
     Ok(Opened {
         fs,
         format: image.format().name(),
         read_only: true,
         writable: false,
         shown: shown.join(","),
+        push_budget,
+        record,
+        profile,
     })
+}
+
+/// An image mount's push budget, the profile to record, and the profile to
+/// replay. A profile of another image (or one that cannot be read) is left
+/// out with a warning: the mount works as without it.
+#[allow(clippy::type_complexity)]
+fn profiles(
+    source: &Path,
+    opts: &MountOptions,
+) -> anyhow::Result<(
+    u64,
+    Option<(PathBuf, foliofs_fuse::ImageKey)>,
+    Option<Arc<foliofs_fuse::Profile>>,
+)> {
+    let budget = opts.push.unwrap_or(foliofs_fuse::push::DEFAULT_PUSH_BUDGET);
+    if opts.record.is_some() && opts.prefetch.is_some() {
+        bail!("mount options `record=` and `prefetch=` go on different mounts: a replayed run reads less than it needs");
+    }
+    if opts.record.is_none() && opts.prefetch.is_none() {
+        return Ok((budget, None, None));
+    }
+    let key = foliofs_fuse::ImageKey::of_image(source)
+        .with_context(|| format!("{}: cannot read it to key a profile", source.display()))?;
+    let mut record = None;
+    if let Some(p) = &opts.record {
+        let p = std::path::absolute(p).with_context(|| format!("{}: bad path", p.display()))?;
+        // Written at unmount: refuse now a place that cannot take it.
+        let mut tmp = p.as_os_str().to_owned();
+        tmp.push(".tmp");
+        File::create(&tmp)
+            .and_then(|_| std::fs::remove_file(&tmp))
+            .with_context(|| format!("record={}: cannot write there", p.display()))?;
+        record = Some((p, key));
+    }
+    let mut profile = None;
+    if let Some(p) = &opts.prefetch {
+        let p = std::path::absolute(p).with_context(|| format!("{}: bad path", p.display()))?;
+        match foliofs_fuse::Profile::load(&p, key) {
+            Ok(pr) => profile = Some(Arc::new(pr)),
+            Err(e) => log::warn!("prefetch= ignored: {e}"),
+        }
+        if profile.is_some() && budget == 0 {
+            log::warn!("prefetch= with nopush (push=0): the profile is not used");
+        }
+    }
+    Ok((budget, record, profile))
 }
 
 fn open_ramfs(opts: &MountOptions) -> anyhow::Result<Opened> {
@@ -215,6 +285,9 @@ fn open_ramfs(opts: &MountOptions) -> anyhow::Result<Opened> {
         read_only,
         writable: !read_only,
         shown,
+        push_budget: 0,
+        record: None,
+        profile: None,
     })
 }
 
@@ -432,6 +505,9 @@ fn serve(
             debug: opts.debug,
             writeback: opts.writeback,
             requests: Default::default(),
+            push_budget: opened.push_budget,
+            record: opened.record.clone(),
+            profile: opened.profile.clone(),
         },
     };
     let mounted = match foliofs_fuse::mount(opened.fs, &cfg) {

@@ -249,6 +249,9 @@ pub fn ramfs_options(o: &MountOptions) -> anyhow::Result<foliofs_ramfs::Options>
         (o.block_size == BlockSizeChoice::LargeBlocks, "largeblocks"),
         (!o.devices.is_empty(), "device"),
         (o.umask.is_some(), "umask"),
+        (o.push.is_some(), "push"),
+        (o.record.is_some(), "record"),
+        (o.prefetch.is_some(), "prefetch"),
     ] {
         if asked {
             bail!("mount option `{name}` is for images; ramfs does not take it");

@@ -18,6 +18,8 @@ pub mod fusermount;
 mod ids;
 pub mod options;
 pub mod privilege;
+pub mod profile;
+pub mod push;
 mod server;
 mod session;
 mod stats;
@@ -27,9 +29,10 @@ pub use convert::Overrides;
 pub use options::{
     format_size, parse_size, strip_helper_defaults, MountFlags, MountOptions, OptionError,
 };
+pub use profile::{ImageKey, Profile, ProfileError};
 pub use server::ServerConfig;
 pub use session::{
     find_mount, mount, mount_table, unmount, MountConfig, MountError, MountInfo, MountMethod,
     Mounted, FS_TYPE,
 };
-pub use stats::{Op, RequestCounts};
+pub use stats::{Op, RequestCounts, PUSH_NAMES};

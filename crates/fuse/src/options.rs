@@ -82,6 +82,14 @@ pub struct MountOptions {
     pub flags: MountFlags,
     /// `auto_unmount`: the mount goes away when its server dies.
     pub auto_unmount: bool,
+    /// `push=SIZE` / `nopush` (`Some(0)`): bytes an image mount may push
+    /// into the kernel's page cache before they are read; the mount
+    /// command's default when `None`.
+    pub push: Option<u64>,
+    /// `record=FILE`: write a start-up profile of this mount at unmount.
+    pub record: Option<PathBuf>,
+    /// `prefetch=FILE`: replay a start-up profile of the same image.
+    pub prefetch: Option<PathBuf>,
     /// Options this parser does not know, `(key, value)`, in the order given.
     pub extra: Vec<(String, Option<String>)>,
     /// Every key given, in order, whichever field took it (also those left
@@ -272,6 +280,26 @@ impl MountOptions {
                 flag(value)?;
                 self.auto_unmount = true;
             }
+            "push" => {
+                let v = need(key, value)?;
+                let n = parse_size(v).map_err(|e| OptionError::bad(key, format!("`{v}`: {e}")))?;
+                self.push = Some(n);
+            }
+            "nopush" => {
+                flag(value)?;
+                self.push = Some(0);
+            }
+            "record" => self.record = Some(PathBuf::from(need(key, value)?)),
+            "prefetch" => {
+                let v = need(key, value)?;
+                if v == "all" {
+                    return Err(OptionError::bad(
+                        key,
+                        "prefetch=all is for images in object storage",
+                    ));
+                }
+                self.prefetch = Some(PathBuf::from(v));
+            }
             "exec" | "noexec" => {
                 flag(value)?;
                 self.flags.noexec = key == "noexec";
@@ -429,6 +457,21 @@ mod tests {
     }
 
     #[test]
+    fn push_and_profile_options() {
+        let o = MountOptions::parse("push=64M,record=/tmp/p,prefetch=/tmp/q").unwrap();
+        assert_eq!(o.push, Some(64 << 20));
+        assert_eq!(o.record, Some(PathBuf::from("/tmp/p")));
+        assert_eq!(o.prefetch, Some(PathBuf::from("/tmp/q")));
+        assert_eq!(MountOptions::parse("push=1M,nopush").unwrap().push, Some(0));
+        assert_eq!(MountOptions::parse("").unwrap().push, None);
+        for s in ["push=", "push=x", "nopush=1", "record=", "prefetch="] {
+            assert!(MountOptions::parse(s).is_err(), "{s}");
+        }
+        let e = MountOptions::parse("prefetch=all").unwrap_err().to_string();
+        assert!(e.contains("object storage"), "{e}");
+    }
+
+    #[test]
     fn auto_unmount_is_an_option() {
         assert!(MountOptions::parse("auto_unmount").unwrap().auto_unmount);
         assert!(!MountOptions::parse("").unwrap().auto_unmount);
@@ -582,6 +625,10 @@ mod tests {
             "writeback",
             "nowriteback",
             "threads=2",
+            "push=1M",
+            "nopush",
+            "record=/p",
+            "prefetch=/p",
             "noexec",
             "noatime",
             "sync",

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,6 +18,8 @@ use fuser::{
 
 use crate::convert::{ctx, errno, file_attr, fuser_kind, time_set, Overrides};
 use crate::ids::IdMap;
+use crate::profile::{ImageKey, Profile, Recorder};
+use crate::push::{PushSetup, Pusher};
 use crate::stats::{Op, RequestCounts};
 
 thread_local! {
@@ -43,6 +45,15 @@ pub struct ServerConfig {
     /// Where the server counts its requests by opcode; the caller keeps a
     /// clone to publish them while the mount is live.
     pub requests: Arc<RequestCounts>,
+    /// Bytes the mount may push into the kernel's page cache before they
+    /// are asked for (`push=`); 0 pushes nothing. Only read-only mounts
+    /// push (see [`crate::push`]).
+    pub push_budget: u64,
+    /// `record=FILE`: the file the start-up profile is written to at
+    /// unmount, and the key of the image it is recorded on.
+    pub record: Option<(PathBuf, ImageKey)>,
+    /// `prefetch=FILE`: a profile of this image to replay.
+    pub profile: Option<Arc<Profile>>,
 }
 
 /// The adapter between fuser's callbacks and the file system.
@@ -57,6 +68,10 @@ pub(crate) struct Server {
     /// The session's notifier, once the session exists (see
     /// [`Server::notifier_slot`]).
     notifier: Arc<OnceLock<fuser::Notifier>>,
+    /// Pushes file data into the kernel (read-only mounts with a budget).
+    pusher: Option<Pusher>,
+    /// Records the start-up profile (`record=`).
+    recorder: Option<Recorder>,
 }
 
 /// The attributes of a negative entry: node 0 tells the kernel the name is
@@ -105,13 +120,44 @@ impl Server {
         // pages of the range in place (stale reads, and dirty mmap pages
         // written back over the newer data later).
         let direct_writes = !cfg.read_only && !cfg.writeback && kernel_at_least(6, 6);
+        let notifier = Arc::new(OnceLock::new());
+        let recorder = cfg
+            .record
+            .clone()
+            .map(|(path, key)| Recorder::new(path, key));
+        // A recording run pushes nothing: a pushed page is read without a
+        // READ, so the profile would miss it.
+        let pusher = (cfg.read_only && cfg.push_budget > 0 && recorder.is_none())
+            .then(|| {
+                Pusher::start(PushSetup {
+                    fs: fs.clone(),
+                    ids,
+                    notifier: notifier.clone(),
+                    budget: cfg.push_budget,
+                    profile: cfg.profile.clone(),
+                    counts: cfg.requests.clone(),
+                })
+            })
+            .flatten();
         Server {
             fs,
             ids,
             requests: cfg.requests.clone(),
             cfg,
             direct_writes,
-            notifier: Arc::new(OnceLock::new()),
+            notifier,
+            pusher,
+            recorder,
+        }
+    }
+
+    /// The reply giving the kernel inode `a` has been sent: a small file's
+    /// data (or what the profile read of it) may follow it in.
+    fn known(&self, a: &Attr) {
+        if let Some(p) = &self.pusher {
+            if a.kind == vfs::FileType::RegularFile && p.wants(a.ino, a.size) {
+                p.known(a.ino);
+            }
         }
     }
 
@@ -260,11 +306,21 @@ impl fuser::Filesystem for Server {
             // itself when it does. Saves a LOOKUP per repeated miss (stat
             // of a missing file, a create without O_EXCL after a check).
             Err(Error::NotFound) => reply.entry(&self.cfg.ttl, &missing(), Generation(0)),
+            Ok(a) => {
+                self.reply_entry(Ok(a), reply);
+                if let Some(r) = &self.recorder {
+                    r.lookup(a.ino);
+                }
+                self.known(&a);
+            }
             r => self.reply_entry(r, reply),
         }
     }
 
     fn destroy(&mut self) {
+        if let Some(r) = &self.recorder {
+            r.save();
+        }
         // What the mount cost in round trips, once, as it goes away.
         let summary = self.requests.summary();
         if self.cfg.debug {
@@ -518,10 +574,18 @@ impl fuser::Filesystem for Server {
         self.requests.bump(Op::Read);
         self.log(format_args!("read({}, {offset}, {size})", ino.0));
         let ino = self.ino(ino);
+        if let Some(p) = &self.pusher {
+            p.reading(ino);
+        }
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             match self.fs.read(ino, offset, size, &mut s) {
-                Ok(data) => reply.data(data),
+                Ok(data) => {
+                    if let Some(r) = &self.recorder {
+                        r.read(ino, offset, data.len() as u64);
+                    }
+                    reply.data(data)
+                }
                 Err(e) => {
                     log::warn!("read of inode {ino} at {offset}: {e}");
                     reply.error(errno(&e))
@@ -738,6 +802,7 @@ impl fuser::Filesystem for Server {
         self.fs.prefetch_dir(dir, off - 2);
         let mut failed = None;
         let mut added = 0usize;
+        let mut known = Vec::new();
         let r = self.fs.readdir(dir, off - 2, &mut |e| {
             // The kernel counts every entry of a readdirplus reply as a
             // lookup (and forgets it later), so the entry is looked up, which
@@ -765,6 +830,9 @@ impl fuser::Filesystem for Server {
                 self.fs.forget(a.ino, 1);
             } else {
                 added += 1;
+                if self.pusher.is_some() {
+                    known.push(a);
+                }
             }
             full
         });
@@ -781,6 +849,10 @@ impl fuser::Filesystem for Server {
                 }
             }
             (Ok(()), None) => reply.ok(),
+        }
+        // The kernel makes an inode of every entry sent.
+        for a in &known {
+            self.known(a);
         }
     }
 
