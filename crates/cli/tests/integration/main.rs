@@ -1,7 +1,8 @@
 //! foliofs's integration tests, one binary: the built `foliofs` command and
 //! the libraries against the source trees, the reference tools and the
 //! kernel's own drivers. One module per format, `user` for mounts by a
-//! user; `common` holds what they share (bounded runs, the mount guard,
+//! user, `push` for data pushed ahead and start-up profiles; `common`
+//! holds what they share (bounded runs, the mount guard,
 //! fixtures, walks, the romfs oracle).
 
 #[macro_use]
@@ -11,6 +12,7 @@ mod bench;
 mod cli;
 mod erofs;
 mod harness;
+mod push;
 mod ramfs;
 mod romfs;
 mod user;

@@ -1,0 +1,331 @@
+//! Data pushed into the kernel before it is read (`push=`, `nopush`) and
+//! start-up profiles (`record=`, `prefetch=`): what a reader gets is the
+//! source's bytes, pushed pages save READ requests (counted by the
+//! server, `foliofs mounts --stats`), the push budget holds, and a profile
+//! of another image is refused with a warning.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Mount, TEST_USER};
+
+/// A tree of small files (what is pushed without a profile), a few
+/// larger ones, in a few directories, where a user can read it.
+fn source(root: &Path) -> PathBuf {
+    let src = root.join("src");
+    for d in 0..4u64 {
+        let dir = src.join(format!("d{d}"));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..12u64 {
+            let size = 1 + (d * 12 + f) * 2_731 % 100_000;
+            common::write_random_file(&dir.join(format!("f{f}")), size, d * 100 + f);
+        }
+    }
+    common::write_random_file(&src.join("d0/large"), 3 << 20, 77);
+    src
+}
+
+/// `relative path -> bytes` of every regular file under `dir`, read in
+/// directory order (a start-up reads its files that way).
+fn read_all(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                todo.push(e.path());
+            } else if t.is_file() {
+                let rel = e.path().strip_prefix(dir).unwrap().to_owned();
+                out.insert(rel, fs::read(e.path()).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// Lists every directory under `dir` (READDIRPLUS: the kernel gets every
+/// inode, and the server may push after each reply).
+fn list_all(dir: &Path) {
+    for e in fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            list_all(&e.path());
+        }
+    }
+}
+
+/// The mount's counts from `foliofs mounts --stats`, once two reads a
+/// little apart agree (the server writes them every 100 ms).
+fn counts(mnt: &Path) -> BTreeMap<String, u64> {
+    let once = || {
+        let out = common::foliofs_ok(["mounts", "--stats"]);
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let mnt = mnt.to_string_lossy().into_owned();
+        let mut lines = text.lines();
+        lines.find(|l| l.split_whitespace().nth(1) == Some(mnt.as_str()));
+        let stats = lines
+            .next()
+            .and_then(|l| l.trim().strip_prefix("requests:"))
+            .unwrap_or_else(|| panic!("no counts for {mnt} in:\n{text}"))
+            .to_owned();
+        stats
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.parse().unwrap()))
+            .collect::<BTreeMap<String, u64>>()
+    };
+    let mut last = once();
+    for _ in 0..30 {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = once();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+fn get(c: &BTreeMap<String, u64>, k: &str) -> u64 {
+    c.get(k).copied().unwrap_or(0)
+}
+
+/// Mounts `img` with `opts`, lists it, lets the pusher finish, reads every
+/// file; returns the bytes read and the counts.
+fn run(img: &Path, opts: &str) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<String, u64>) {
+    let m = Mount::new(img, None, opts).unwrap_or_else(|e| panic!("-o {opts}: {e}"));
+    list_all(m.path());
+    counts(m.path());
+    let got = read_all(m.path());
+    let c = counts(m.path());
+    m.unmount().unwrap();
+    (got, c)
+}
+
+fn images(tmp: &Path, src: &Path) -> Vec<PathBuf> {
+    let romfs = tmp.join("tree.romfs");
+    foliofs_romfs::mkfs::build(
+        src,
+        &romfs,
+        &foliofs_romfs::mkfs::MkfsOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    let mut v = vec![romfs];
+    if common::have("mkfs.erofs", &["mkfs.erofs"]) {
+        let erofs = tmp.join("tree.erofs");
+        common::mkfs_erofs::<&str>(&[], &erofs, src);
+        v.push(erofs);
+    }
+    v
+}
+
+#[test]
+fn pushed_pages_are_the_sources_bytes_and_save_reads() {
+    require!("fuse");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source(tmp.path());
+    let want = read_all(&src);
+    for img in images(tmp.path(), &src) {
+        for io in ["", "directio"] {
+            let opts = |o: &str| {
+                [io, o]
+                    .iter()
+                    .filter(|s| !s.is_empty())
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let what = format!("{} -o {}", img.display(), opts("nopush"));
+            let (got, plain) = run(&img, &opts("nopush"));
+            assert!(got == want, "{what}: bytes differ from the source");
+            assert_eq!(get(&plain, "push"), 0, "{what}: {plain:?}");
+            let what = format!("{} -o {}", img.display(), opts(""));
+            let (got, pushed) = run(&img, &opts(""));
+            assert!(got == want, "{what}: bytes differ from the source");
+            // 48 small files are pushed whole; the kernel drops a store
+            // that overtakes the inode it is for, so not every push lands.
+            assert!(get(&pushed, "push") >= 24, "{what}: {pushed:?}");
+            assert!(
+                get(&pushed, "read") + 24 <= get(&plain, "read"),
+                "{what}: pushed {pushed:?}, plain {plain:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn pushes_stop_at_the_budget() {
+    require!("fuse");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source(tmp.path());
+    let want = read_all(&src);
+    for img in images(tmp.path(), &src) {
+        let (got, c) = run(&img, "push=200K");
+        assert!(
+            got == want,
+            "{}: bytes differ from the source",
+            img.display()
+        );
+        let bytes = get(&c, "push_bytes");
+        assert!(get(&c, "push") > 0, "{}: {c:?}", img.display());
+        assert!(bytes <= 200 << 10, "{}: {c:?}", img.display());
+    }
+}
+
+#[test]
+fn ramfs_refuses_push_and_profiles() {
+    require!("fuse");
+    for o in ["push=1M", "nopush", "record=/tmp/p", "prefetch=/tmp/p"] {
+        let e = Mount::new(Path::new("none"), Some("ramfs"), o)
+            .err()
+            .unwrap_or_else(|| panic!("{o} accepted"));
+        assert!(e.contains("ramfs does not take it"), "{o}: {e}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = images(tmp.path(), &source(tmp.path())).remove(0);
+    let e = Mount::new(&img, None, "prefetch=all").err().unwrap();
+    assert!(
+        e.contains("prefetch=all is for images in object storage"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_recorded_profile_replays_the_same_bytes_with_fewer_reads() {
+    require!("fuse");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source(tmp.path());
+    let want = read_all(&src);
+    for img in images(tmp.path(), &src) {
+        let profile = tmp.path().join("start.profile");
+        let what = img.display().to_string();
+        // Reads without listing first: LOOKUPs, as a program start-up.
+        let m = Mount::new(&img, None, &format!("record={}", profile.display())).unwrap();
+        assert!(read_all(m.path()) == want, "{what}: recording run");
+        let recorded = counts(m.path());
+        assert_eq!(get(&recorded, "push"), 0, "{what}: a recording run pushes");
+        m.unmount().unwrap();
+        let text = fs::read_to_string(&profile).unwrap();
+        assert!(text.starts_with("foliofs-profile 1\nimage size="), "{text}");
+        // Every file read is in it, the large one with all its bytes.
+        assert!(text.lines().count() >= 2 + want.len(), "{text}");
+        assert!(text.contains(&format!(" 0+{}", 3 << 20)), "{text}");
+
+        let (_, plain) = run(&img, "nopush");
+        let (got, replayed) = run(&img, &format!("prefetch={}", profile.display()));
+        assert!(got == want, "{what}: replayed bytes differ from the source");
+        assert!(
+            get(&replayed, "read") < get(&plain, "read"),
+            "{what}: replayed {replayed:?}, plain {plain:?}"
+        );
+        // The large file was pushed too (more than the small-file limit).
+        assert!(
+            get(&replayed, "push_bytes") > 3 << 20,
+            "{what}: {replayed:?}"
+        );
+        fs::remove_file(&profile).unwrap();
+    }
+}
+
+#[test]
+fn a_profile_of_another_image_is_ignored_with_a_warning() {
+    require!("fuse");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source(tmp.path());
+    let want = read_all(&src);
+    let img = images(tmp.path(), &src).remove(0);
+    let profile = tmp.path().join("p");
+    let m = Mount::new(&img, None, &format!("record={}", profile.display())).unwrap();
+    read_all(m.path());
+    m.unmount().unwrap();
+    // The same tree with one file changed: another image.
+    fs::write(src.join("d1/f0"), b"changed").unwrap();
+    let other = tmp.path().join("other.romfs");
+    foliofs_romfs::mkfs::build(
+        &src,
+        &other,
+        &foliofs_romfs::mkfs::MkfsOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let _guard = scopeguard(mnt.path());
+    let out = common::foliofs([
+        std::ffi::OsString::from("mount"),
+        "-o".into(),
+        format!("prefetch={}", profile.display()).into(),
+        other.clone().into(),
+        mnt.path().into(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("prefetch= ignored") && err.contains("recorded on another image"),
+        "{err}"
+    );
+    let mut want = want;
+    want.insert(PathBuf::from("d1/f0"), b"changed".to_vec());
+    assert!(read_all(mnt.path()) == want, "bytes differ from the source");
+}
+
+/// Unmounts `dir` when dropped, whatever the test did.
+struct Unmounter(PathBuf);
+
+impl Drop for Unmounter {
+    fn drop(&mut self) {
+        common::force_unmount(&self.0);
+    }
+}
+
+fn scopeguard(dir: &Path) -> Unmounter {
+    Unmounter(dir.to_owned())
+}
+
+#[test]
+fn a_user_records_a_profile() {
+    require!("user-fuse");
+    let tmp = tempfile::tempdir().unwrap();
+    common::open_to_all(tmp.path());
+    let src = source(tmp.path());
+    let img = images(tmp.path(), &src).remove(0);
+    let dir = common::user_tempdir(TEST_USER);
+    let profile = dir.path().join("start.profile");
+    let m = Mount::as_user(
+        TEST_USER,
+        &img,
+        None,
+        &format!("record={}", profile.display()),
+    )
+    .unwrap();
+    let out = common::sh_as_user(
+        TEST_USER,
+        r#"find "$1" -type f -exec cat {} + > /dev/null"#,
+        &[m.path()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    m.unmount().unwrap();
+    let text = fs::read_to_string(&profile).unwrap();
+    assert!(text.starts_with("foliofs-profile 1\n"), "{text}");
+    assert!(text.lines().count() > 40, "{text}");
+    let m = Mount::as_user(
+        TEST_USER,
+        &img,
+        None,
+        &format!("prefetch={}", profile.display()),
+    )
+    .unwrap();
+    let got = common::listing(Some(TEST_USER), m.path());
+    assert_eq!(got, common::listing(None, &src));
+    m.unmount().unwrap();
+}
