@@ -13,6 +13,7 @@
 
 mod cache;
 mod error;
+pub mod remote;
 mod store;
 
 use std::sync::Arc;
@@ -107,6 +108,9 @@ pub struct OpenOptions {
     pub io_mode: IoMode,
     /// Bytes of block cache.
     pub cache_bytes: usize,
+    /// How an image in object storage is fetched and cached (for sources
+    /// that [`remote::is_remote`] recognises).
+    pub remote: remote::RemoteOptions,
 }
 
 impl Default for OpenOptions {
@@ -115,6 +119,7 @@ impl Default for OpenOptions {
             block_size: BlockSizeChoice::Default,
             io_mode: IoMode::Buffered,
             cache_bytes: DEFAULT_CACHE_BYTES,
+            remote: remote::RemoteOptions::default(),
         }
     }
 }

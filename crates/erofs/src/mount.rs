@@ -58,6 +58,7 @@ impl Erofs {
             block_size: BlockSizeChoice::Fixed(4096),
             io_mode: opts.io_mode,
             cache_bytes: 1 << 20,
+            remote: opts.remote.clone(),
         };
         let probe = BlockDev::open(path, &probe_opts, 4096)?;
         let too_small = |e: Error| match e {

@@ -1,0 +1,33 @@
+//! Images in object storage: `s3://BUCKET/KEY`, `https://HOST/PATH` (and
+//! `http://` when asked for), read in chunks through a local disk cache.
+
+mod options;
+
+use std::path::Path;
+
+pub use options::{RemoteOptions, DEFAULT_CHUNK};
+
+/// Whether an image source names an object rather than a local path: it
+/// starts with `s3://`, `https://` or `http://`. A local file whose path
+/// starts so is still reachable as `./s3://...`.
+pub fn is_remote(source: &Path) -> bool {
+    let s = source.as_os_str().as_encoded_bytes();
+    [&b"s3://"[..], b"https://", b"http://"]
+        .iter()
+        .any(|scheme| s.len() > scheme.len() && s[..scheme.len()].eq_ignore_ascii_case(scheme))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_told_from_paths() {
+        for url in ["s3://b/k", "https://h/p", "http://h/p", "S3://b/k"] {
+            assert!(is_remote(Path::new(url)), "{url}");
+        }
+        for path in ["./s3://b/k", "image.erofs", "/dev/vdb", "s3://", "s3:/b/k"] {
+            assert!(!is_remote(Path::new(path)), "{path}");
+        }
+    }
+}
