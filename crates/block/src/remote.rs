@@ -2,10 +2,13 @@
 //! `http://` when asked for), read in chunks through a local disk cache.
 
 mod options;
+#[allow(dead_code)] // used by the remote object, still to come
+mod stats;
 
 use std::path::Path;
 
 pub use options::{RemoteOptions, DEFAULT_CHUNK};
+pub use stats::{stats, RemoteStats};
 
 /// Whether an image source names an object rather than a local path: it
 /// starts with `s3://`, `https://` or `http://`. A local file whose path
@@ -18,7 +21,8 @@ pub fn is_remote(source: &Path) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+#[cfg(test)]
+mod scheme_tests {
     use super::*;
 
     #[test]

@@ -1,0 +1,85 @@
+//! Process-wide counters of remote reads (one mount is one process, so
+//! these are the mount's).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// What remote images have cost so far in this process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoteStats {
+    /// Bytes handed to readers.
+    pub bytes_read: u64,
+    /// Bytes received from the backend (chunk bodies).
+    pub bytes_fetched: u64,
+    /// Chunks read from the disk cache.
+    pub cache_hits: u64,
+    /// Chunks a reader needed that were not in the cache.
+    pub cache_misses: u64,
+    /// Fetches that failed for good (after their retries).
+    pub fetch_errors: u64,
+    /// Requests sent again after a transient failure.
+    pub retries: u64,
+}
+
+impl std::fmt::Display for RemoteStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "read {} B, fetched {} B, cache hits {}, misses {}, fetch errors {}, retries {}",
+            self.bytes_read,
+            self.bytes_fetched,
+            self.cache_hits,
+            self.cache_misses,
+            self.fetch_errors,
+            self.retries
+        )
+    }
+}
+
+/// One counter of [`RemoteStats`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Stat {
+    BytesRead,
+    BytesFetched,
+    CacheHits,
+    CacheMisses,
+    FetchErrors,
+    Retries,
+}
+
+/// A set of counters: one per process ([`stats`]) and one per object
+/// (what tests look at, since tests share the process).
+#[derive(Debug, Default)]
+pub(crate) struct Counters([AtomicU64; 6]);
+
+impl Counters {
+    pub(crate) const fn new() -> Counters {
+        Counters([const { AtomicU64::new(0) }; 6])
+    }
+
+    /// Adds `n` to `stat` here and in the process's counters.
+    pub(crate) fn add(&self, stat: Stat, n: u64) {
+        self.0[stat as usize].fetch_add(n, Relaxed);
+        if !std::ptr::eq(self, &GLOBAL) {
+            GLOBAL.0[stat as usize].fetch_add(n, Relaxed);
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> RemoteStats {
+        let get = |s: Stat| self.0[s as usize].load(Relaxed);
+        RemoteStats {
+            bytes_read: get(Stat::BytesRead),
+            bytes_fetched: get(Stat::BytesFetched),
+            cache_hits: get(Stat::CacheHits),
+            cache_misses: get(Stat::CacheMisses),
+            fetch_errors: get(Stat::FetchErrors),
+            retries: get(Stat::Retries),
+        }
+    }
+}
+
+static GLOBAL: Counters = Counters::new();
+
+/// The counters of every remote image this process has read.
+pub fn stats() -> RemoteStats {
+    GLOBAL.snapshot()
+}
