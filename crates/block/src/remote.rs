@@ -1,14 +1,20 @@
 //! Images in object storage: `s3://BUCKET/KEY`, `https://HOST/PATH` (and
 //! `http://` when asked for), read in chunks through a local disk cache.
 
+#[allow(dead_code)] // used by the remote object, still to come
+mod credentials;
 mod options;
 #[allow(dead_code)] // used by the remote object, still to come
 mod stats;
+#[allow(dead_code)] // used by the remote object, still to come
+mod url;
 
 use std::path::Path;
 
+pub use credentials::{AwsConfig, Credentials};
 pub use options::{RemoteOptions, DEFAULT_CHUNK};
 pub use stats::{stats, RemoteStats};
+pub use url::{redact, UrlError};
 
 /// Whether an image source names an object rather than a local path: it
 /// starts with `s3://`, `https://` or `http://`. A local file whose path
