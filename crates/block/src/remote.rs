@@ -2,6 +2,8 @@
 //! `http://` when asked for), read in chunks through a local disk cache.
 
 #[allow(dead_code)] // used by the remote object, still to come
+mod cache;
+#[allow(dead_code)] // used by the remote object, still to come
 mod client;
 #[allow(dead_code)] // used by the remote object, still to come
 mod credentials;
