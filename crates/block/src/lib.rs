@@ -164,7 +164,7 @@ impl BlockDev {
         opts: &OpenOptions,
         default_block_size: u32,
     ) -> Result<BlockDev> {
-        let store = Store::open(path, opts.io_mode)?;
+        let store = Store::open(path, opts)?;
         let bs = opts.block_size.resolve(store.size(), default_block_size)?;
         BlockDev::new(store, bs, opts.cache_bytes)
     }

@@ -1,21 +1,18 @@
 //! Images in object storage: `s3://BUCKET/KEY`, `https://HOST/PATH` (and
 //! `http://` when asked for), read in chunks through a local disk cache.
 
-#[allow(dead_code)] // used by the remote object, still to come
 mod cache;
-#[allow(dead_code)] // used by the remote object, still to come
 mod client;
-#[allow(dead_code)] // used by the remote object, still to come
 mod credentials;
+mod object;
 mod options;
-#[allow(dead_code)] // used by the remote object, still to come
 mod stats;
-#[allow(dead_code)] // used by the remote object, still to come
 mod url;
 
 use std::path::Path;
 
 pub use credentials::{AwsConfig, Credentials};
+pub use object::{check_chunk, RemoteObject, MAX_CHUNK, MIN_CHUNK};
 pub use options::{RemoteOptions, DEFAULT_CHUNK};
 pub use stats::{stats, RemoteStats};
 pub use url::{redact, UrlError};
@@ -31,6 +28,8 @@ pub fn is_remote(source: &Path) -> bool {
 }
 
 #[cfg(test)]
+mod tests;
+
 #[cfg(test)]
 mod scheme_tests {
     use super::*;

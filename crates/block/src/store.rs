@@ -1,12 +1,17 @@
-//! The backing store: an image file or a block device, read with `pread`.
+//! The backing store: an image file or a block device, read with `pread`,
+//! or an object in remote storage read through its disk cache.
 
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use foliofs_vfs::{Error, Result};
+
+use crate::remote::{self, RemoteObject};
+use crate::OpenOptions;
 
 /// How the backing file is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -20,10 +25,19 @@ pub enum IoMode {
     Direct,
 }
 
-/// An open image file or block device.
+/// What a store reads.
+#[derive(Debug)]
+enum Backing {
+    File(File),
+    Remote(Arc<RemoteObject>),
+}
+
+/// An open image file, block device or remote object.
 #[derive(Debug)]
 pub struct Store {
-    file: File,
+    backing: Backing,
+    /// The path, or for a remote object its URL as shown (no query string
+    /// or user info), so messages built from it carry no secret.
     path: PathBuf,
     size: u64,
     mode: IoMode,
@@ -34,10 +48,17 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens `path` read-only. With [`IoMode::Direct`], a backing file that
-    /// refuses `O_DIRECT` (at open or at the first read) is read buffered
-    /// instead, with a warning, as the kernel's file-backed mounts do.
-    pub fn open(path: &Path, mode: IoMode) -> Result<Store> {
+    /// Opens `path` read-only, with `opts.io_mode`; a path that
+    /// [`remote::is_remote`] recognises is a URL, opened with `opts.remote`
+    /// (and never with `O_DIRECT`: it is read through its disk cache). With
+    /// [`IoMode::Direct`], a backing file that refuses `O_DIRECT` (at open
+    /// or at the first read) is read buffered instead, with a warning, as
+    /// the kernel's file-backed mounts do.
+    pub fn open(path: &Path, opts: &OpenOptions) -> Result<Store> {
+        if remote::is_remote(path) {
+            return Self::open_remote(path, opts);
+        }
+        let mode = opts.io_mode;
         let io_err = |source: io::Error| Error::Io { offset: 0, source };
         let plain = File::open(path).map_err(|e| Error::Io {
             offset: 0,
@@ -58,7 +79,7 @@ impl Store {
             });
         };
         let mut store = Store {
-            file: plain,
+            backing: Backing::File(plain),
             path: path.to_owned(),
             size,
             mode: IoMode::Buffered,
@@ -68,7 +89,7 @@ impl Store {
         if mode == IoMode::Direct {
             match Self::open_direct(path, size) {
                 Ok((file, align)) => {
-                    store.file = file;
+                    store.backing = Backing::File(file);
                     store.mode = IoMode::Direct;
                     store.dio_align = align;
                 }
@@ -82,6 +103,42 @@ impl Store {
             }
         }
         Ok(store)
+    }
+
+    fn open_remote(path: &Path, opts: &OpenOptions) -> Result<Store> {
+        let invalid = |why: String| Error::Io {
+            offset: 0,
+            source: io::Error::new(io::ErrorKind::InvalidInput, why),
+        };
+        let Some(url) = path.to_str() else {
+            return Err(invalid(format!(
+                "{}: a URL must be valid UTF-8",
+                remote::redact(&path.to_string_lossy())
+            )));
+        };
+        if opts.io_mode == IoMode::Direct {
+            return Err(invalid(format!(
+                "{}: `directio` does not apply to an image in object storage (it is read through its disk cache)",
+                remote::redact(url)
+            )));
+        }
+        let object = RemoteObject::open(url, &opts.remote)?;
+        Ok(Store {
+            path: PathBuf::from(object.shown()),
+            size: object.size(),
+            backing: Backing::Remote(object),
+            mode: IoMode::Buffered,
+            dio_align: 1,
+            fallback: None,
+        })
+    }
+
+    /// The remote object behind this store, if it is one.
+    pub fn remote(&self) -> Option<&Arc<RemoteObject>> {
+        match &self.backing {
+            Backing::Remote(o) => Some(o),
+            Backing::File(_) => None,
+        }
     }
 
     fn open_direct(path: &Path, size: u64) -> std::result::Result<(File, u32), String> {
@@ -106,7 +163,8 @@ impl Store {
         self.size
     }
 
-    /// The path it was opened from.
+    /// The path it was opened from (for a remote object, its URL without
+    /// query string or user info).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -131,9 +189,13 @@ impl Store {
     /// caller passes aligned offset, length and memory; the end of the file
     /// may fall inside `buf`, and only then does this return fewer bytes.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let file = match &self.backing {
+            Backing::File(f) => f,
+            Backing::Remote(o) => return o.read_at(buf, offset),
+        };
         let mut done = 0;
         while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+            match file.read_at(&mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -169,8 +231,14 @@ impl Store {
     /// reads of the range then find it there, or in flight. Many such hints at once keep the
     /// device busy with several requests where one reader would wait for
     /// each in turn. Buffered stores only: direct reads bypass the page
-    /// cache, so there is nothing to fill.
+    /// cache, so there is nothing to fill. A remote store queues the chunks
+    /// of the range for its fetch threads (after the reads someone waits
+    /// for).
     pub fn will_need(&self, offset: u64, len: u64) {
+        let file = match &self.backing {
+            Backing::File(f) => f,
+            Backing::Remote(o) => return o.will_need(offset, len),
+        };
         if self.mode != IoMode::Buffered || len == 0 || offset >= self.size {
             return;
         }
@@ -181,13 +249,17 @@ impl Store {
         // SAFETY: posix_fadvise reads only its integer arguments. It is a
         // hint: a failure changes nothing, so its result is not needed.
         unsafe {
-            libc::posix_fadvise(self.file.as_raw_fd(), off, len, libc::POSIX_FADV_WILLNEED);
+            libc::posix_fadvise(file.as_raw_fd(), off, len, libc::POSIX_FADV_WILLNEED);
         }
     }
 
-    /// The raw descriptor (for `posix_fadvise` and the like).
-    pub fn raw_fd(&self) -> i32 {
-        self.file.as_raw_fd()
+    /// The raw descriptor of a local store (for `posix_fadvise` and the
+    /// like); `None` for a remote one.
+    pub fn raw_fd(&self) -> Option<i32> {
+        match &self.backing {
+            Backing::File(f) => Some(f.as_raw_fd()),
+            Backing::Remote(_) => None,
+        }
     }
 }
 

@@ -35,6 +35,13 @@ fn block_sizes_are_checked() {
     }
 }
 
+fn direct() -> OpenOptions {
+    OpenOptions {
+        io_mode: IoMode::Direct,
+        ..OpenOptions::default()
+    }
+}
+
 fn check_reads(dev: &BlockDev, data: &[u8]) {
     let mut scratch = Scratch::new();
     let size = data.len() as u64;
@@ -81,7 +88,7 @@ fn reads_match_the_file_at_every_block_size() {
     let (f, data) = image(3 * 1024 * 1024 + 1536);
     let mut bs = MIN_BLOCK_SIZE;
     while bs <= MAX_BLOCK_SIZE {
-        let store = Store::open(f.path(), IoMode::Buffered).unwrap();
+        let store = Store::open(f.path(), &OpenOptions::default()).unwrap();
         let dev = BlockDev::new(store, bs, 1 << 20).unwrap();
         check_reads(&dev, &data);
         bs *= 4;
@@ -92,7 +99,7 @@ fn reads_match_the_file_at_every_block_size() {
 fn direct_reads_match_or_fall_back() {
     let (f, data) = image(2 * 1024 * 1024 + 4096);
     for bs in [4096, 65536, MAX_BLOCK_SIZE] {
-        let store = Store::open(f.path(), IoMode::Direct).unwrap();
+        let store = Store::open(f.path(), &direct()).unwrap();
         if let Some(why) = store.direct_fallback() {
             eprintln!("O_DIRECT refused here ({why}); checking the buffered fallback");
         }
@@ -104,7 +111,7 @@ fn direct_reads_match_or_fall_back() {
 #[test]
 fn reads_past_a_truncation_fail_cleanly() {
     let (f, _) = image(64 * 1024);
-    let store = Store::open(f.path(), IoMode::Buffered).unwrap();
+    let store = Store::open(f.path(), &OpenOptions::default()).unwrap();
     let dev = BlockDev::new(store, 4096, 1 << 20).unwrap();
     f.as_file().set_len(8192).unwrap();
     let mut scratch = Scratch::new();
@@ -119,7 +126,7 @@ fn reads_past_a_truncation_fail_cleanly() {
 fn ranges_beyond_the_end_are_corrupt() {
     let (f, _) = image(4096);
     let dev = BlockDev::new(
-        Store::open(f.path(), IoMode::Buffered).unwrap(),
+        Store::open(f.path(), &OpenOptions::default()).unwrap(),
         1024,
         1 << 16,
     )

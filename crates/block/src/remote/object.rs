@@ -1,0 +1,576 @@
+//! A remote object read in chunks through the disk cache.
+//!
+//! Readers never fetch themselves: a missing chunk becomes a *flight*
+//! (one per chunk, which every reader of that chunk waits on) served by a
+//! small pool of fetch threads. The threads take work in three queues by
+//! priority: chunks a reader waits for, then read-ahead (sequential reads
+//! and [`RemoteObject::will_need`] hints), then `prefetch_all`'s walk over
+//! the whole object. Background work never takes the last free thread,
+//! so a reader that blocks finds one idle at once.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+use foliofs_vfs::{Error, Result};
+
+use super::cache::DiskCache;
+use super::client::{retrying, Backend, FetchError, Head, HttpBackend, RetryPolicy};
+use super::credentials::AwsConfig;
+use super::stats::{Counters, RemoteStats, Stat};
+use super::url::{parse, redact};
+use super::RemoteOptions;
+
+/// Fetch threads per object: enough to keep several ranged GETs in flight.
+pub(crate) const WORKERS: usize = 4;
+/// Read-ahead hints waiting at most (more are dropped: they are hints).
+const AHEAD_QUEUE: usize = 64;
+/// Smallest and largest chunk size.
+pub const MIN_CHUNK: u32 = 64 << 10;
+/// See [`MIN_CHUNK`].
+pub const MAX_CHUNK: u32 = 16 << 20;
+
+type Outcome = std::result::Result<Arc<Vec<u8>>, Arc<str>>;
+
+/// One fetch of one chunk, which any number of readers wait on.
+struct Flight {
+    result: Mutex<Option<Outcome>>,
+    done: Condvar,
+}
+
+impl Flight {
+    fn new() -> Arc<Flight> {
+        Arc::new(Flight {
+            result: Mutex::new(None),
+            done: Condvar::new(),
+        })
+    }
+
+    fn wait(&self) -> Outcome {
+        let mut r = self.result.lock().unwrap();
+        loop {
+            if let Some(o) = &*r {
+                return o.clone();
+            }
+            r = self.done.wait(r).unwrap();
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Priority {
+    Demand,
+    Ahead,
+    Prefetch,
+}
+
+struct State {
+    /// Chunks believed to be in the disk cache (a file may still have gone
+    /// since, to eviction by another process: then it is fetched again).
+    present: Vec<u64>,
+    inflight: HashMap<u64, Arc<Flight>>,
+    demand: VecDeque<u64>,
+    ahead: VecDeque<u64>,
+    /// `prefetch_all`'s next chunk, while it has one.
+    prefetch: Option<u64>,
+    /// Threads busy with read-ahead or prefetch.
+    background: usize,
+    /// Last chunk of the previous read, and the read-ahead window in
+    /// chunks (0 while reads are not sequential).
+    last_chunk: Option<u64>,
+    window: u64,
+    shutdown: bool,
+}
+
+impl State {
+    fn is_present(&self, c: u64) -> bool {
+        self.present[(c / 64) as usize] & (1 << (c % 64)) != 0
+    }
+    fn set_present(&mut self, c: u64, on: bool) {
+        let w = &mut self.present[(c / 64) as usize];
+        if on {
+            *w |= 1 << (c % 64);
+        } else {
+            *w &= !(1 << (c % 64));
+        }
+    }
+    fn wanted(&self, c: u64) -> bool {
+        !self.is_present(c) && !self.inflight.contains_key(&c)
+    }
+}
+
+struct Shared {
+    backend: Box<dyn Backend>,
+    head: Head,
+    shown: String,
+    chunk: u64,
+    chunks: u64,
+    max_window: u64,
+    cache: DiskCache,
+    policy: RetryPolicy,
+    counters: Counters,
+    state: Mutex<State>,
+    work: Condvar,
+}
+
+/// An object in S3 or behind an HTTPS URL, read in chunks through a disk
+/// cache. Shared by every open of the same source in the process.
+pub struct RemoteObject {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for RemoteObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteObject")
+            .field("url", &self.shared.shown)
+            .field("size", &self.shared.head.size)
+            .field("chunk", &self.shared.chunk)
+            .field("cache", &self.shared.cache)
+            .finish()
+    }
+}
+
+/// An error at open: one line naming the (redacted) source.
+fn open_error(kind: io::ErrorKind, shown: &str, why: impl std::fmt::Display) -> Error {
+    Error::Io {
+        offset: 0,
+        source: io::Error::new(kind, format!("{shown}: {why}")),
+    }
+}
+
+/// Refuses a chunk size that is not a power of two from 64 KiB to 16 MiB.
+pub fn check_chunk(chunk: u32) -> std::result::Result<(), String> {
+    if chunk.is_power_of_two() && (MIN_CHUNK..=MAX_CHUNK).contains(&chunk) {
+        Ok(())
+    } else {
+        Err(format!(
+            "chunk size {chunk} is not a power of two from 64 KiB to 16 MiB"
+        ))
+    }
+}
+
+/// The open objects of this process, by source and options: an image is
+/// opened more than once (EROFS probes it first), and each open after the
+/// first must not cost another HEAD. They stay open for the life of the
+/// process (a mount, or one command).
+fn registry() -> &'static Mutex<HashMap<String, Arc<RemoteObject>>> {
+    static R: OnceLock<Mutex<HashMap<String, Arc<RemoteObject>>>> = OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+impl RemoteObject {
+    /// Opens `source` (an `s3://`, `https://` or `http://` URL) as `opts`
+    /// say, or returns the object this process already opened so.
+    pub fn open(source: &str, opts: &RemoteOptions) -> Result<Arc<RemoteObject>> {
+        let key = format!("{source}\n{opts:?}");
+        let mut reg = registry().lock().unwrap();
+        if let Some(o) = reg.get(&key) {
+            return Ok(o.clone());
+        }
+        let shown = redact(source);
+        let aws = if source
+            .get(..5)
+            .is_some_and(|s| s.eq_ignore_ascii_case("s3://"))
+        {
+            AwsConfig::from_env()
+        } else {
+            AwsConfig::default()
+        };
+        let region = opts
+            .region
+            .clone()
+            .or(aws.region.clone())
+            .unwrap_or_else(|| "us-east-1".into());
+        let location = parse(source, opts, &region)
+            .map_err(|e| open_error(io::ErrorKind::InvalidInput, &e.url, e.why))?;
+        log::debug!(
+            "{shown}: {location:?}, region {region}, credentials: {}",
+            aws.source
+        );
+        let backend = HttpBackend::new(
+            &location,
+            &region,
+            opts.path_style,
+            opts.insecure_http,
+            aws.credentials.as_ref(),
+        )
+        .map_err(|e| open_error(io::ErrorKind::InvalidInput, &shown, e))?;
+        let cache_dir = match &opts.cache_dir {
+            Some(d) => d.clone(),
+            None => {
+                // SAFETY: geteuid has no preconditions and cannot fail.
+                let root = unsafe { libc::geteuid() } == 0;
+                let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+                super::cache::default_dir(&env, root).ok_or_else(|| {
+                    open_error(
+                        io::ErrorKind::NotFound,
+                        &shown,
+                        "no cache directory (neither XDG_CACHE_HOME nor HOME is set): pass -o cache=DIR",
+                    )
+                })?
+            }
+        };
+        let object = Arc::new(Self::open_with(
+            Box::new(backend),
+            &location.identity(),
+            &shown,
+            &cache_dir,
+            opts,
+        )?);
+        reg.insert(key, object.clone());
+        Ok(object)
+    }
+
+    /// Opens the object behind `backend` (not shared): the HEAD, the cache,
+    /// the fetch threads.
+    pub(crate) fn open_with(
+        backend: Box<dyn Backend>,
+        identity: &str,
+        shown: &str,
+        cache_dir: &Path,
+        opts: &RemoteOptions,
+    ) -> Result<RemoteObject> {
+        check_chunk(opts.chunk).map_err(|e| open_error(io::ErrorKind::InvalidInput, shown, e))?;
+        let counters = Counters::new();
+        let policy = RetryPolicy::new(opts.timeout);
+        let head = retrying(&policy, &counters, |t| backend.head(t))
+            .map_err(|e| open_error(e.last.io_kind(), shown, e.describe()))?;
+        let chunk = u64::from(opts.chunk);
+        let chunks = head.size.div_ceil(chunk);
+        let size = head.size;
+        let chunk_len = move |i: u64| (i < chunks).then(|| chunk.min(size - i * chunk));
+        let (cache, held) = DiskCache::open(
+            cache_dir,
+            identity,
+            &head.version(),
+            opts.chunk,
+            &chunk_len,
+            opts.cache_size,
+        )
+        .map_err(|e| {
+            open_error(
+                e.kind(),
+                shown,
+                format!(
+                    "cache directory {}: {e} (pass -o cache=DIR)",
+                    cache_dir.display()
+                ),
+            )
+        })?;
+        let mut state = State {
+            present: vec![0; chunks.div_ceil(64) as usize],
+            inflight: HashMap::new(),
+            demand: VecDeque::new(),
+            ahead: VecDeque::new(),
+            prefetch: opts.prefetch_all.then_some(0),
+            background: 0,
+            last_chunk: None,
+            window: 0,
+            shutdown: false,
+        };
+        for i in held {
+            state.set_present(i, true);
+        }
+        log::debug!(
+            "{shown}: {size} bytes ({}), {} of {chunks} chunks of {chunk} cached in {} (limit {})",
+            head.version(),
+            state.present.iter().map(|w| w.count_ones()).sum::<u32>(),
+            cache_dir.display(),
+            cache.limit()
+        );
+        let shared = Arc::new(Shared {
+            backend,
+            head,
+            shown: shown.to_owned(),
+            chunk,
+            chunks,
+            max_window: ((32 << 20) / chunk).clamp(2, 32),
+            cache,
+            policy,
+            counters,
+            state: Mutex::new(state),
+            work: Condvar::new(),
+        });
+        let threads = (0..WORKERS)
+            .map(|i| {
+                let s = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("foliofs-fetch-{i}"))
+                    .spawn(move || s.work_loop())
+                    .map_err(|e| open_error(e.kind(), shown, format!("fetch thread: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RemoteObject { shared, threads })
+    }
+
+    /// The object's size, from the HEAD at open.
+    pub fn size(&self) -> u64 {
+        self.shared.head.size
+    }
+
+    /// The URL as shown: no query string, no user info.
+    pub fn shown(&self) -> &str {
+        &self.shared.shown
+    }
+
+    /// Bytes per ranged GET and per cache entry.
+    pub fn chunk_size(&self) -> u32 {
+        self.shared.chunk as u32
+    }
+
+    /// This object's counters (the process's are [`super::stats`]).
+    pub fn stats(&self) -> RemoteStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Whether every chunk is in the cache (as far as this process knows).
+    pub fn fully_cached(&self) -> bool {
+        let st = self.shared.state.lock().unwrap();
+        (0..self.shared.chunks).all(|c| st.is_present(c))
+    }
+
+    /// Fills `buf` from `offset`, up to the end of the object; returns the
+    /// bytes read. A failure is EIO naming the URL and the cause.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let r = self.shared.read_at(buf, offset);
+        if let Err(e) = &r {
+            log::warn!("{e}");
+        }
+        r
+    }
+
+    /// Schedules read-ahead of `[offset, offset + len)`.
+    pub fn will_need(&self, offset: u64, len: u64) {
+        let s = &self.shared;
+        if len == 0 || offset >= s.head.size {
+            return;
+        }
+        let first = offset / s.chunk;
+        let last = ((offset + len).min(s.head.size) - 1) / s.chunk;
+        let mut st = s.state.lock().unwrap();
+        for c in first..=last.min(first + AHEAD_QUEUE as u64) {
+            if st.wanted(c) && st.ahead.len() < AHEAD_QUEUE && !st.ahead.contains(&c) {
+                st.ahead.push_back(c);
+            }
+        }
+        drop(st);
+        s.work.notify_all();
+    }
+}
+
+impl Drop for RemoteObject {
+    fn drop(&mut self) {
+        self.shared.state.lock().unwrap().shutdown = true;
+        self.shared.work.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Shared {
+    fn chunk_len(&self, c: u64) -> usize {
+        self.chunk.min(self.head.size - c * self.chunk) as usize
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let size = self.head.size;
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = buf.len().min((size - offset) as usize);
+        let buf = &mut buf[..n];
+        let first = offset / self.chunk;
+        let last = (offset + n as u64 - 1) / self.chunk;
+        // The part of `buf` chunk `c` fills, and where in the chunk it starts.
+        let part = |c: u64| {
+            let start = (c * self.chunk).max(offset);
+            let end = ((c + 1) * self.chunk).min(offset + n as u64);
+            (
+                (start - offset) as usize..(end - offset) as usize,
+                (start - c * self.chunk) as usize,
+            )
+        };
+        let mut waits = Vec::new();
+        for c in first..=last {
+            let (range, within) = part(c);
+            let len = self.chunk_len(c);
+            if self.cache.read(c, len, within, &mut buf[range.clone()]) {
+                self.counters.add(Stat::CacheHits, 1);
+                continue;
+            }
+            let mut st = self.state.lock().unwrap();
+            if st.is_present(c) && !st.inflight.contains_key(&c) {
+                // Stored between the look above and the lock, or gone from
+                // the disk since: one more look tells.
+                drop(st);
+                if self.cache.read(c, len, within, &mut buf[range.clone()]) {
+                    self.counters.add(Stat::CacheHits, 1);
+                    continue;
+                }
+                st = self.state.lock().unwrap();
+                if !st.inflight.contains_key(&c) {
+                    st.set_present(c, false);
+                }
+            }
+            self.counters.add(Stat::CacheMisses, 1);
+            let flight = match st.inflight.get(&c) {
+                Some(f) => f.clone(),
+                None => {
+                    let f = Flight::new();
+                    st.inflight.insert(c, f.clone());
+                    st.demand.push_back(c);
+                    self.work.notify_one();
+                    f
+                }
+            };
+            waits.push((c, flight));
+        }
+        self.sequential(first, last);
+        for (c, flight) in waits {
+            let (range, within) = part(c);
+            match flight.wait() {
+                Ok(data) => buf[range.clone()].copy_from_slice(&data[within..within + range.len()]),
+                Err(why) => {
+                    return Err(Error::Io {
+                        offset: c * self.chunk + within as u64,
+                        source: io::Error::other(format!("{}: {why}", self.shown)),
+                    })
+                }
+            }
+        }
+        self.counters.add(Stat::BytesRead, n as u64);
+        Ok(n)
+    }
+
+    /// Notes a read of chunks `first..=last`; while reads move forward
+    /// chunk after chunk, queues a growing window of chunks after them.
+    fn sequential(&self, first: u64, last: u64) {
+        let mut st = self.state.lock().unwrap();
+        let seq = st
+            .last_chunk
+            .is_some_and(|prev| first + 1 >= prev && first <= prev + 2);
+        let moved = st.last_chunk.is_none_or(|prev| last > prev);
+        st.last_chunk = Some(last);
+        if !seq {
+            st.window = 0;
+            return;
+        }
+        if !moved {
+            return;
+        }
+        st.window = (st.window * 2).clamp(2, self.max_window);
+        let end = (last + st.window).min(self.chunks - 1);
+        let mut queued = false;
+        for c in last + 1..=end {
+            if st.wanted(c) && !st.ahead.contains(&c) {
+                if st.ahead.len() >= AHEAD_QUEUE {
+                    st.ahead.pop_front();
+                }
+                st.ahead.push_back(c);
+                queued = true;
+            }
+        }
+        drop(st);
+        if queued {
+            self.work.notify_all();
+        }
+    }
+
+    /// The next chunk to fetch, by priority; background work only while
+    /// another thread stays free for readers.
+    fn next_job(&self, st: &mut State) -> Option<(u64, Priority, Arc<Flight>)> {
+        if let Some(c) = st.demand.pop_front() {
+            let f = st.inflight.get(&c).cloned().unwrap_or_else(Flight::new);
+            return Some((c, Priority::Demand, f));
+        }
+        if st.background + 1 >= WORKERS {
+            return None;
+        }
+        while let Some(c) = st.ahead.pop_front() {
+            if st.wanted(c) {
+                let f = Flight::new();
+                st.inflight.insert(c, f.clone());
+                return Some((c, Priority::Ahead, f));
+            }
+        }
+        while let Some(c) = st.prefetch {
+            st.prefetch = (c + 1 < self.chunks).then_some(c + 1);
+            if st.wanted(c) {
+                let f = Flight::new();
+                st.inflight.insert(c, f.clone());
+                return Some((c, Priority::Prefetch, f));
+            }
+        }
+        None
+    }
+
+    fn work_loop(&self) {
+        let mut st = self.state.lock().unwrap();
+        loop {
+            if st.shutdown {
+                return;
+            }
+            let Some((c, prio, flight)) = self.next_job(&mut st) else {
+                st = self.work.wait(st).unwrap();
+                continue;
+            };
+            if prio != Priority::Demand {
+                st.background += 1;
+            }
+            drop(st);
+            let outcome = self.fetch(c);
+            let gone = match &outcome {
+                Ok(data) => self.cache.store(c, data),
+                Err(_) => Vec::new(),
+            };
+            st = self.state.lock().unwrap();
+            for g in gone {
+                st.set_present(g, false);
+            }
+            if outcome.is_ok() {
+                st.set_present(c, true);
+            }
+            st.inflight.remove(&c);
+            if prio != Priority::Demand {
+                st.background -= 1;
+                // A thread held back for readers may take background work.
+                self.work.notify_one();
+            }
+            *flight.result.lock().unwrap() = Some(outcome);
+            flight.done.notify_all();
+        }
+    }
+
+    /// Fetches chunk `c` (with retries) and checks its length.
+    fn fetch(&self, c: u64) -> Outcome {
+        let start = c * self.chunk;
+        let len = self.chunk_len(c) as u64;
+        let got = retrying(&self.policy, &self.counters, |t| {
+            let body = self.backend.get(&self.head, start, len, t)?;
+            if body.len() as u64 != len {
+                return Err(FetchError::fatal(format!(
+                    "bytes {start}-{}: the server sent {} bytes for {len} (the object is shorter than when it was opened?)",
+                    start + len - 1,
+                    body.len()
+                )));
+            }
+            Ok(body)
+        });
+        match got {
+            Ok(body) => {
+                self.counters.add(Stat::BytesFetched, len);
+                Ok(Arc::new(body))
+            }
+            Err(e) => {
+                self.counters.add(Stat::FetchErrors, 1);
+                let why = format!("bytes {start}-{}: {}", start + len - 1, e.describe());
+                log::debug!("{}: {why}", self.shown);
+                Err(why.into())
+            }
+        }
+    }
+}

@@ -1,0 +1,503 @@
+//! `RemoteObject` against an in-memory backend that fails, stalls and lies
+//! on demand.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::client::{Backend, FetchError, Head};
+use super::object::{RemoteObject, WORKERS};
+use super::RemoteOptions;
+
+#[derive(Default)]
+struct Mem {
+    data: Mutex<Vec<u8>>,
+    etag: Mutex<String>,
+    heads: AtomicU32,
+    gets: AtomicU32,
+    /// Transient failures still to give.
+    fail_next: AtomicU32,
+    /// Every request fails with a 503 while set.
+    down: AtomicBool,
+    /// Each GET hangs this long (then times out if that is past its limit).
+    stall: Mutex<Duration>,
+    /// Each GET takes this long.
+    delay: Mutex<Duration>,
+    /// GETs send half the body.
+    short: AtomicBool,
+    /// Chunk starts in the order their GETs began.
+    started: Mutex<Vec<u64>>,
+    running: AtomicU32,
+    most_running: AtomicU32,
+}
+
+struct MemBackend(Arc<Mem>);
+
+impl Backend for MemBackend {
+    fn head(&self, _: Duration) -> Result<Head, FetchError> {
+        self.0.heads.fetch_add(1, SeqCst);
+        if self.0.down.load(SeqCst) {
+            return Err(FetchError::transient("503 Service Unavailable"));
+        }
+        Ok(Head {
+            size: self.0.data.lock().unwrap().len() as u64,
+            etag: Some(self.0.etag.lock().unwrap().clone()),
+            last_modified: None,
+        })
+    }
+
+    fn get(
+        &self,
+        head: &Head,
+        start: u64,
+        len: u64,
+        limit: Duration,
+    ) -> Result<Vec<u8>, FetchError> {
+        let m = &self.0;
+        m.gets.fetch_add(1, SeqCst);
+        m.started.lock().unwrap().push(start);
+        let now = m.running.fetch_add(1, SeqCst) + 1;
+        m.most_running.fetch_max(now, SeqCst);
+        let r = (|| {
+            std::thread::sleep(*m.delay.lock().unwrap());
+            let stall = *m.stall.lock().unwrap();
+            if stall > Duration::ZERO {
+                std::thread::sleep(stall.min(limit));
+                if stall > limit {
+                    return Err(FetchError::transient("timed out after the request's limit"));
+                }
+            }
+            if m.down.load(SeqCst) {
+                return Err(FetchError::transient("503 Service Unavailable"));
+            }
+            if m.fail_next
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(FetchError::transient("connection reset"));
+            }
+            if head.etag.as_deref() != Some(m.etag.lock().unwrap().as_str()) {
+                return Err(FetchError::fatal(
+                    "412 Precondition Failed (the object changed since it was opened)",
+                ));
+            }
+            let data = m.data.lock().unwrap();
+            let end = (start + len).min(data.len() as u64);
+            let mut body = data[start as usize..end as usize].to_vec();
+            if m.short.load(SeqCst) {
+                body.truncate(body.len() / 2);
+            }
+            Ok(body)
+        })();
+        m.running.fetch_sub(1, SeqCst);
+        r
+    }
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| ((i * 7 + i / 251) % 253) as u8 ^ seed)
+        .collect()
+}
+
+const CHUNK: u32 = 64 << 10;
+
+fn mem(size: usize) -> Arc<Mem> {
+    let m = Mem::default();
+    *m.data.lock().unwrap() = pattern(size, 0);
+    *m.etag.lock().unwrap() = "\"v1\"".into();
+    Arc::new(m)
+}
+
+fn opts() -> RemoteOptions {
+    RemoteOptions {
+        chunk: CHUNK,
+        timeout: Duration::from_secs(5),
+        ..RemoteOptions::default()
+    }
+}
+
+fn open(m: &Arc<Mem>, dir: &std::path::Path, o: &RemoteOptions) -> RemoteObject {
+    RemoteObject::open_with(
+        Box::new(MemBackend(m.clone())),
+        "mem://obj",
+        "mem://obj",
+        dir,
+        o,
+    )
+    .unwrap()
+}
+
+fn read(obj: &RemoteObject, off: u64, len: usize) -> foliofs_vfs::Result<Vec<u8>> {
+    let mut b = vec![0u8; len];
+    let n = obj.read_at(&mut b, off)?;
+    b.truncate(n);
+    Ok(b)
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn random_reads_from_eight_threads_match_the_object() {
+    let size = 3 * (1 << 20) + 12345;
+    let m = mem(size);
+    let dir = tempfile::tempdir().unwrap();
+    let obj = open(&m, dir.path(), &opts());
+    let data = m.data.lock().unwrap().clone();
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let (obj, data) = (&obj, &data);
+            s.spawn(move || {
+                let mut x = t * 7919 + 1;
+                for _ in 0..200 {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let off = (x >> 20) % (size as u64 + 10);
+                    let len = ((x >> 8) % 300_000) as usize;
+                    let got = read(obj, off, len).unwrap();
+                    let end = (off as usize + len).min(size).max(off as usize).min(size);
+                    let want = data.get(off as usize..end).unwrap_or(&[]);
+                    assert_eq!(got, want, "off {off} len {len}");
+                }
+            });
+        }
+    });
+    // No chunk was fetched twice.
+    let mut started = m.started.lock().unwrap().clone();
+    let n = started.len();
+    started.sort_unstable();
+    started.dedup();
+    assert_eq!(started.len(), n);
+    assert!(obj.stats().bytes_fetched <= size as u64);
+    assert_eq!(m.heads.load(SeqCst), 1);
+}
+
+#[test]
+fn eight_readers_of_one_chunk_cause_one_fetch() {
+    let m = mem(1 << 20);
+    *m.delay.lock().unwrap() = Duration::from_millis(200);
+    let dir = tempfile::tempdir().unwrap();
+    let obj = open(&m, dir.path(), &opts());
+    let data = m.data.lock().unwrap().clone();
+    let off = 5 * CHUNK as u64 + 100;
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                assert_eq!(
+                    read(&obj, off, 1000).unwrap(),
+                    &data[off as usize..][..1000]
+                )
+            });
+        }
+    });
+    assert_eq!(m.gets.load(SeqCst), 1);
+    assert_eq!(obj.stats().bytes_fetched, CHUNK as u64);
+    // Now it is cached: no more fetches.
+    read(&obj, off, 10).unwrap();
+    assert_eq!(m.gets.load(SeqCst), 1);
+}
+
+#[test]
+fn a_read_over_several_chunks_fetches_them_in_parallel() {
+    let m = mem(1 << 20);
+    *m.delay.lock().unwrap() = Duration::from_millis(100);
+    let dir = tempfile::tempdir().unwrap();
+    let obj = open(&m, dir.path(), &opts());
+    let data = m.data.lock().unwrap().clone();
+    let got = read(&obj, 1000, 6 * CHUNK as usize).unwrap();
+    assert_eq!(got, &data[1000..1000 + 6 * CHUNK as usize]);
+    assert_eq!(m.most_running.load(SeqCst), WORKERS as u32);
+}
+
+#[test]
+fn sequential_reads_fetch_ahead() {
+    let m = mem(2 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let obj = open(&m, dir.path(), &opts());
+    let c = CHUNK as u64;
+    for off in [0, 4096, c, c + 4096, 2 * c] {
+        read(&obj, off, 4096).unwrap();
+    }
+    // Nobody asked for chunks 3 and 4, and they arrive.
+    wait_until("read-ahead of chunks 3 and 4", || {
+        let s = m.started.lock().unwrap();
+        s.contains(&(3 * c)) && s.contains(&(4 * c))
+    });
+    wait_until("chunks 3 and 4 cached", || m.running.load(SeqCst) == 0);
+    read(&obj, 3 * c, 8192).unwrap();
+    let s = m.started.lock().unwrap().clone();
+    assert_eq!(
+        s.iter().filter(|&&x| x == 3 * c).count(),
+        1,
+        "chunk 3 came from the cache"
+    );
+    // A random read does not start read-ahead.
+    let m2 = mem(2 << 20);
+    let dir2 = tempfile::tempdir().unwrap();
+    let obj2 = open(&m2, dir2.path(), &opts());
+    for chunk in [9, 2, 20, 14] {
+        read(&obj2, chunk * c, 10).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(m2.gets.load(SeqCst), 4);
+}
+
+#[test]
+fn will_need_fetches_in_the_background() {
+    let m = mem(1 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let obj = open(&m, dir.path(), &opts());
+    obj.will_need(5 * CHUNK as u64, 2 * CHUNK as u64);
+    wait_until("hinted chunks fetched", || {
+        m.gets.load(SeqCst) == 2 && m.running.load(SeqCst) == 0
+    });
+    wait_until("hinted chunks cached", || {
+        read(&obj, 5 * CHUNK as u64, 2 * CHUNK as usize).is_ok()
+    });
+    assert_eq!(m.gets.load(SeqCst), 2);
+}
+
+#[test]
+fn prefetch_yields_to_a_reader_and_fetches_everything_once() {
+    let size = 64 * CHUNK as usize + 777;
+    let m = mem(size);
+    *m.delay.lock().unwrap() = Duration::from_millis(20);
+    let dir = tempfile::tempdir().unwrap();
+    let o = RemoteOptions {
+        prefetch_all: true,
+        ..opts()
+    };
+    let obj = open(&m, dir.path(), &o);
+    wait_until("prefetch under way", || m.gets.load(SeqCst) >= 4);
+    // Background work leaves one thread free.
+    assert!(m.most_running.load(SeqCst) < WORKERS as u32);
+    let before = m.started.lock().unwrap().len();
+    let last = 64 * CHUNK as u64;
+    let got = read(&obj, last, 777).unwrap();
+    assert_eq!(got, &m.data.lock().unwrap()[last as usize..]);
+    let started = m.started.lock().unwrap().clone();
+    let pos = started.iter().position(|&s| s == last).unwrap();
+    // Its fetch began at once, not after the prefetch queue.
+    assert!(
+        pos <= before + 1,
+        "demanded chunk was fetch {pos}, reader came at {before}"
+    );
+    wait_until("everything prefetched", || obj.fully_cached());
+    assert_eq!(m.gets.load(SeqCst), 65);
+    let data = m.data.lock().unwrap().clone();
+    assert_eq!(read(&obj, 0, size).unwrap(), data);
+    assert_eq!(m.gets.load(SeqCst), 65, "nothing fetched twice");
+}
+
+#[test]
+fn a_reopened_object_reads_from_the_cache() {
+    let m = mem(1 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let data = m.data.lock().unwrap().clone();
+    {
+        let obj = open(&m, dir.path(), &opts());
+        assert_eq!(read(&obj, 0, 1 << 20).unwrap(), data);
+    }
+    let m2 = mem(1 << 20);
+    let obj = open(&m2, dir.path(), &opts());
+    assert_eq!(read(&obj, 0, 1 << 20).unwrap(), data);
+    assert_eq!(m2.gets.load(SeqCst), 0);
+    assert_eq!(obj.stats().cache_hits, 16);
+    assert!(obj.fully_cached());
+}
+
+#[test]
+fn a_replaced_object_is_noticed_and_its_old_bytes_dropped() {
+    let m = mem(1 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let obj = open(&m, dir.path(), &opts());
+    read(&obj, 0, 10).unwrap();
+    *m.data.lock().unwrap() = pattern(1 << 20, 0x55);
+    *m.etag.lock().unwrap() = "\"v2\"".into();
+    let e = read(&obj, CHUNK as u64, 10).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO);
+    let text = e.to_string();
+    assert!(
+        text.contains("mem://obj") && text.contains("changed"),
+        "{text}"
+    );
+    // Chunk 0 is still the old version's, for this open.
+    assert_eq!(read(&obj, 0, 10).unwrap(), pattern(10, 0));
+    drop(obj);
+    let obj = open(&m, dir.path(), &opts());
+    assert_eq!(read(&obj, 0, 10).unwrap(), pattern(10, 0x55));
+}
+
+#[test]
+fn a_damaged_cache_file_is_fetched_again() {
+    let m = mem(1 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let data = m.data.lock().unwrap().clone();
+    drop(read(&open(&m, dir.path(), &opts()), 0, 3 * CHUNK as usize).unwrap());
+    let files: Vec<_> = walk(dir.path());
+    assert_eq!(files.len(), 3);
+    for f in &files {
+        let mut b = std::fs::read(f).unwrap();
+        let name = f.file_name().unwrap().to_str().unwrap();
+        match name {
+            "0" => b[100] ^= 0xff,
+            "1" => b.truncate(b.len() - 1),
+            _ => {}
+        }
+        std::fs::write(f, b).unwrap();
+    }
+    let gets = m.gets.load(SeqCst);
+    let obj = open(&m, dir.path(), &opts());
+    assert_eq!(
+        read(&obj, 0, 3 * CHUNK as usize).unwrap(),
+        &data[..3 * CHUNK as usize]
+    );
+    assert_eq!(
+        m.gets.load(SeqCst),
+        gets + 2,
+        "chunks 0 and 1 again, 2 from the cache"
+    );
+}
+
+fn walk(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(root).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_cache_stays_within_its_size() {
+    let m = mem(1 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let limit = 4 * (CHUNK as u64 + 16);
+    let o = RemoteOptions {
+        cache_size: Some(limit),
+        ..opts()
+    };
+    let obj = open(&m, dir.path(), &o);
+    let data = m.data.lock().unwrap().clone();
+    for c in 0..16u64 {
+        let off = c * CHUNK as u64;
+        assert_eq!(read(&obj, off, 100).unwrap(), &data[off as usize..][..100]);
+    }
+    let total: u64 = walk(dir.path())
+        .iter()
+        .map(|p| p.metadata().unwrap().len())
+        .sum();
+    assert!(total <= limit, "{total} > {limit}");
+    // The most recent chunk is still there.
+    let gets = m.gets.load(SeqCst);
+    read(&obj, 15 * CHUNK as u64, 100).unwrap();
+    assert_eq!(m.gets.load(SeqCst), gets);
+}
+
+#[test]
+fn transient_failures_are_retried_and_counted() {
+    let m = mem(1 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let obj = open(&m, dir.path(), &opts());
+    m.fail_next.store(3, SeqCst);
+    assert_eq!(read(&obj, 0, 10).unwrap(), pattern(10, 0));
+    assert_eq!(obj.stats().retries, 3);
+    assert_eq!(m.gets.load(SeqCst), 4);
+}
+
+#[test]
+fn a_dead_backend_fails_within_the_timeout_and_later_reads_recover() {
+    let m = mem(1 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let o = RemoteOptions {
+        timeout: Duration::from_secs(1),
+        ..opts()
+    };
+    let obj = open(&m, dir.path(), &o);
+    m.down.store(true, SeqCst);
+    let t = Instant::now();
+    let e = read(&obj, 0, 10).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert_eq!(e.errno(), libc::EIO);
+    let text = e.to_string();
+    assert!(text.contains("mem://obj") && text.contains("503"), "{text}");
+    assert!(obj.stats().fetch_errors >= 1);
+    // A stalled backend: the request's own limit ends it.
+    m.down.store(false, SeqCst);
+    *m.stall.lock().unwrap() = Duration::from_secs(30);
+    let t = Instant::now();
+    let e = read(&obj, 0, 10).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert!(e.to_string().contains("timed out"), "{e}");
+    // Back up: the next read works.
+    *m.stall.lock().unwrap() = Duration::ZERO;
+    assert_eq!(read(&obj, 0, 10).unwrap(), pattern(10, 0));
+}
+
+#[test]
+fn short_bodies_are_errors() {
+    let m = mem(1 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let obj = open(&m, dir.path(), &opts());
+    m.short.store(true, SeqCst);
+    let e = read(&obj, 0, 10).unwrap_err();
+    assert!(e.to_string().contains("sent 32768 bytes for 65536"), "{e}");
+    m.short.store(false, SeqCst);
+    assert_eq!(read(&obj, 0, 10).unwrap(), pattern(10, 0));
+}
+
+#[test]
+fn open_failures_are_one_line_naming_the_url() {
+    let m = mem(100);
+    m.down.store(true, SeqCst);
+    let dir = tempfile::tempdir().unwrap();
+    let o = RemoteOptions {
+        timeout: Duration::from_millis(300),
+        ..opts()
+    };
+    let e = RemoteObject::open_with(
+        Box::new(MemBackend(m.clone())),
+        "i",
+        "mem://obj",
+        dir.path(),
+        &o,
+    )
+    .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("mem://obj: 503 Service Unavailable (gave up after"),
+        "{text}"
+    );
+    assert!(!text.contains('\n'));
+    let bad = RemoteOptions {
+        chunk: 3 << 16,
+        ..opts()
+    };
+    m.down.store(false, SeqCst);
+    let e = RemoteObject::open_with(Box::new(MemBackend(m)), "i", "mem://obj", dir.path(), &bad)
+        .unwrap_err();
+    assert!(e.to_string().contains("power of two"), "{e}");
+}
+
+#[test]
+fn the_end_of_the_object_clips_reads() {
+    let m = mem(100_000);
+    let dir = tempfile::tempdir().unwrap();
+    let obj = open(&m, dir.path(), &opts());
+    assert_eq!(
+        read(&obj, 99_990, 100).unwrap(),
+        &pattern(100_000, 0)[99_990..]
+    );
+    assert_eq!(read(&obj, 100_000, 100).unwrap(), b"");
+    assert_eq!(read(&obj, u64::MAX, 100).unwrap(), b"");
+}
