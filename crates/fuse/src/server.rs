@@ -72,6 +72,9 @@ pub(crate) struct Server {
     pusher: Option<Pusher>,
     /// Records the start-up profile (`record=`).
     recorder: Option<Recorder>,
+    /// The format can never change (`FsInfo::read_only`): it frees no
+    /// inodes, so it keeps no lookup counts (see [`Server::readdirplus`]).
+    immutable: bool,
 }
 
 /// The attributes of a negative entry: node 0 tells the kernel the name is
@@ -139,7 +142,9 @@ impl Server {
                 })
             })
             .flatten();
+        let immutable = fs.info().read_only;
         Server {
+            immutable,
             fs,
             ids,
             requests: cfg.requests.clone(),
@@ -806,8 +811,18 @@ impl fuser::Filesystem for Server {
         let r = self.fs.readdir(dir, off - 2, &mut |e| {
             // The kernel counts every entry of a readdirplus reply as a
             // lookup (and forgets it later), so the entry is looked up, which
-            // a format that frees inodes counts too.
-            let a = match self.fs.lookup(dir, e.name) {
+            // a format that frees inodes counts too. A format that never
+            // changes keeps no counts, and the listing already names the
+            // inode: its attributes are all it takes, where a lookup would
+            // search the directory for the name again (in a large EROFS
+            // directory, a binary search over its blocks per entry). A
+            // directory is still looked up: romfs learns its parent so.
+            let found = if self.immutable && e.kind != vfs::FileType::Directory {
+                self.fs.getattr(e.ino)
+            } else {
+                self.fs.lookup(dir, e.name)
+            };
+            let a = match found {
                 Ok(a) => a,
                 // Gone since the listing was taken: leave it out.
                 Err(Error::NotFound) => return false,
