@@ -1,6 +1,8 @@
 //! `foliofs bench`: the kernel patches' tables, measured on this machine,
 //! foliofs beside the kernel's own file systems and FUSE peers.
 
+mod bigdir;
+mod counted;
 mod data;
 mod env;
 mod report;
@@ -29,6 +31,8 @@ pub enum Which {
     Startup,
     /// Small files on ramfs: untar, read back and rm -rf a tree; many creates and unlinks.
     Smallfiles,
+    /// One flat directory of many entries listed and stat'ed cold.
+    Bigdir,
     /// Every section.
     All,
 }
@@ -80,6 +84,7 @@ pub struct Config {
     /// The mkfs.erofs to run, `None` when there is none.
     pub mkfs_erofs: Option<PathBuf>,
     pub small_files: u64,
+    pub bigdir_entries: u64,
     pub tty: bool,
 }
 
@@ -117,6 +122,7 @@ impl Config {
             startup_bytes: if q { 20_000_000 } else { 300_000_000 },
             mkfs_erofs,
             small_files: if q { 10_000 } else { 100_000 },
+            bigdir_entries: if q { 10_000 } else { 100_000 },
             tty: std::io::stderr().is_terminal(),
         })
     }
@@ -142,6 +148,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             Which::Ramfs,
             Which::Startup,
             Which::Smallfiles,
+            Which::Bigdir,
         ],
         w => vec![w],
     };
@@ -158,6 +165,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             Which::Ramfs => sections::ramfs(&env, &cfg),
             Which::Startup => sections::startup(&env, &cfg),
             Which::Smallfiles => smallfiles::smallfiles(&env, &cfg),
+            Which::Bigdir => bigdir::bigdir(&env, &cfg),
             Which::All => unreachable!("expanded above"),
         }?;
         if cfg.tty {
@@ -217,6 +225,7 @@ mod tests {
         assert!(quick.tree_files < full.tree_files);
         assert!(quick.ramfs_bytes < full.ramfs_bytes);
         assert!(quick.small_files < full.small_files);
+        assert!(quick.bigdir_entries < full.bigdir_entries);
         assert!(quick.runs < full.runs);
     }
 

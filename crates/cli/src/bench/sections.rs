@@ -26,7 +26,7 @@ pub fn progress(cfg: &Config, msg: &str) {
 
 /// What "cold" means in this run, where it is not root's dropped page
 /// cache.
-fn cold_note(env: &BenchEnv) -> Option<String> {
+pub(super) fn cold_note(env: &BenchEnv) -> Option<String> {
     if env.cooling() == Cooling::DropCaches {
         return None;
     }
@@ -67,7 +67,7 @@ fn cold_phrase(env: &BenchEnv) -> &'static str {
 
 /// What a user's foliofs mounts read ahead, for the sections that read
 /// files through them.
-fn read_ahead_note(env: &BenchEnv) -> Option<String> {
+pub(super) fn read_ahead_note(env: &BenchEnv) -> Option<String> {
     if env.root {
         return None;
     }
@@ -82,7 +82,7 @@ fn read_ahead_note(env: &BenchEnv) -> Option<String> {
 }
 
 /// Why a row cannot run here, if it cannot.
-fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
+pub(super) fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
     match how {
         How::KernelFile { fstype, .. } if !env.root => Some(format!(
             "needs root: mounting the kernel's {fstype} (mount(2) of the image file)"
@@ -123,20 +123,20 @@ fn ramfs_options_refused(opts: &str) -> Option<String> {
 /// Why a row has no image: a tool this machine lacks (the row is skipped)
 /// or a build that went wrong (the row failed).
 #[derive(Clone, Debug)]
-struct NoImage {
-    why: String,
-    failed: bool,
+pub(super) struct NoImage {
+    pub(super) why: String,
+    pub(super) failed: bool,
 }
 
 impl NoImage {
-    fn skip(why: impl Into<String>) -> NoImage {
+    pub(super) fn skip(why: impl Into<String>) -> NoImage {
         NoImage {
             why: why.into(),
             failed: false,
         }
     }
 
-    fn failed(e: &anyhow::Error) -> NoImage {
+    pub(super) fn failed(e: &anyhow::Error) -> NoImage {
         NoImage {
             why: crate::error_line(e),
             failed: true,
@@ -144,18 +144,18 @@ impl NoImage {
     }
 }
 
-type Image = Result<PathBuf, NoImage>;
+pub(super) type Image = Result<PathBuf, NoImage>;
 
-const NO_MKFS_EROFS: &str = "mkfs.erofs is not installed (erofs-utils)";
+pub(super) const NO_MKFS_EROFS: &str = "mkfs.erofs is not installed (erofs-utils)";
 
 /// The images a read section compares, built from one source tree.
-struct Images {
-    romfs: Image,
-    erofs: Image,
-    squashfs: Image,
+pub(super) struct Images {
+    pub(super) romfs: Image,
+    pub(super) erofs: Image,
+    pub(super) squashfs: Image,
 }
 
-fn build_images(env: &BenchEnv, src: &Path, cfg: &Config) -> Images {
+pub(super) fn build_images(env: &BenchEnv, src: &Path, cfg: &Config) -> Images {
     progress(cfg, "building images");
     let romfs = env.dir.join("image.romfs");
     let romfs = run(Command::new(&env.exe)

@@ -75,7 +75,7 @@ fn unlink_half(dir: &Path, n: u64) -> Result<f64> {
 }
 
 /// The live mount id of a foliofs mount at `dir`, to find its counts.
-fn mount_id(dir: &Path) -> Option<u64> {
+pub(super) fn mount_id(dir: &Path) -> Option<u64> {
     let dir = dir.canonicalize().ok()?;
     foliofs_fuse::find_mount(&dir)
         .ok()

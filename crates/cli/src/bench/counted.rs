@@ -1,0 +1,165 @@
+//! Rows measured in interleaved rounds, with the foliofs server's requests
+//! by opcode for each workload of the last round: what the realstart and
+//! bigdir sections share.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use super::env::{BenchEnv, How, Mounted};
+use super::report::Row;
+use super::sections::{progress, unavailable, Image};
+use super::smallfiles::mount_id;
+use super::Config;
+use crate::mount_stats::{self, Counts};
+
+/// One row: a label, how to mount, and which image.
+pub(super) struct Plan {
+    pub label: String,
+    pub kind: &'static str,
+    pub how: How,
+    pub image: Image,
+}
+
+/// What the page cache holds of the image before a fresh mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Prime {
+    /// Nothing: dropped (root) or evicted (a user), as cold runs elsewhere.
+    Cold,
+    /// All of it: the image was just written or fetched, so only the
+    /// mount's own caches start empty.
+    Warm,
+}
+
+/// A timed workload: a column key, whether it gets a fresh mount (else it
+/// runs on the mount the previous step used), and a function of the mount
+/// point giving seconds.
+pub(super) struct Step<'a> {
+    pub key: &'static str,
+    pub fresh: bool,
+    pub run: &'a dyn Fn(&Path) -> Result<f64>,
+}
+
+/// Requests one foliofs row's server saw during one step of the last round.
+pub(super) struct Trips {
+    pub row: String,
+    pub key: &'static str,
+    pub counts: Counts,
+}
+
+/// Reads `path` through once, so its pages are cached.
+fn read_through(path: &Path) -> Result<()> {
+    let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut buf = vec![0u8; 1 << 20];
+    while f.read(&mut buf)? > 0 {}
+    Ok(())
+}
+
+/// Measures every plan with every step, `cfg.runs` rounds; a round
+/// visits every plan once, so drift in the machine spreads over all rows.
+/// The first step of a row must be `fresh`.
+pub(super) fn measure(
+    env: &BenchEnv,
+    cfg: &Config,
+    section: &str,
+    plans: &[Plan],
+    steps: &[Step<'_>],
+    prime: Prime,
+) -> (Vec<Row>, Vec<Trips>) {
+    let mut rows: Vec<Row> = plans
+        .iter()
+        .map(|p| {
+            let mut row = Row::new(p.label.clone(), p.kind);
+            if let Some(why) = unavailable(env, &p.how) {
+                row.note = Some(why);
+            } else if let Err(no) = &p.image {
+                row.note = Some(format!("no image: {}", no.why));
+                row.failed = no.failed;
+            }
+            row
+        })
+        .collect();
+    let mut trips = Vec::new();
+    for round in 0..cfg.runs {
+        let last = round + 1 == cfg.runs;
+        for (plan, row) in plans.iter().zip(rows.iter_mut()) {
+            let Ok(image) = &plan.image else { continue };
+            if row.note.is_some() {
+                continue;
+            }
+            progress(
+                cfg,
+                &format!(
+                    "[{section}] round {}/{}: {}",
+                    round + 1,
+                    cfg.runs,
+                    plan.label
+                ),
+            );
+            let counted = last && matches!(plan.how, How::Foliofs { .. });
+            let r = (|| -> Result<()> {
+                let mut mount: Option<Mounted> = None;
+                for step in steps {
+                    if step.fresh || mount.is_none() {
+                        drop(mount.take());
+                        if prime == Prime::Warm && !matches!(plan.how, How::Plain) {
+                            read_through(image)?;
+                        }
+                        let m = Mounted::new(env, &plan.how, image, &env.fresh_dir("mnt")?)?;
+                        if prime == Prime::Cold {
+                            env.cool(image);
+                        }
+                        mount = Some(m);
+                    }
+                    let m = mount.as_ref().expect("mounted above");
+                    let id = counted.then(|| mount_id(&m.dir)).flatten();
+                    // No file yet: the server has counted nothing worth
+                    // writing since it started.
+                    let before = id.map(|id| mount_stats::read_settled(id).unwrap_or_default());
+                    let v = (step.run)(&m.dir)?;
+                    row.runs.entry(step.key).or_default().push(v);
+                    if let (Some(id), Some(before)) = (id, before) {
+                        if let Some(after) = mount_stats::read_settled(id) {
+                            trips.push(Trips {
+                                row: plan.label.clone(),
+                                key: step.key,
+                                counts: mount_stats::delta(&before, &after),
+                            });
+                        }
+                    }
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                row.note = Some(crate::error_line(&e));
+                row.failed = true;
+            }
+        }
+    }
+    (rows, trips)
+}
+
+/// One note per row and step: "foliofs erofs, 1st run: lookup=3 read=5
+/// (8, 0.4 per file)", `per` naming what the total is divided by.
+pub(super) fn trip_notes(trips: &[Trips], per: Option<(u64, &str)>) -> Vec<String> {
+    trips
+        .iter()
+        .map(|t| {
+            let total: u64 = t.counts.values().sum();
+            let each = match per {
+                Some((n, what)) if n > 0 => {
+                    format!(", {:.2} per {what}", total as f64 / n as f64)
+                }
+                _ => String::new(),
+            };
+            format!(
+                "foliofs requests, {}, {}: {} ({total}{each})",
+                t.row,
+                t.key,
+                mount_stats::line(&t.counts)
+            )
+        })
+        .collect()
+}
