@@ -5,6 +5,7 @@ mod bigdir;
 mod counted;
 mod data;
 mod env;
+mod realstart;
 mod report;
 mod sections;
 mod smallfiles;
@@ -31,6 +32,8 @@ pub enum Which {
     Startup,
     /// Small files on ramfs: untar, read back and rm -rf a tree; many creates and unlinks.
     Smallfiles,
+    /// A real program's start-up: Python importing modules from an image.
+    Realstart,
     /// One flat directory of many entries listed and stat'ed cold.
     Bigdir,
     /// Every section.
@@ -85,6 +88,8 @@ pub struct Config {
     pub mkfs_erofs: Option<PathBuf>,
     pub small_files: u64,
     pub bigdir_entries: u64,
+    /// `--quick`: sections that cannot simply shrink a size do less.
+    pub quick: bool,
     pub tty: bool,
 }
 
@@ -123,6 +128,7 @@ impl Config {
             mkfs_erofs,
             small_files: if q { 10_000 } else { 100_000 },
             bigdir_entries: if q { 10_000 } else { 100_000 },
+            quick: q,
             tty: std::io::stderr().is_terminal(),
         })
     }
@@ -148,6 +154,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             Which::Ramfs,
             Which::Startup,
             Which::Smallfiles,
+            Which::Realstart,
             Which::Bigdir,
         ],
         w => vec![w],
@@ -165,6 +172,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             Which::Ramfs => sections::ramfs(&env, &cfg),
             Which::Startup => sections::startup(&env, &cfg),
             Which::Smallfiles => smallfiles::smallfiles(&env, &cfg),
+            Which::Realstart => realstart::realstart(&env, &cfg),
             Which::Bigdir => bigdir::bigdir(&env, &cfg),
             Which::All => unreachable!("expanded above"),
         }?;

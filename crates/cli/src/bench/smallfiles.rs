@@ -21,7 +21,7 @@ use crate::mount_stats::{self, Counts};
 
 /// The tree to unpack: the newest Python standard library under /usr/lib
 /// (many small source files, a few large ones, a few hundred directories).
-fn python_stdlib() -> Option<PathBuf> {
+pub(super) fn python_stdlib() -> Option<PathBuf> {
     let mut found: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib")
         .ok()?
         .flatten()
