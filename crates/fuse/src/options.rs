@@ -8,7 +8,9 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::time::Duration;
 
+use foliofs_block::remote::RemoteOptions;
 use foliofs_block::{check_block_size, BlockSizeChoice, IoMode, OpenOptions};
 
 // Sizes and ids are read by the rules every foliofs command shares, which
@@ -76,6 +78,11 @@ pub struct MountOptions {
     pub threads: Option<usize>,
     /// Extra devices (`device=PATH`, repeatable), in order.
     pub devices: Vec<PathBuf>,
+    /// How an image in object storage is fetched and cached (`chunk=`,
+    /// `cache=`, `cache_size=`, `prefetch=all`, `endpoint=`, `region=`,
+    /// `path_style`, `insecure_http`, `timeout=`; see
+    /// [`MountOptions::REMOTE_KEYS`]).
+    pub remote: RemoteOptions,
     /// `nosuid`/`suid`, `nodev`/`dev`, `noexec`/`exec`, `noatime`/`atime`,
     /// `sync` and `dirsync`. `nosuid,nodev` unless `suid` or `dev` say
     /// otherwise: an image is untrusted data until root says it is not.
@@ -100,6 +107,15 @@ pub struct MountOptions {
 
 /// Most server threads `threads=` accepts.
 pub const MAX_THREADS: usize = 64;
+
+/// Smallest and largest `chunk=`: below 64 KiB a ranged GET costs more in
+/// its round trip than in its bytes; above 16 MiB a cold small read waits
+/// for far more than it asked for.
+pub const MIN_CHUNK: u32 = 64 << 10;
+/// See [`MIN_CHUNK`].
+pub const MAX_CHUNK: u32 = 16 << 20;
+/// Longest `timeout=`, in seconds: an hour.
+pub const MAX_TIMEOUT_SECS: u64 = 3600;
 
 /// Options `mount(8)` and `mount.fuse3` pass through that change nothing for
 /// a FUSE image mount (or are consumed by the helper). Refusing them would
@@ -251,6 +267,97 @@ impl MountOptions {
                 self.block_size = BlockSizeChoice::Fixed(n);
             }
             "device" => self.devices.push(PathBuf::from(need(key, value)?)),
+            "chunk" => {
+                let v = need(key, value)?;
+                let n = parse_size(v).map_err(|e| OptionError::bad(key, format!("`{v}`: {e}")))?;
+                self.remote.chunk = u32::try_from(n)
+                    .ok()
+                    .filter(|n| n.is_power_of_two() && (MIN_CHUNK..=MAX_CHUNK).contains(n))
+                    .ok_or_else(|| {
+                        OptionError::bad(
+                            key,
+                            format!("`{v}` is not a power of two from 64K to 16M"),
+                        )
+                    })?;
+            }
+            "cache" => {
+                let v = need(key, value)?;
+                // The server runs from `/`, and fstab has no working
+                // directory: a relative path would name another place.
+                if !v.starts_with('/') {
+                    return Err(OptionError::bad(
+                        key,
+                        format!("`{v}` is not an absolute path"),
+                    ));
+                }
+                self.remote.cache_dir = Some(PathBuf::from(v));
+            }
+            "cache_size" => {
+                let v = need(key, value)?;
+                let n = parse_size(v).map_err(|e| OptionError::bad(key, format!("`{v}`: {e}")))?;
+                if n == 0 {
+                    return Err(OptionError::bad(
+                        key,
+                        "`0`: the cache must hold at least one chunk",
+                    ));
+                }
+                self.remote.cache_size = Some(n);
+            }
+            "prefetch" => match need(key, value)? {
+                "all" => self.remote.prefetch_all = true,
+                v => return Err(OptionError::bad(
+                    key,
+                    format!(
+                        "`{v}`: the only prefetch is `all` (the whole image, in the background)"
+                    ),
+                )),
+            },
+            "endpoint" => {
+                let v = need(key, value)?;
+                let scheme = v.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+                if !matches!(scheme.as_deref(), Some("https" | "http")) || v.ends_with("://") {
+                    return Err(OptionError::bad(
+                        key,
+                        format!("`{v}` is not an https:// (or http://) URL"),
+                    ));
+                }
+                self.remote.endpoint = Some(v.to_owned());
+            }
+            "region" => {
+                let v = need(key, value)?;
+                if !v
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                {
+                    return Err(OptionError::bad(
+                        key,
+                        format!("`{v}` is not a region name (letters, digits and `-`)"),
+                    ));
+                }
+                self.remote.region = Some(v.to_owned());
+            }
+            "path_style" => {
+                flag(value)?;
+                self.remote.path_style = true;
+            }
+            "insecure_http" => {
+                flag(value)?;
+                self.remote.insecure_http = true;
+            }
+            "timeout" => {
+                let v = need(key, value)?;
+                let secs = v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|s| (1..=MAX_TIMEOUT_SECS).contains(s))
+                    .ok_or_else(|| {
+                        OptionError::bad(
+                            key,
+                            format!("`{v}` is not a whole number of seconds from 1 to {MAX_TIMEOUT_SECS}"),
+                        )
+                    })?;
+                self.remote.timeout = Duration::from_secs(secs);
+            }
             "threads" => {
                 let v = need(key, value)?;
                 let n = v
@@ -358,18 +465,52 @@ impl MountOptions {
         "blocksize",
         "largeblocks",
         "device",
+        "chunk",
+        "cache",
+        "cache_size",
+        "prefetch",
+        "endpoint",
+        "region",
+        "path_style",
+        "insecure_http",
+        "timeout",
     ];
+
+    /// The keys that only mean something for an image in object storage
+    /// (what [`MountOptions::remote`] is made of): a command that knows its
+    /// source is a local file or a ramfs refuses them by name
+    /// ([`MountOptions::remote_key`]).
+    pub const REMOTE_KEYS: &'static [&'static str] = &[
+        "chunk",
+        "cache",
+        "cache_size",
+        "prefetch",
+        "endpoint",
+        "region",
+        "path_style",
+        "insecure_http",
+        "timeout",
+    ];
+
+    /// The first key given that is one of [`MountOptions::REMOTE_KEYS`].
+    pub fn remote_key(&self) -> Option<&str> {
+        self.keys
+            .iter()
+            .map(String::as_str)
+            .find(|k| Self::REMOTE_KEYS.contains(k))
+    }
 
     /// How to open an image's backing store under these options. This is
     /// the one place where `-o` options become [`OpenOptions`]: the mount
     /// command and the inspection commands both take them from here, so
-    /// `directio`, `largeblocks` and `blocksize=` mean the same to both.
-    /// (`device=` paths are [`MountOptions::devices`]; `uid=`, `gid=` and
+    /// `directio`, `largeblocks`, `blocksize=` and the remote keys mean the
+    /// same to both. (`device=` paths are [`MountOptions::devices`]; `uid=`, `gid=` and
     /// `umask=` change what the server reports, not how an image is read.)
     pub fn open_options(&self) -> OpenOptions {
         OpenOptions {
             block_size: self.block_size,
             io_mode: self.io_mode,
+            remote: self.remote.clone(),
             ..OpenOptions::default()
         }
     }
@@ -604,7 +745,21 @@ mod tests {
     fn reading_keys_are_exactly_what_open_options_and_devices_hold() {
         let read = |o: &MountOptions| (o.open_options(), o.devices.clone());
         let default = read(&MountOptions::default());
-        for s in ["directio", "blocksize=64K", "largeblocks", "device=/d"] {
+        for s in [
+            "directio",
+            "blocksize=64K",
+            "largeblocks",
+            "device=/d",
+            "chunk=4M",
+            "cache=/c",
+            "cache_size=1G",
+            "prefetch=all",
+            "endpoint=https://e",
+            "region=r",
+            "path_style",
+            "insecure_http",
+            "timeout=5",
+        ] {
             let o = MountOptions::parse(s).unwrap();
             assert!(MountOptions::READING_KEYS.contains(&o.keys[0].as_str()));
             assert_ne!(read(&o), default, "{s}");
@@ -644,6 +799,87 @@ mod tests {
                 "{s}"
             );
             assert_eq!(read(&o), default, "{s}");
+        }
+    }
+
+    #[test]
+    fn remote_options() {
+        let o = MountOptions::parse(
+            "chunk=4M,cache=/var/c,cache_size=2G,prefetch=all,endpoint=http://127.0.0.1:8333,region=eu-west-1,path_style,insecure_http,timeout=3",
+        )
+        .unwrap();
+        let r = &o.remote;
+        assert_eq!(r.chunk, 4 << 20);
+        assert_eq!(r.cache_dir.as_deref(), Some(std::path::Path::new("/var/c")));
+        assert_eq!(r.cache_size, Some(2 << 30));
+        assert!(r.prefetch_all && r.path_style && r.insecure_http);
+        assert_eq!(r.endpoint.as_deref(), Some("http://127.0.0.1:8333"));
+        assert_eq!(r.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(r.timeout, Duration::from_secs(3));
+        assert!(o.extra.is_empty());
+        assert_eq!(o.open_options().remote, o.remote);
+        assert_eq!(o.remote_key(), Some("chunk"));
+        for key in MountOptions::REMOTE_KEYS {
+            assert!(MountOptions::READING_KEYS.contains(key), "{key}");
+        }
+        // A URL's `=` and `:` stay in the value.
+        let o = MountOptions::parse("endpoint=https://h:9000/p?a=b").unwrap();
+        assert_eq!(o.remote.endpoint.as_deref(), Some("https://h:9000/p?a=b"));
+        // The limits themselves are fine.
+        for s in [
+            "chunk=64K",
+            "chunk=16M",
+            "timeout=1",
+            "timeout=3600",
+            "cache_size=1",
+        ] {
+            MountOptions::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+        }
+        assert_eq!(MountOptions::parse("ro,uid=5").unwrap().remote_key(), None);
+        assert_eq!(
+            MountOptions::parse("ro,timeout=5,chunk=1M")
+                .unwrap()
+                .remote_key(),
+            Some("timeout")
+        );
+    }
+
+    #[test]
+    fn remote_values_are_refused_by_name() {
+        for (s, key, why) in [
+            ("chunk=3M", "chunk", "power of two from 64K to 16M"),
+            ("chunk=32K", "chunk", "power of two from 64K to 16M"),
+            ("chunk=32M", "chunk", "power of two from 64K to 16M"),
+            ("chunk=8G", "chunk", "power of two from 64K to 16M"),
+            ("chunk=x", "chunk", "unknown size suffix"),
+            ("chunk", "chunk", "needs a value"),
+            ("cache=rel/dir", "cache", "not an absolute path"),
+            ("cache=", "cache", "needs a value"),
+            ("cache_size=0", "cache_size", "at least one chunk"),
+            ("cache_size=1Q", "cache_size", "suffix"),
+            (
+                "prefetch=startup.profile",
+                "prefetch",
+                "the only prefetch is `all`",
+            ),
+            ("prefetch", "prefetch", "needs a value"),
+            ("endpoint=ftp://h", "endpoint", "not an https://"),
+            ("endpoint=h:9000", "endpoint", "not an https://"),
+            ("endpoint=https://", "endpoint", "not an https://"),
+            ("region=eu/west", "region", "not a region name"),
+            ("path_style=yes", "path_style", "takes no value"),
+            ("insecure_http=1", "insecure_http", "takes no value"),
+            ("timeout=0", "timeout", "from 1 to 3600"),
+            ("timeout=3601", "timeout", "from 1 to 3600"),
+            ("timeout=1.5", "timeout", "from 1 to 3600"),
+            ("timeout=-1", "timeout", "from 1 to 3600"),
+        ] {
+            let e = MountOptions::parse(s).unwrap_err();
+            assert!(
+                matches!(&e, OptionError::BadValue { key: k, .. } if k == key),
+                "{s}: {e}"
+            );
+            assert!(e.to_string().contains(why), "{s}: {e}");
         }
     }
 
