@@ -14,12 +14,11 @@ pub struct InfoArgs {
 /// `foliofs info IMAGE`.
 pub fn run(args: InfoArgs) -> anyhow::Result<i32> {
     let path = &args.image.image;
-    let format = open::detect(path)?;
-    let opts = args.image.open_options(format)?;
+    let (format, opts) = args.image.detect()?;
     match format {
         Format::Romfs => {
             let r = foliofs_romfs::check::check(path, &opts)
-                .with_context(|| format!("{}: cannot read", path.display()))?;
+                .with_context(|| format!("{}: cannot read", open::shown(path)))?;
             let bs = foliofs_romfs::RomFs::open_unverified(path, &opts)
                 .map(|fs| fs.block_dev().block_size())
                 .ok();
@@ -73,7 +72,7 @@ pub fn run(args: InfoArgs) -> anyhow::Result<i32> {
 fn erofs_info(args: &ImageArgs) -> anyhow::Result<i32> {
     use foliofs_erofs::superblock as sbm;
     let open::Image::Erofs(e) = args.open()? else {
-        bail!("{}: not an EROFS image", args.image.display());
+        bail!("{}: not an EROFS image", open::shown(&args.image));
     };
     let sb = e.superblock();
     let uuid: String = sb.uuid.iter().map(|b| format!("{b:02x}")).collect();
@@ -92,10 +91,7 @@ fn erofs_info(args: &ImageArgs) -> anyhow::Result<i32> {
             .map(sbm::incompat_name),
     );
     println!("format:          erofs");
-    println!(
-        "image size:      {} bytes",
-        std::fs::metadata(&args.image)?.len()
-    );
+    println!("image size:      {} bytes", e.block_dev().store().size());
     println!("block size:      {} bytes", sb.block_size());
     println!("blocks:          {}", sb.blocks);
     println!("inodes:          {}", sb.inos);

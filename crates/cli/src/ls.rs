@@ -62,7 +62,10 @@ pub fn run(args: LsArgs) -> anyhow::Result<i32> {
             Ok(e) => e,
             Err(e) => {
                 out.flush()?;
-                eprintln!("foliofs: {}: {shown}: {e}", args.image.image.display());
+                eprintln!(
+                    "foliofs: {}: {shown}: {e}",
+                    crate::open::shown(&args.image.image)
+                );
                 errors += 1;
                 continue;
             }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use foliofs_block::remote::is_remote;
 use foliofs_block::IoMode;
 use foliofs_fuse::{format_size, MountConfig, MountOptions, Overrides, ServerConfig};
 use foliofs_vfs::FileSystem;
@@ -69,6 +70,12 @@ pub struct MountArgs {
     /// whose own additions to the options are taken off again.
     #[arg(long, hide = true)]
     pub mount_helper: bool,
+    /// The background server's source is in `FOLIOFS_MOUNT_SOURCE`, and
+    /// SOURCE is only its redacted form: a URL's query string or user info
+    /// (a presigned URL's signature) stays out of the server's command
+    /// line, which every user can read.
+    #[arg(long, hide = true)]
+    pub source_from_env: bool,
     /// The image file or block device (any name for ramfs).
     pub source: PathBuf,
     /// The directory to mount on.
@@ -92,13 +99,25 @@ struct Opened {
     profile: Option<Arc<foliofs_fuse::Profile>>,
 }
 
+/// The environment variable a background server takes its source from
+/// (see [`MountArgs::source_from_env`]).
+const SOURCE_ENV: &str = "FOLIOFS_MOUNT_SOURCE";
+
 pub fn run(mut args: MountArgs) -> anyhow::Result<i32> {
+    if args.source_from_env {
+        let Some(source) = std::env::var_os(SOURCE_ENV) else {
+            bail!("{SOURCE_ENV} is not set");
+        };
+        args.source = PathBuf::from(source);
+        args.source_from_env = false;
+    }
     if args.mount_helper {
         args.options = vec![foliofs_fuse::strip_helper_defaults(&args.options.join(","))];
         args.mount_helper = false;
     }
     let opts = open::parse_mount_options(&args.fstype, &args.options)?;
-    let source = if args.fstype == "ramfs" {
+    // A URL is not a path: made absolute it would name a local file.
+    let source = if args.fstype == "ramfs" || is_remote(&args.source) {
         args.source.clone()
     } else {
         std::path::absolute(&args.source)
@@ -143,14 +162,16 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
     if fstype == "ramfs" {
         return open_ramfs(opts);
     }
+    open::refuse_misplaced(source, opts)?;
+    let open_opts = opts.open_options();
     let format = if fstype == "auto" {
-        open::detect(source)?
+        open::detect(source, &open_opts)?
     } else {
-        let found = open::detect(source)?;
+        let found = open::detect(source, &open_opts)?;
         if found.name() != fstype {
             bail!(
                 "{}: is a {} image, not {fstype}",
-                source.display(),
+                open::shown(source),
                 found.name()
             );
         }
@@ -160,7 +181,7 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
     if opts.read_only == Some(false) {
         log::info!(
             "{}: {} is read-only; mounting ro",
-            source.display(),
+            open::shown(source),
             format.name()
         );
     }
@@ -169,7 +190,7 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
     if opts.writeback {
         bail!("mount option `writeback` is for ramfs; images are read-only");
     }
-    let image = open::open_with_devices(source, &opts.open_options(), &opts.devices)?;
+    let image = open::open_with_devices(source, &open_opts, &opts.devices)?;
     let io_mode = match &image {
         Image::Romfs(r) => r.block_dev().store().mode(),
         Image::Erofs(e) => e.block_dev().store().mode(),
@@ -208,6 +229,9 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
         shown.push(format!("push={}", format_size(push_budget)));
     } else {
         shown.push("nopush".to_owned());
+    }
+    if is_remote(source) || opts.devices.iter().any(|d| is_remote(d)) {
+        shown.extend(remote_shown(&opts.remote));
     }
     Ok(Opened {
         fs,
@@ -267,6 +291,36 @@ fn profiles(
     Ok((budget, record, profile))
 }
 
+/// A remote image's options as `foliofs mounts` shows them: the chunk and
+/// timeout always, the rest where given. An endpoint is shown redacted as
+/// the source is.
+fn remote_shown(r: &foliofs_block::remote::RemoteOptions) -> Vec<String> {
+    let mut v = vec![format!("chunk={}", format_size(u64::from(r.chunk)))];
+    if let Some(d) = &r.cache_dir {
+        v.push(format!("cache={}", d.display()));
+    }
+    if let Some(n) = r.cache_size {
+        v.push(format!("cache_size={}", format_size(n)));
+    }
+    if r.prefetch_all {
+        v.push("prefetch=all".to_owned());
+    }
+    if let Some(e) = &r.endpoint {
+        v.push(format!("endpoint={}", foliofs_block::remote::redact(e)));
+    }
+    if let Some(region) = &r.region {
+        v.push(format!("region={region}"));
+    }
+    if r.path_style {
+        v.push("path_style".to_owned());
+    }
+    if r.insecure_http {
+        v.push("insecure_http".to_owned());
+    }
+    v.push(format!("timeout={}", r.timeout.as_secs()));
+    v
+}
+
 fn open_ramfs(opts: &MountOptions) -> anyhow::Result<Opened> {
     let ro = open::ramfs_options(opts)?;
     let read_only = opts.read_only == Some(true);
@@ -316,9 +370,14 @@ fn spawn_server(args: &MountArgs, source: &Path, opts: &MountOptions) -> anyhow:
     for o in &args.options {
         cmd.arg("-o").arg(o);
     }
-    cmd.arg("--")
-        .arg(source)
-        .arg(&mountpoint)
+    let shown = open::shown(source);
+    if shown.as_str() != source.as_os_str() {
+        cmd.arg("--source-from-env").env(SOURCE_ENV, source);
+        cmd.arg("--").arg(&shown);
+    } else {
+        cmd.arg("--").arg(source);
+    }
+    cmd.arg(&mountpoint)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr)
@@ -378,7 +437,9 @@ fn spawn_watcher(info: &foliofs_fuse::MountInfo) -> anyhow::Result<OwnedFd> {
         &info.mount_id.to_string(),
         "--",
     ])
-    .arg(&info.mountpoint);
+    .arg(&info.mountpoint)
+    // The watcher has no use for the source.
+    .env_remove(SOURCE_ENV);
     let (_child, wr) = foliofs_fuse::watch::spawn(cmd).context("cannot start the watcher")?;
     Ok(wr)
 }
@@ -469,10 +530,7 @@ fn serve(
     let read_only = opened.read_only || opts.read_only == Some(true);
     let cfg = MountConfig {
         mountpoint: args.mountpoint.clone(),
-        fsname: opts
-            .fsname
-            .clone()
-            .unwrap_or_else(|| source.to_string_lossy().into_owned()),
+        fsname: opts.fsname.clone().unwrap_or_else(|| open::shown(source)),
         flags: opts.flags,
         read_only,
         allow_other: opts.allow_other,

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use foliofs_block::{BlockSizeChoice, IoMode, OpenOptions};
+use foliofs_block::remote::is_remote;
+use foliofs_block::{BlockSizeChoice, IoMode, OpenOptions, Store};
 use foliofs_erofs::Erofs;
 use foliofs_fuse::{MountOptions, OptionError};
 use foliofs_romfs::RomFs;
@@ -73,14 +74,16 @@ impl Image {
 }
 
 /// Reads the first bytes of `path` and names its format, or says what was
-/// found instead.
-pub fn detect(path: &Path) -> anyhow::Result<Format> {
-    let head = probe(path)?;
+/// found instead. A URL is read through the block layer's store with the
+/// remote options in `opts`, which keeps what it fetches in the disk cache
+/// for the open that follows.
+pub fn detect(path: &Path, opts: &OpenOptions) -> anyhow::Result<Format> {
+    let head = probe(path, opts)?;
     match Format::detect(&head) {
         Some(f) => Ok(f),
         None => bail!(
             "{}: not a romfs or EROFS image: {}",
-            path.display(),
+            shown(path),
             describe(&head)
         ),
     }
@@ -93,9 +96,9 @@ pub fn open_with_devices(
     opts: &OpenOptions,
     devices: &[PathBuf],
 ) -> anyhow::Result<Image> {
-    let format = detect(path)?;
+    let format = detect(path, opts)?;
     refuse_devices(path, format, devices)?;
-    let ctx = || format!("{}: cannot open {} image", path.display(), format.name());
+    let ctx = || format!("{}: cannot open {} image", shown(path), format.name());
     Ok(match format {
         Format::Romfs => Image::Romfs(Arc::new(RomFs::open(path, opts).with_context(ctx)?)),
         Format::Erofs => Image::Erofs(Arc::new(
@@ -104,19 +107,62 @@ pub fn open_with_devices(
     })
 }
 
+/// Refuses the options that cannot apply to where `source` is: a remote
+/// key (`chunk=`, `cache=`, ...) for a local image, and `directio` for an
+/// image in object storage, which is read through its disk cache.
+pub fn refuse_misplaced(source: &Path, opts: &MountOptions) -> anyhow::Result<()> {
+    // An EROFS image's blob may be remote while the image is not: the
+    // remote keys then apply to the blob.
+    let remote = is_remote(source) || opts.devices.iter().any(|d| is_remote(d));
+    if remote {
+        if opts.io_mode == IoMode::Direct {
+            bail!(
+                "{}: mount option `directio` is for local images: an image in object storage is read through its disk cache",
+                shown(source)
+            );
+        }
+    } else if let Some(key) = opts.remote_key() {
+        bail!(
+            "{}: mount option `{key}` is for images in object storage (s3://, https://), not a local image",
+            source.display()
+        );
+    }
+    Ok(())
+}
+
+/// `source` as messages, records and `/proc/mounts` show it: a URL without
+/// its query string or user info (a presigned URL's signature, a
+/// password), a path as it is.
+pub fn shown(source: &Path) -> String {
+    if is_remote(source) {
+        foliofs_block::remote::redact(&source.to_string_lossy())
+    } else {
+        source.display().to_string()
+    }
+}
+
 /// Refuses `device=` for a format that has no extra devices.
 fn refuse_devices(path: &Path, format: Format, devices: &[PathBuf]) -> anyhow::Result<()> {
     if !devices.is_empty() && format != Format::Erofs {
         bail!(
             "{}: option `device` is only for EROFS images ({} has no extra devices)",
-            path.display(),
+            shown(path),
             format.name()
         );
     }
     Ok(())
 }
 
-fn probe(path: &Path) -> anyhow::Result<Vec<u8>> {
+fn probe(path: &Path, opts: &OpenOptions) -> anyhow::Result<Vec<u8>> {
+    if is_remote(path) {
+        // The store's errors name the URL (redacted) and what the server
+        // said: a 403 or 404 is one line as it is.
+        let store = Store::open(path, opts)?;
+        let mut head = vec![0u8; store.size().min(PROBE_LEN as u64) as usize];
+        let n = store.read_at(&mut head, 0)?;
+        head.truncate(n);
+        return Ok(head);
+    }
     let mut f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut head = Vec::with_capacity(PROBE_LEN);
     (&mut f)
@@ -198,16 +244,19 @@ impl ImageArgs {
                 "mount option `{key}` only applies to `foliofs mount`: it does not change how an image is read"
             );
         }
+        refuse_misplaced(&self.image, &o)?;
         Ok(o)
     }
 
-    /// The open options these arguments ask for, for a reader of `format`
-    /// that is handed no extra devices: `device=` is refused unless the
-    /// format has none to take.
-    pub fn open_options(&self, format: Format) -> anyhow::Result<OpenOptions> {
+    /// Detects the image's format, and the open options these arguments
+    /// ask for, for a reader of that format that is handed no extra
+    /// devices: `device=` is refused unless the format has none to take.
+    pub fn detect(&self) -> anyhow::Result<(Format, OpenOptions)> {
         let o = self.mount_options()?;
+        let opts = o.open_options();
+        let format = detect(&self.image, &opts)?;
         refuse_devices(&self.image, format, &o.devices)?;
-        Ok(o.open_options())
+        Ok((format, opts))
     }
 
     /// Detects and opens the image, with the extra devices `device=PATH`
@@ -256,6 +305,9 @@ pub fn ramfs_options(o: &MountOptions) -> anyhow::Result<foliofs_ramfs::Options>
         if asked {
             bail!("mount option `{name}` is for images; ramfs does not take it");
         }
+    }
+    if let Some(key) = o.remote_key() {
+        bail!("mount option `{key}` is for images in object storage; ramfs does not take it");
     }
     Ok(ro)
 }
