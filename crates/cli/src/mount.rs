@@ -609,7 +609,8 @@ fn serve(
     if let Err(e) = state.save() {
         log::warn!("cannot record the mount for `foliofs mounts`: {e}");
     }
-    let stats = crate::mount_stats::publish(info.mount_id, cfg.server.requests.clone());
+    let remote = is_remote(source) || opts.devices.iter().any(|d| is_remote(d));
+    let stats = crate::mount_stats::publish(info.mount_id, cfg.server.requests.clone(), remote);
     if let Some(mut r) = ready {
         let _ = writeln!(r, "ready");
     }

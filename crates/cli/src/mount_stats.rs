@@ -1,6 +1,9 @@
 //! A live mount's request counts, published for `foliofs mounts --stats`
 //! and `foliofs bench` in `stats/<mount id>` of the mounting user's record
-//! directory (`/run/foliofs` for root; see [`crate::mount_state`]).
+//! directory (`/run/foliofs` for root; see [`crate::mount_state`]). A mount
+//! of an image in object storage adds its server's remote counters
+//! (`foliofs_block::remote::stats`) as `remote.NAME=N` lines: one mount is
+//! one process, so the process's counters are the mount's.
 //!
 //! The server rewrites the file (atomically) at most every
 //! [`INTERVAL`] and only when a count changed, so an idle mount costs one
@@ -37,12 +40,33 @@ fn own_dir() -> Option<PathBuf> {
 /// Counts by opcode name, as the file lists them.
 pub type Counts = BTreeMap<String, u64>;
 
-fn write(mount_id: u64, snap: &[(&'static str, u64)]) -> io::Result<()> {
+/// The prefix of the remote counters' lines.
+const REMOTE: &str = "remote.";
+
+/// The remote counters of this process, named as the file lists them.
+fn remote_snapshot() -> Vec<(&'static str, u64)> {
+    let r = foliofs_block::remote::stats();
+    vec![
+        ("bytes_read", r.bytes_read),
+        ("bytes_fetched", r.bytes_fetched),
+        ("cache_hits", r.cache_hits),
+        ("cache_misses", r.cache_misses),
+        ("fetch_errors", r.fetch_errors),
+        ("retries", r.retries),
+    ]
+}
+
+type Snapshot = (Vec<(&'static str, u64)>, Vec<(&'static str, u64)>);
+
+fn write(mount_id: u64, (requests, remote): &Snapshot) -> io::Result<()> {
     let dir = stats_dir(&mount_state::state_dir()?);
     fs::create_dir_all(&dir)?;
     let mut text = String::new();
-    for (name, n) in snap {
+    for (name, n) in requests {
         text.push_str(&format!("{name}={n}\n"));
+    }
+    for (name, n) in remote {
+        text.push_str(&format!("{REMOTE}{name}={n}\n"));
     }
     let tmp = dir.join(format!(".{mount_id}.tmp"));
     fs::write(&tmp, text)?;
@@ -58,8 +82,9 @@ pub struct Publisher {
 }
 
 /// Starts the thread that keeps mount `mount_id`'s file current until
-/// [`Publisher::finish`].
-pub fn publish(mount_id: u64, counts: Arc<RequestCounts>) -> Publisher {
+/// [`Publisher::finish`]; with the remote counters too when `remote` (the
+/// mount reads an image in object storage).
+pub fn publish(mount_id: u64, counts: Arc<RequestCounts>, remote: bool) -> Publisher {
     let stop = Arc::new(AtomicBool::new(false));
     let stopped = stop.clone();
     let spawned = std::thread::Builder::new()
@@ -67,7 +92,14 @@ pub fn publish(mount_id: u64, counts: Arc<RequestCounts>) -> Publisher {
         .spawn(move || {
             let mut last = None;
             while !stopped.load(Ordering::Relaxed) {
-                let snap = counts.snapshot();
+                let snap = (
+                    counts.snapshot(),
+                    if remote {
+                        remote_snapshot()
+                    } else {
+                        Vec::new()
+                    },
+                );
                 if last.as_ref() != Some(&snap) {
                     if let Err(e) = write(mount_id, &snap) {
                         log::warn!("cannot write request counts: {e}");
@@ -103,12 +135,14 @@ impl Publisher {
     }
 }
 
-/// Mount `m`'s counts, if its server publishes them where this user may
-/// read them.
-pub fn read(m: &MountInfo) -> Option<Counts> {
+/// Mount `m`'s request counts, if its server publishes them where this
+/// user may read them, and for a mount of an image in object storage its
+/// remote counters (bytes read and fetched, cache hits and
+/// misses, fetch errors, retries).
+pub fn read_all(m: &MountInfo) -> Option<(Counts, Option<Counts>)> {
     mount_state::dirs_for(m)
         .iter()
-        .find_map(|d| read_from(&stats_dir(d), m.mount_id))
+        .find_map(|d| read_file(&stats_dir(d), m.mount_id))
 }
 
 /// The counts of mount `mount_id`, one of this user's own.
@@ -117,13 +151,27 @@ fn read_own(mount_id: u64) -> Option<Counts> {
 }
 
 fn read_from(dir: &Path, mount_id: u64) -> Option<Counts> {
+    read_file(dir, mount_id).map(|(requests, _)| requests)
+}
+
+fn read_file(dir: &Path, mount_id: u64) -> Option<(Counts, Option<Counts>)> {
     let text = fs::read_to_string(dir.join(mount_id.to_string())).ok()?;
-    Some(
-        text.lines()
-            .filter_map(|l| l.split_once('='))
-            .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
-            .collect(),
-    )
+    Some(parse(&text))
+}
+
+/// The request counts of a file's text, and its remote counters if it has
+/// any.
+fn parse(text: &str) -> (Counts, Option<Counts>) {
+    let mut requests = Counts::new();
+    let mut remote = Counts::new();
+    for (k, v) in text.lines().filter_map(|l| l.split_once('=')) {
+        let Ok(v) = v.parse() else { continue };
+        match k.strip_prefix(REMOTE) {
+            Some(k) => remote.insert(k.to_owned(), v),
+            None => requests.insert(k.to_owned(), v),
+        };
+    }
+    (requests, (!remote.is_empty()).then_some(remote))
 }
 
 /// The counts of mount `mount_id` (one of this user's own) once they have settled: two reads an interval
@@ -192,6 +240,18 @@ mod tests {
         assert_eq!(delta(&a, &b), counts(&[("lookup", 2), ("read", 2)]));
         assert_eq!(line(&delta(&a, &b)), "lookup=2 read=2");
         assert_eq!(line(&counts(&[("x", 0)])), "");
+    }
+
+    #[test]
+    fn remote_counters_are_kept_apart() {
+        let (requests, remote) =
+            parse("lookup=2\nread=5\nremote.bytes_read=10\nremote.cache_hits=0\n");
+        assert_eq!(requests, counts(&[("lookup", 2), ("read", 5)]));
+        assert_eq!(
+            remote,
+            Some(counts(&[("bytes_read", 10), ("cache_hits", 0)]))
+        );
+        assert_eq!(parse("lookup=2\n").1, None);
     }
 
     #[test]

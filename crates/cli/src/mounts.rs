@@ -8,7 +8,9 @@ use crate::mount_state::{process_alive, MountState};
 /// List live foliofs mounts.
 #[derive(clap::Args, Debug)]
 pub struct MountsArgs {
-    /// Also show each mount's FUSE requests so far, by opcode.
+    /// Also show each mount's FUSE requests so far, by opcode, and for an
+    /// image in object storage the bytes read and fetched, cache hits and
+    /// misses, fetch errors and retries.
     #[arg(long)]
     pub stats: bool,
 }
@@ -68,13 +70,20 @@ pub fn run(args: MountsArgs) -> anyhow::Result<i32> {
             opts
         )?;
         if args.stats {
-            let counts = crate::mount_stats::read(m)
-                .map(|c| match crate::mount_stats::line(&c) {
+            let published = crate::mount_stats::read_all(m);
+            let counts = published
+                .as_ref()
+                .map(|(c, _)| match crate::mount_stats::line(c) {
                     l if l.is_empty() => "none".to_owned(),
                     l => l,
                 })
                 .unwrap_or_else(|| "not published".to_owned());
             writeln!(out, "  requests: {counts}")?;
+            // Every counter, zeros too: a miss count of 0 is the news.
+            if let Some((_, Some(remote))) = &published {
+                let line: Vec<String> = remote.iter().map(|(k, n)| format!("{k}={n}")).collect();
+                writeln!(out, "  remote: {}", line.join(" "))?;
+            }
         }
     }
     Ok(0)
