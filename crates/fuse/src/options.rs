@@ -303,15 +303,16 @@ impl MountOptions {
                 }
                 self.remote.cache_size = Some(n);
             }
-            "prefetch" => match need(key, value)? {
-                "all" => self.remote.prefetch_all = true,
-                v => return Err(OptionError::bad(
-                    key,
-                    format!(
+            "prefetch" => {
+                let v = need(key, value)?;
+                if v != "all" {
+                    let why = format!(
                         "`{v}`: the only prefetch is `all` (the whole image, in the background)"
-                    ),
-                )),
-            },
+                    );
+                    return Err(OptionError::bad(key, why));
+                }
+                self.remote.prefetch_all = true;
+            }
             "endpoint" => {
                 let v = need(key, value)?;
                 let scheme = v.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
