@@ -1,8 +1,9 @@
 //! foliofs's integration tests, one binary: the built `foliofs` command and
 //! the libraries against the source trees, the reference tools and the
-//! kernel's own drivers. One module per format, `user` for mounts by a
-//! user, `push` for data pushed ahead and start-up profiles; `common`
-//! holds what they share (bounded runs, the mount guard,
+//! kernel's own drivers. One module per format, `remote` for images in
+//! object storage (a SeaweedFS per test), `user` for mounts by a user,
+//! `push` for data pushed ahead and start-up profiles; `common` holds what
+//! they share (bounded runs, the mount guard,
 //! fixtures, walks, the romfs oracle).
 
 #[macro_use]
@@ -14,5 +15,6 @@ mod erofs;
 mod harness;
 mod push;
 mod ramfs;
+mod remote;
 mod romfs;
 mod user;

@@ -177,7 +177,18 @@ impl Namespace {
 
     /// Runs `prog ARGS` inside the namespace.
     fn run<S: AsRef<OsStr>>(&self, prog: &str, args: &[S]) -> Result<Output, String> {
+        self.run_env(prog, args, &[])
+    }
+
+    /// [`Namespace::run`] with `env` added to the environment.
+    fn run_env<S: AsRef<OsStr>>(
+        &self,
+        prog: &str,
+        args: &[S],
+        env: &[(&str, &str)],
+    ) -> Result<Output, String> {
         let mut cmd = Command::new(which("nsenter").unwrap());
+        cmd.envs(env.iter().copied());
         cmd.arg(format!("--target={}", self.pid))
             .arg("--mount")
             .arg("--")
@@ -520,4 +531,85 @@ fn a_user_fstab_line_mounts_as_the_user() {
     }
     as_user(bin(), &[OsStr::new("umount"), s.mnt.as_os_str()]);
     assert!(s.ns.mount_at(&s.mnt).is_none(), "still mounted");
+}
+
+/// An image in S3 from an fstab line and from `mount -t fuse.foliofs`:
+/// mount(8) and mount.fuse3 hand the URL to foliofs as they found it, with
+/// the endpoint and cache options, and the credentials come from the
+/// environment mount(8) was started with.
+#[test]
+fn an_s3_image_from_fstab_and_mount_t() {
+    require!("weed");
+    let Some(s) = Setup::new() else { return };
+    let weed = crate::remote::Weed::start();
+    weed.put_file(crate::remote::BUCKET, "tree.romfs", &s.image);
+    s.install(&["--binary", bin()]);
+    let url = format!("s3://{}/tree.romfs", crate::remote::BUCKET);
+    let cache = s.base.join("cache");
+    let opts = format!("ro,{},cache={}", weed.options(), cache.display());
+    let env = [
+        ("AWS_ACCESS_KEY_ID", crate::remote::ACCESS_KEY),
+        ("AWS_SECRET_ACCESS_KEY", crate::remote::SECRET_KEY),
+    ];
+    let check = |how: &str| {
+        let m =
+            s.ns.mount_at(&s.mnt)
+                .unwrap_or_else(|| panic!("{how}: not mounted"));
+        assert_eq!(m.fstype, "fuse.foliofs", "{m:?}");
+        assert_eq!(m.source, url, "{m:?}");
+        let root = s.ns.path(&s.mnt);
+        for (name, _) in FILES {
+            let got = fs::read(root.join(name)).unwrap();
+            assert!(
+                got == fs::read(s.src.join(name)).unwrap(),
+                "{how}: {name} differs"
+            );
+        }
+        s.unmount();
+    };
+
+    let fstab = s.base.join("fstab");
+    fs::write(
+        &fstab,
+        format!(
+            "{url}  {}  fuse.foliofs  {opts},nofail  0 0\n",
+            s.mnt.display()
+        ),
+    )
+    .unwrap();
+    let out =
+        s.ns.run_env(
+            "mount",
+            &[OsStr::new("-T"), fstab.as_os_str(), s.mnt.as_os_str()],
+            &env,
+        )
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mount -T: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check("fstab");
+
+    let out =
+        s.ns.run_env(
+            "mount",
+            &[
+                OsStr::new("-t"),
+                OsStr::new("fuse.foliofs"),
+                OsStr::new(&url),
+                s.mnt.as_os_str(),
+                OsStr::new("-o"),
+                OsStr::new(&opts),
+            ],
+            &env,
+        )
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mount -t: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check("mount -t");
+    assert!(cache.exists(), "nothing cached");
 }

@@ -468,7 +468,14 @@ impl Mount {
             cmd.args(["-o", opts]);
         }
         cmd.arg(source).arg(dir);
-        let out = run_timeout(&mut cmd, Duration::from_secs(60));
+        Self::by_command(user, &mut cmd, dir)
+    }
+
+    /// Runs `cmd`, a `foliofs mount` (or a wrapper of it) of `dir` as
+    /// `user` where given (who unmounts it again), and takes the mount if
+    /// it is live; otherwise its stderr, never leaving a mount behind.
+    pub fn by_command(user: Option<&str>, cmd: &mut Command, dir: &Path) -> Result<Mount, String> {
+        let out = run_timeout(cmd, Duration::from_secs(60));
         if !out.status.success() {
             if is_mounted(dir) {
                 // Never leave a mount behind, whatever the command said.
@@ -492,6 +499,12 @@ impl Mount {
             user: user.map(ToOwned::to_owned),
             _tmp: None,
         })
+    }
+
+    /// Keeps `tmp` (the mount point's directory) until the mount is gone.
+    pub fn keeping(mut self, tmp: tempfile::TempDir) -> Mount {
+        self._tmp = Some(tmp);
+        self
     }
 
     pub fn path(&self) -> &Path {

@@ -25,8 +25,8 @@ mod conformance;
 mod corpus;
 mod corrupt;
 mod layouts;
-mod mount;
-mod walk;
+pub mod mount;
+pub mod walk;
 
 /// [`erofs_utils_193!`] for a caller that names itself: the bin directory,
 /// or `None` after `skip: WHAT: needs erofs-utils 1.9.3 ...` on stderr

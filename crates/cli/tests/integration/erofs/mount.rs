@@ -24,7 +24,7 @@ fn content() -> Vec<u8> {
     v
 }
 
-fn random_reads(file: &Path, want: Arc<Vec<u8>>) {
+pub fn random_reads(file: &Path, want: Arc<Vec<u8>>) {
     let threads: Vec<_> = (0..8u64)
         .map(|t| {
             let want = want.clone();

@@ -6,4 +6,4 @@ mod hostile;
 mod kernel;
 mod mkfs;
 mod mount;
-mod util;
+pub mod util;

@@ -1,0 +1,196 @@
+//! The disk cache across mounts: a warm cache fetches nothing again, a
+//! replaced object is read anew, `cache_size` bounds the directory, and a
+//! server killed while it writes chunks leaves a cache the next mount
+//! reads correctly.
+
+use std::fs;
+use std::time::Duration;
+
+use super::{cache_dir, du, file_count, mount_url, remote_stats, Creds, Images, Weed, BUCKET};
+use crate::common::{self, Mount};
+use crate::erofs::walk::{assert_same, walk_mounted};
+
+#[test]
+fn a_warm_cache_serves_a_second_mount_without_fetching() {
+    require!("fuse", "weed", "mkfs.erofs");
+    let weed = Weed::start();
+    let images = Images::new();
+    let img = images.erofs_lz4();
+    weed.put_file(BUCKET, "tree.erofs", &img);
+    let want = {
+        let m = Mount::new(&img, None, "").unwrap();
+        walk_mounted(m.path())
+    };
+    let cache = cache_dir(&images, "cache");
+    let url = format!("s3://{BUCKET}/tree.erofs");
+    let opts = format!("{},cache={},chunk=64K", weed.options(), cache.display());
+
+    let m = mount_url(None, &Creds::Env, &url, &opts, &[]).unwrap();
+    assert_same("cold", &want, &walk_mounted(m.path()));
+    let cold = remote_stats(m.path());
+    assert!(cold["bytes_read"] > 0, "{cold:?}");
+    m.unmount().unwrap();
+    let cached = du(&cache);
+    assert!(cached > 0);
+
+    // Cold for the kernel and for the server: nothing but the disk cache.
+    common::drop_caches();
+    let m = mount_url(None, &Creds::Env, &url, &opts, &[]).unwrap();
+    assert_same("warm", &want, &walk_mounted(m.path()));
+    let warm = remote_stats(m.path());
+    assert!(warm["bytes_read"] > 0, "{warm:?}");
+    assert!(warm["cache_hits"] > 0, "{warm:?}");
+    assert_eq!(
+        (
+            warm["bytes_fetched"],
+            warm["cache_misses"],
+            warm["fetch_errors"]
+        ),
+        (0, 0, 0),
+        "a warm mount fetched: {warm:?}"
+    );
+    m.unmount().unwrap();
+}
+
+#[test]
+fn a_replaced_object_is_read_anew() {
+    require!("fuse", "weed", "genromfs");
+    let weed = Weed::start();
+    let images = Images::new();
+    let first = images.romfs();
+    // A second image of another tree at the same key.
+    let src2 = images.path("src2");
+    fs::create_dir(&src2).unwrap();
+    fs::write(src2.join("mixed"), b"another image altogether\n").unwrap();
+    fs::write(src2.join("new"), vec![7u8; 3 << 20]).unwrap();
+    let second = images.path("second.romfs");
+    crate::romfs::util::genromfs(&src2, &second, &[]);
+
+    let cache = cache_dir(&images, "cache");
+    let url = format!("s3://{BUCKET}/img");
+    let opts = format!("{},cache={},chunk=64K", weed.options(), cache.display());
+    let walk_of = |img: &std::path::Path| {
+        let m = Mount::new(img, None, "").unwrap();
+        walk_mounted(m.path())
+    };
+
+    weed.put_file(BUCKET, "img", &first);
+    let m = mount_url(None, &Creds::Env, &url, &opts, &[]).unwrap();
+    assert_same("first", &walk_of(&first), &walk_mounted(m.path()));
+    m.unmount().unwrap();
+
+    weed.put_file(BUCKET, "img", &second);
+    common::drop_caches();
+    let m = mount_url(None, &Creds::Env, &url, &opts, &[]).unwrap();
+    assert_same("replaced", &walk_of(&second), &walk_mounted(m.path()));
+    m.unmount().unwrap();
+    // The first object's chunks went with its key.
+    let left = du(&cache);
+    assert!(
+        left <= fs::metadata(&second).unwrap().len() + (1 << 20),
+        "{left} bytes left in the cache after the object was replaced"
+    );
+}
+
+#[test]
+fn cache_size_bounds_the_cache_directory() {
+    require!("fuse", "weed", "genromfs");
+    let weed = Weed::start();
+    let images = Images::new();
+    let img = images.romfs();
+    weed.put_file(BUCKET, "tree.romfs", &img);
+    let cache = cache_dir(&images, "cache");
+    let limit: u64 = 1 << 20;
+    let opts = format!(
+        "{},cache={},chunk=64K,cache_size=1M",
+        weed.options(),
+        cache.display()
+    );
+    let want = {
+        let m = Mount::new(&img, None, "").unwrap();
+        walk_mounted(m.path())
+    };
+    let m = mount_url(
+        None,
+        &Creds::Env,
+        &format!("s3://{BUCKET}/tree.romfs"),
+        &opts,
+        &[],
+    )
+    .unwrap();
+    // Reads many times the limit, and all of it right.
+    assert!(fs::metadata(&img).unwrap().len() > 6 * limit);
+    assert_same("bounded", &want, &walk_mounted(m.path()));
+    let stats = remote_stats(m.path());
+    assert!(stats["bytes_fetched"] > 4 * limit, "{stats:?}");
+    let held = du(&cache);
+    assert!(
+        held <= limit,
+        "the cache holds {held} bytes, more than cache_size=1M"
+    );
+    m.unmount().unwrap();
+    assert!(du(&cache) <= limit);
+}
+
+#[test]
+fn a_server_killed_while_caching_leaves_a_cache_the_next_mount_reads_right() {
+    require!("fuse", "weed", "genromfs");
+    let weed = Weed::start();
+    let images = Images::new();
+    // Big enough that the whole-image prefetch is still writing when killed.
+    common::write_random_file(&images.src.join("big-random"), 48 << 20, 5);
+    let img = images.romfs();
+    weed.put_file(BUCKET, "tree.romfs", &img);
+    let want = {
+        let m = Mount::new(&img, None, "").unwrap();
+        walk_mounted(m.path())
+    };
+    let cache = cache_dir(&images, "cache");
+    let url = format!("s3://{BUCKET}/tree.romfs");
+    let opts = format!("{},cache={},chunk=64K", weed.options(), cache.display());
+
+    for round in 0..3 {
+        let m = mount_url(
+            None,
+            &Creds::Env,
+            &url,
+            &format!("{opts},prefetch=all"),
+            &[],
+        )
+        .unwrap();
+        let pid = server_pid(m.path());
+        // Some chunks written, and more on their way.
+        let before = file_count(&cache);
+        assert!(
+            common::wait_until(Duration::from_secs(30), || file_count(&cache) > before + 3),
+            "round {round}: the prefetch wrote nothing"
+        );
+        std::thread::sleep(Duration::from_millis(20 * round));
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        // The mount of a dead server: taken down as any other.
+        drop(m);
+    }
+    // Whatever the kills left half written is never served.
+    common::drop_caches();
+    let m = mount_url(None, &Creds::Env, &url, &opts, &[]).unwrap();
+    assert_same("after kills", &want, &walk_mounted(m.path()));
+    let stats = remote_stats(m.path());
+    assert!(stats["cache_hits"] > 0, "the cache was not used: {stats:?}");
+    m.unmount().unwrap();
+}
+
+/// The pid of the server of the mount at `dir`, from `foliofs mounts`.
+pub fn server_pid(dir: &std::path::Path) -> i32 {
+    let out = String::from_utf8(common::foliofs_ok(["mounts"])).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    let line = out
+        .lines()
+        .find(|l| l.split(' ').nth(1) == dir.to_str())
+        .unwrap_or_else(|| panic!("{} not listed:\n{out}", dir.display()));
+    line.split([',', ' '])
+        .find_map(|o| o.strip_prefix("pid="))
+        .unwrap_or_else(|| panic!("no pid in {line}"))
+        .parse()
+        .unwrap()
+}
