@@ -189,6 +189,23 @@ pub fn read_settled(mount_id: u64) -> Option<Counts> {
     Some(last)
 }
 
+/// The remote counters of mount `mount_id` (one of this user's own, of an
+/// image in object storage) once they have settled, as
+/// [`read_settled`] waits for them.
+pub fn read_remote_settled(mount_id: u64) -> Option<Counts> {
+    let read = || read_file(&own_dir()?, mount_id).and_then(|(_, r)| r);
+    let mut last = read()?;
+    for _ in 0..20 {
+        std::thread::sleep(INTERVAL * 2);
+        let now = read()?;
+        if now == last {
+            return Some(now);
+        }
+        last = now;
+    }
+    Some(last)
+}
+
 /// `after - before`, per opcode, leaving out the ones that did not move.
 pub fn delta(before: &Counts, after: &Counts) -> Counts {
     after

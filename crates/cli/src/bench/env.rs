@@ -380,6 +380,18 @@ pub struct Mounted {
 
 impl Mounted {
     pub fn new(env: &BenchEnv, how: &How, source: &Path, dir: &Path) -> Result<Mounted> {
+        Self::with_env(env, how, source, dir, &[])
+    }
+
+    /// [`Mounted::new`], with `vars` added to a foliofs server's
+    /// environment (a remote image's credentials).
+    pub fn with_env(
+        env: &BenchEnv,
+        how: &How,
+        source: &Path,
+        dir: &Path,
+        vars: &[(&str, &str)],
+    ) -> Result<Mounted> {
         if let How::Plain = how {
             return Ok(Mounted {
                 dir: source.to_owned(),
@@ -397,6 +409,7 @@ impl Mounted {
         match how {
             How::Foliofs { fstype, opts } => {
                 let mut c = Command::new(&env.exe);
+                c.envs(vars.iter().copied());
                 c.args(["mount", "-t", fstype]);
                 if !opts.is_empty() {
                     c.args(["-o", opts]);

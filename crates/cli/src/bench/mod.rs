@@ -6,6 +6,7 @@ mod counted;
 mod data;
 mod env;
 mod realstart;
+mod remote;
 mod report;
 mod sections;
 mod smallfiles;
@@ -36,7 +37,9 @@ pub enum Which {
     Realstart,
     /// One flat directory of many entries listed and stat'ed cold.
     Bigdir,
-    /// Every section.
+    /// An EROFS image in S3 (a SeaweedFS started on loopback), cold and warm disk cache, beside the local file (needs `weed`; not part of `all`: it adds a server and a minute).
+    Remote,
+    /// Every section but `remote`.
     All,
 }
 
@@ -174,6 +177,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             Which::Smallfiles => smallfiles::smallfiles(&env, &cfg),
             Which::Realstart => realstart::realstart(&env, &cfg),
             Which::Bigdir => bigdir::bigdir(&env, &cfg),
+            Which::Remote => remote::remote(&env, &cfg),
             Which::All => unreachable!("expanded above"),
         }?;
         if cfg.tty {

@@ -76,6 +76,45 @@ fn quick_bench_reports_every_section_with_kernel_rows() {
     }
 }
 
+/// `foliofs bench remote --quick` starts its own SeaweedFS, measures the
+/// local file and the S3 image with a cold and a warm cache, and says
+/// what the cold runs fetched for what they read.
+#[test]
+fn quick_remote_bench_measures_cold_warm_and_local() {
+    require!("fuse", "weed", "mkfs.erofs");
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let out = common::run_timeout(
+        std::process::Command::new(common::bin())
+            .args(["bench", "remote", "--quick", "--runs", "1", "--json"])
+            .arg(&json),
+        Duration::from_secs(600),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let s = &v["sections"][0];
+    assert_eq!(s["name"], "remote");
+    let rows = s["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{stdout}");
+    for r in rows {
+        assert!(r["note"].is_null(), "{r}");
+        for key in ["seq", "startup", "find_ls"] {
+            assert_eq!(
+                r["runs"][key].as_array().map(Vec::len),
+                Some(1),
+                "{key}: {r}"
+            );
+        }
+    }
+    assert!(stdout.contains("bytes fetched / bytes read"), "{stdout}");
+}
+
 /// `foliofs bench all --quick` as the user `tests`: every section measures
 /// foliofs, each kernel row a user cannot mount says why in its skip line,
 /// cold runs say how they were made cold, and nothing stays mounted.

