@@ -38,6 +38,8 @@ struct Seaweed {
     child: Child,
     s3: u16,
     filer: u16,
+    /// Every port it listens on: its Unix sockets in /tmp are named by them.
+    ports: Vec<u16>,
     agent: ureq::Agent,
 }
 
@@ -114,10 +116,13 @@ impl Seaweed {
             .timeout_global(Some(Duration::from_secs(300)))
             .build()
             .into();
+        let mut ports = p.clone();
+        ports.extend([admin, admin + 10000]);
         let mut w = Seaweed {
             child: cmd.spawn().context("starting weed mini")?,
             s3: p[6],
             filer: p[4],
+            ports,
             agent,
         };
         let start = Instant::now();
@@ -173,6 +178,22 @@ impl Drop for Seaweed {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Killed, it leaves one Unix socket per listener behind.
+        let Ok(entries) = std::fs::read_dir("/tmp") else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("seaweedfs-")
+                && self
+                    .ports
+                    .iter()
+                    .any(|p| name.ends_with(&format!("-{p}.sock")))
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
 }
 

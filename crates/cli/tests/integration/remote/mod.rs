@@ -95,6 +95,21 @@ impl Ports {
         }
     }
 
+    fn all(&self) -> [u16; 10] {
+        [
+            self.master,
+            self.master_grpc,
+            self.volume,
+            self.volume_grpc,
+            self.filer,
+            self.filer_grpc,
+            self.s3,
+            self.s3_grpc,
+            self.admin,
+            self.admin + 10000,
+        ]
+    }
+
     fn args(&self) -> Vec<String> {
         let mut a = vec![];
         for (flag, port) in [
@@ -217,6 +232,7 @@ impl Weed {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+            remove_sockets(&self.ports.all());
         }
     }
 
@@ -279,6 +295,23 @@ impl Weed {
     /// Puts the file at `path` as `bucket/key`.
     pub fn put_file(&self, bucket: &str, key: &str, path: &Path) {
         self.put(bucket, key, &fs::read(path).unwrap());
+    }
+}
+
+/// Removes the Unix sockets a killed `weed mini` leaves in /tmp, one per
+/// listener, named after its port (`seaweedfs-filer-8888.sock`).
+pub fn remove_sockets(ports: &[u16]) {
+    let Ok(entries) = fs::read_dir("/tmp") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("seaweedfs-")
+            && ports.iter().any(|p| name.ends_with(&format!("-{p}.sock")))
+        {
+            let _ = fs::remove_file(e.path());
+        }
     }
 }
 
