@@ -264,8 +264,8 @@ fn profiles(
     if opts.record.is_none() && opts.prefetch.is_none() {
         return Ok((budget, None, None));
     }
-    let key = foliofs_fuse::ImageKey::of_image(source)
-        .with_context(|| format!("{}: cannot read it to key a profile", source.display()))?;
+    let key = image_key(source, opts)
+        .with_context(|| format!("{}: cannot read it to key a profile", open::shown(source)))?;
     let mut record = None;
     if let Some(p) = &opts.record {
         let p = std::path::absolute(p).with_context(|| format!("{}: bad path", p.display()))?;
@@ -289,6 +289,24 @@ fn profiles(
         }
     }
     Ok((budget, record, profile))
+}
+
+/// The key a start-up profile of `source` carries: a local image read as
+/// a file, an image in object storage through its store (and its cache).
+fn image_key(source: &Path, opts: &MountOptions) -> anyhow::Result<foliofs_fuse::ImageKey> {
+    if !is_remote(source) {
+        return Ok(foliofs_fuse::ImageKey::of_image(source)?);
+    }
+    let store = foliofs_block::Store::open(source, &opts.open_options())?;
+    Ok(foliofs_fuse::ImageKey::of_reader(
+        store.size(),
+        &mut |buf, at| {
+            store
+                .read_at(buf, at)
+                .map(|_| ())
+                .map_err(std::io::Error::other)
+        },
+    )?)
 }
 
 /// A remote image's options as `foliofs mounts` shows them: the chunk and

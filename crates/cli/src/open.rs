@@ -244,6 +244,13 @@ impl ImageArgs {
                 "mount option `{key}` only applies to `foliofs mount`: it does not change how an image is read"
             );
         }
+        // `prefetch=` is a reading key only as `prefetch=all`; a start-up
+        // profile only means something to a mount.
+        if o.prefetch.is_some() {
+            bail!(
+                "mount option `prefetch=FILE` only applies to `foliofs mount`: it replays a start-up profile"
+            );
+        }
         refuse_misplaced(&self.image, &o)?;
         Ok(o)
     }

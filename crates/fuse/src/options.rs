@@ -303,16 +303,6 @@ impl MountOptions {
                 }
                 self.remote.cache_size = Some(n);
             }
-            "prefetch" => {
-                let v = need(key, value)?;
-                if v != "all" {
-                    let why = format!(
-                        "`{v}`: the only prefetch is `all` (the whole image, in the background)"
-                    );
-                    return Err(OptionError::bad(key, why));
-                }
-                self.remote.prefetch_all = true;
-            }
             "endpoint" => {
                 let v = need(key, value)?;
                 let scheme = v.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
@@ -398,15 +388,15 @@ impl MountOptions {
                 self.push = Some(0);
             }
             "record" => self.record = Some(PathBuf::from(need(key, value)?)),
+            // `all` fetches a remote image whole in the background; any
+            // other value is a start-up profile to replay.
             "prefetch" => {
                 let v = need(key, value)?;
                 if v == "all" {
-                    return Err(OptionError::bad(
-                        key,
-                        "prefetch=all is for images in object storage",
-                    ));
+                    self.remote.prefetch_all = true;
+                } else {
+                    self.prefetch = Some(PathBuf::from(v));
                 }
-                self.prefetch = Some(PathBuf::from(v));
             }
             "exec" | "noexec" => {
                 flag(value)?;
@@ -493,11 +483,14 @@ impl MountOptions {
         "timeout",
     ];
 
-    /// The first key given that is one of [`MountOptions::REMOTE_KEYS`].
+    /// The first key given that is one of [`MountOptions::REMOTE_KEYS`]
+    /// (`prefetch` only as `prefetch=all`: with a file it names a start-up
+    /// profile, which any image mount takes).
     pub fn remote_key(&self) -> Option<&str> {
         self.keys
             .iter()
             .map(String::as_str)
+            .filter(|&k| k != "prefetch" || self.remote.prefetch_all)
             .find(|k| Self::REMOTE_KEYS.contains(k))
     }
 
@@ -609,8 +602,14 @@ mod tests {
         for s in ["push=", "push=x", "nopush=1", "record=", "prefetch="] {
             assert!(MountOptions::parse(s).is_err(), "{s}");
         }
-        let e = MountOptions::parse("prefetch=all").unwrap_err().to_string();
-        assert!(e.contains("object storage"), "{e}");
+        // `all` is the remote image's whole fetch, not a profile.
+        let o = MountOptions::parse("prefetch=all").unwrap();
+        assert!(o.remote.prefetch_all && o.prefetch.is_none());
+        assert_eq!(o.remote_key(), Some("prefetch"));
+        assert_eq!(
+            MountOptions::parse("prefetch=/p").unwrap().remote_key(),
+            None
+        );
     }
 
     #[test]
@@ -858,11 +857,6 @@ mod tests {
             ("cache=", "cache", "needs a value"),
             ("cache_size=0", "cache_size", "at least one chunk"),
             ("cache_size=1Q", "cache_size", "suffix"),
-            (
-                "prefetch=startup.profile",
-                "prefetch",
-                "the only prefetch is `all`",
-            ),
             ("prefetch", "prefetch", "needs a value"),
             ("endpoint=ftp://h", "endpoint", "not an https://"),
             ("endpoint=h:9000", "endpoint", "not an https://"),

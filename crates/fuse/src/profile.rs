@@ -105,11 +105,22 @@ impl ImageKey {
     pub fn of_image(path: &Path) -> io::Result<ImageKey> {
         let mut f = File::open(path)?;
         let size = f.seek(SeekFrom::End(0))?;
+        ImageKey::of_reader(size, &mut |buf, start| {
+            f.seek(SeekFrom::Start(start))?;
+            f.read_exact(buf)
+        })
+    }
+
+    /// The key of an image of `size` bytes that `read(buf, offset)` fills
+    /// `buf` from (an image in object storage is read through its store).
+    pub fn of_reader(
+        size: u64,
+        read: &mut dyn FnMut(&mut [u8], u64) -> io::Result<()>,
+    ) -> io::Result<ImageKey> {
         let mut h = fnv1a(0xcbf2_9ce4_8422_2325, &size.to_le_bytes());
         let mut buf = vec![0u8; KEY_SPAN.min(size) as usize];
         for start in [0, size - buf.len() as u64] {
-            f.seek(SeekFrom::Start(start))?;
-            f.read_exact(&mut buf)?;
+            read(&mut buf, start)?;
             h = fnv1a(h, &buf);
         }
         Ok(ImageKey { size, hash: h })

@@ -192,7 +192,7 @@ fn ramfs_refuses_push_and_profiles() {
     let img = images(tmp.path(), &source(tmp.path())).remove(0);
     let e = Mount::new(&img, None, "prefetch=all").err().unwrap();
     assert!(
-        e.contains("prefetch=all is for images in object storage"),
+        e.contains("mount option `prefetch` is for images in object storage"),
         "{e}"
     );
 }
