@@ -3,7 +3,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Default chunk: the unit of ranged GETs and of the disk cache.
+/// Default chunk: the unit of ranged GETs and of the disk cache. On
+/// loopback a 1 MiB GET takes about 5 times a 4 KiB one (8.1 ms against
+/// 1.6 ms to SeaweedFS here), and a real object store's first byte costs
+/// tens of milliseconds more, so smaller chunks pay that latency many
+/// times over for a sequential reader. Larger ones fetch more than a
+/// start-up reads when it touches scattered small files, and 1 MiB is
+/// also EROFS's largest compressed cluster, so one cluster is at most two
+/// GETs.
 pub const DEFAULT_CHUNK: u32 = 1 << 20;
 
 /// How a remote image is fetched and cached.
