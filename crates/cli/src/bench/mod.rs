@@ -10,6 +10,7 @@ mod remote;
 mod report;
 mod sections;
 mod smallfiles;
+mod startup;
 mod stats;
 
 use std::io::IsTerminal;
@@ -29,7 +30,7 @@ pub enum Which {
     Tree,
     /// Sequential writes at every ramfs block size.
     Ramfs,
-    /// Container start-up: unpack, 1st run, later runs (EROFS buffered vs direct).
+    /// Container start-up: 1st and later runs from one image (EROFS buffered vs direct I/O, pushing, profiles).
     Startup,
     /// Small files on ramfs: untar, read back and rm -rf a tree; many creates and unlinks.
     Smallfiles,
@@ -173,7 +174,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             Which::Seq => sections::seq(&env, &cfg),
             Which::Tree => sections::tree(&env, &cfg),
             Which::Ramfs => sections::ramfs(&env, &cfg),
-            Which::Startup => sections::startup(&env, &cfg),
+            Which::Startup => startup::startup(&env, &cfg),
             Which::Smallfiles => smallfiles::smallfiles(&env, &cfg),
             Which::Realstart => realstart::realstart(&env, &cfg),
             Which::Bigdir => bigdir::bigdir(&env, &cfg),

@@ -9,7 +9,7 @@ use foliofs_vfs::options::{format_size, OptionError};
 
 use super::data;
 use super::env::{extra_dir, remove_extra_dir, user_read_ahead_kb};
-use super::env::{have, run, time_cmd, time_md5, time_read, time_read_tree, time_write_zeros};
+use super::env::{have, run, time_cmd, time_md5, time_read, time_write_zeros};
 use super::env::{BenchEnv, Cooling, How, MkfsErofs, Mounted};
 use super::report::{Column, Row, Section, Unit};
 use super::Config;
@@ -513,7 +513,7 @@ fn compressed_image(
 }
 
 /// Source tree for `tree` and `startup`: the user's, or one made here.
-fn source_tree(
+pub(super) fn source_tree(
     env: &BenchEnv,
     cfg: &Config,
     name: &str,
@@ -751,184 +751,4 @@ fn shm_dir(bytes: u64) -> Result<(PathBuf, String), NoImage> {
         ))),
         None => Err(NoImage::skip("/dev/shm is not a mount of its own")),
     }
-}
-
-/// The EROFS seed's container start-up table.
-pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
-    let (src, stats) = source_tree(env, cfg, "startup", cfg.startup_files, cfg.startup_bytes)?;
-    let columns = vec![
-        Column {
-            key: "unpack",
-            label: "unpack",
-            unit: Unit::Seconds,
-        },
-        Column {
-            key: "first",
-            label: "1st run",
-            unit: Unit::Seconds,
-        },
-        Column {
-            key: "next",
-            label: "non-1st runs",
-            unit: Unit::Seconds,
-        },
-    ];
-    let image: Image = match &cfg.mkfs_erofs {
-        Some(_) => Ok(env.dir.join("startup.erofs")),
-        None => Err(NoImage::skip(NO_MKFS_EROFS)),
-    };
-    let plans = vec![
-        Plan {
-            label: "foliofs erofs, buffered".into(),
-            kind: "foliofs",
-            how: How::Foliofs {
-                fstype: "erofs",
-                opts: String::new(),
-            },
-            image: image.clone(),
-            x: None,
-        },
-        Plan {
-            label: "foliofs erofs, directio".into(),
-            kind: "foliofs",
-            how: How::Foliofs {
-                fstype: "erofs",
-                opts: "directio".into(),
-            },
-            image: image.clone(),
-            x: None,
-        },
-        Plan {
-            label: "kernel erofs, file-backed buffered".into(),
-            kind: "kernel",
-            how: How::KernelFile {
-                fstype: "erofs",
-                opts: String::new(),
-            },
-            image: image.clone(),
-            x: None,
-        },
-        Plan {
-            label: "kernel erofs, file-backed directio".into(),
-            kind: "kernel",
-            how: How::KernelFile {
-                fstype: "erofs",
-                opts: "directio".into(),
-            },
-            image: image.clone(),
-            x: None,
-        },
-        Plan {
-            label: "kernel erofs, loop".into(),
-            kind: "kernel",
-            how: How::KernelLoop { fstype: "erofs" },
-            image: image.clone(),
-            x: None,
-        },
-    ];
-    let mut rows = Vec::new();
-    for plan in &plans {
-        let mut row = Row::new(plan.label.clone(), plan.kind);
-        if let Some(why) = unavailable(env, &plan.how) {
-            row.note = Some(why);
-            rows.push(row);
-            continue;
-        }
-        let img = match &plan.image {
-            Ok(i) => i.clone(),
-            Err(no) => {
-                row.note = Some(no.why.clone());
-                row.failed = no.failed;
-                rows.push(row);
-                continue;
-            }
-        };
-        let r = (|| -> Result<()> {
-            for i in 0..cfg.runs {
-                progress(
-                    cfg,
-                    &format!("[startup] {} run {}/{}", plan.label, i + 1, cfg.runs),
-                );
-                // Each run unpacks afresh from a cold source, then starts twice.
-                let _ = std::fs::remove_file(&img);
-                env.cool(&src);
-                push(
-                    &mut row,
-                    "unpack",
-                    time_cmd(
-                        Command::new(
-                            cfg.mkfs_erofs
-                                .as_ref()
-                                .expect("an image only with mkfs.erofs"),
-                        )
-                        .arg("--quiet")
-                        .arg(&img)
-                        .arg(&src),
-                    )?,
-                );
-                let mnt = env.fresh_dir("mnt")?;
-                let m = Mounted::new(env, &plan.how, &img, &mnt)?;
-                push(&mut row, "first", time_read_tree(&m.dir)?);
-                push(&mut row, "next", time_read_tree(&m.dir)?);
-            }
-            Ok(())
-        })();
-        if let Err(e) = r {
-            row.note = Some(crate::error_line(&e));
-            row.failed = true;
-        }
-        rows.push(row);
-    }
-    // The plain directory: what an overlayfs snapshotter reads.
-    let mut row = Row::new("plain directory (cp -a)", "baseline");
-    let r = (|| -> Result<()> {
-        for i in 0..cfg.runs {
-            progress(
-                cfg,
-                &format!("[startup] plain directory run {}/{}", i + 1, cfg.runs),
-            );
-            let dst = env.dir.join("startup-copy");
-            let _ = std::fs::remove_dir_all(&dst);
-            env.cool(&src);
-            push(
-                &mut row,
-                "unpack",
-                time_cmd(Command::new("cp").arg("-a").arg(&src).arg(&dst))?,
-            );
-            push(&mut row, "first", time_read_tree(&dst)?);
-            push(&mut row, "next", time_read_tree(&dst)?);
-        }
-        Ok(())
-    })();
-    if let Err(e) = r {
-        row.note = Some(crate::error_line(&e));
-        row.failed = true;
-    }
-    rows.push(row);
-    // A user has no kernel EROFS row; the directory is the kernel's own
-    // file system beside foliofs.
-    let (reference, ref_name) = if env.root {
-        (2, "the kernel's buffered file-backed mount")
-    } else {
-        (
-            rows.len() - 1,
-            "the plain directory (the kernel rows need root)",
-        )
-    };
-    let mut notes = vec![format!(
-        "start-up set: every file of {} files, {} MB; unpack = mkfs.erofs from a cold tree (cp -a for the directory); 1st run right after unpacking, non-1st runs repeat it; ratios are to {ref_name}",
-        stats.files,
-        stats.bytes / 1_000_000
-    )];
-    notes.extend(cold_note(env));
-    notes.extend(read_ahead_note(env));
-    Ok(Section {
-        name: "startup",
-        title: "startup: unpack and start a container image (EROFS buffered vs direct I/O)".into(),
-        columns,
-        rows,
-        reference,
-        pairs: Vec::new(),
-        notes,
-    })
 }

@@ -1,0 +1,222 @@
+//! Container start-up: every file of a tree read from an image right after
+//! it was unpacked (1st run, a fresh mount of an image in the page cache),
+//! then again on the same mount (later run). One image per format, built
+//! once, so that a start-up profile recorded on it replays on every mount
+//! of it; rows are measured in interleaved rounds, as counted.rs does.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Result;
+
+use super::counted::{measure, trip_notes, Plan, Prime, Step};
+use super::env::{time_cmd, time_read_tree, BenchEnv, How, Mounted};
+use super::report::{Column, Section, Unit};
+use super::sections::{
+    cold_note, progress, read_ahead_note, source_tree, unavailable, Image, NoImage, NO_MKFS_EROFS,
+};
+use super::Config;
+
+/// Builds an image with `cmd` into `img`; the build time goes in `built`.
+fn build(cmd: &mut Command, img: PathBuf, what: &str, built: &mut Vec<String>) -> Image {
+    match time_cmd(cmd) {
+        Ok(s) => {
+            built.push(format!("{what} {s:.2} s"));
+            Ok(img)
+        }
+        Err(e) => Err(NoImage::failed(&e)),
+    }
+}
+
+/// Records a start-up profile of `image`: a buffered foliofs mount with
+/// `record=` (which pushes nothing, so every read shows) reads the tree
+/// once, as the 1st runs do, and writes the profile as it unmounts.
+fn record_profile(env: &BenchEnv, image: &Path, profile: &Path) -> Result<()> {
+    let how = How::Foliofs {
+        fstype: "erofs",
+        opts: format!("record={}", profile.display()),
+    };
+    let _ = std::fs::remove_file(profile);
+    {
+        let m = Mounted::new(env, &how, image, &env.fresh_dir("mnt")?)?;
+        time_read_tree(&m.dir)?;
+    }
+    if !profile.is_file() {
+        anyhow::bail!("the recording mount wrote no {}", profile.display());
+    }
+    Ok(())
+}
+
+/// The EROFS seed's container start-up table, with what pushing and
+/// start-up profiles do to it.
+pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
+    let (src, stats) = source_tree(env, cfg, "startup", cfg.startup_files, cfg.startup_bytes)?;
+    let columns = vec![
+        Column {
+            key: "first",
+            label: "1st run",
+            unit: Unit::Seconds,
+        },
+        Column {
+            key: "next",
+            label: "later run",
+            unit: Unit::Seconds,
+        },
+    ];
+    progress(cfg, "[startup] building the images");
+    let mut built = Vec::new();
+    let erofs: Image = match &cfg.mkfs_erofs {
+        // -T0: every build of a tree is the same image but for its UUID;
+        // it is built once anyway, so the profile always matches it.
+        Some(mkfs) => build(
+            Command::new(mkfs)
+                .args(["--quiet", "-T0"])
+                .arg(env.dir.join("startup.erofs"))
+                .arg(&src),
+            env.dir.join("startup.erofs"),
+            "mkfs.erofs",
+            &mut built,
+        ),
+        None => Err(NoImage::skip(NO_MKFS_EROFS)),
+    };
+    let romfs = build(
+        Command::new(&env.exe)
+            .args(["mkfs", "romfs"])
+            .arg(&src)
+            .arg(env.dir.join("startup.romfs")),
+        env.dir.join("startup.romfs"),
+        "foliofs mkfs romfs",
+        &mut built,
+    );
+    // The profile every prefetch row replays, recorded before the rounds.
+    let profile = env.dir.join("startup.profile");
+    let recorded: Image = match &erofs {
+        Ok(img) => {
+            let how = How::Foliofs {
+                fstype: "erofs",
+                opts: String::new(),
+            };
+            if let Some(why) = unavailable(env, &how) {
+                Err(NoImage::skip(why))
+            } else {
+                progress(cfg, "[startup] recording the start-up profile");
+                record_profile(env, img, &profile)
+                    .map(|()| img.clone())
+                    .map_err(|e| NoImage::failed(&e.context("recording the profile")))
+            }
+        }
+        Err(no) => Err(no.clone()),
+    };
+    let prefetch = format!("prefetch={}", profile.display());
+    let foliofs = |label: &str, fstype: &'static str, opts: &str, image: &Image| Plan {
+        label: label.into(),
+        kind: "foliofs",
+        how: How::Foliofs {
+            fstype,
+            opts: opts.into(),
+        },
+        image: image.clone(),
+    };
+    let kernel = |label: &str, opts: &str| Plan {
+        label: label.into(),
+        kind: "kernel",
+        how: How::KernelFile {
+            fstype: "erofs",
+            opts: opts.into(),
+        },
+        image: erofs.clone(),
+    };
+    // Indices below: 0 and 1 are the kernel's, 2..=4 buffered foliofs
+    // EROFS, 5..=7 its directio rows.
+    let plans = vec![
+        kernel("kernel erofs, file-backed buffered", ""),
+        kernel("kernel erofs, file-backed directio", "directio"),
+        foliofs("foliofs erofs, buffered nopush", "erofs", "nopush", &erofs),
+        foliofs("foliofs erofs, buffered push", "erofs", "", &erofs),
+        foliofs(
+            "foliofs erofs, buffered prefetch=profile",
+            "erofs",
+            &prefetch,
+            &recorded,
+        ),
+        foliofs(
+            "foliofs erofs, directio nopush",
+            "erofs",
+            "directio,nopush",
+            &erofs,
+        ),
+        foliofs("foliofs erofs, directio push", "erofs", "directio", &erofs),
+        foliofs(
+            "foliofs erofs, directio prefetch=profile",
+            "erofs",
+            &format!("directio,{prefetch}"),
+            &recorded,
+        ),
+        foliofs("foliofs romfs 1K, push", "romfs", "blocksize=1K", &romfs),
+        foliofs(
+            "foliofs romfs largeblocks, push",
+            "romfs",
+            "largeblocks",
+            &romfs,
+        ),
+        Plan {
+            label: "plain directory (page-cached)".into(),
+            kind: "baseline",
+            how: How::Plain,
+            image: Ok(src.clone()),
+        },
+    ];
+    let (kb, kd) = (0, 1);
+    let directio = 5..=7;
+    let read = |mnt: &Path| time_read_tree(mnt);
+    let steps = [
+        Step {
+            key: "first",
+            fresh: true,
+            run: &read,
+        },
+        Step {
+            key: "next",
+            fresh: false,
+            run: &read,
+        },
+    ];
+    let (rows, trips) = measure(env, cfg, "startup", &plans, &steps, Prime::Warm);
+    // A user has no kernel EROFS rows; the directory is then the kernel's
+    // own file system beside foliofs.
+    let kernel_ok = rows[kb].note.is_none();
+    let (reference, ref_name) = if kernel_ok {
+        (kb, "the kernel's buffered file-backed EROFS")
+    } else {
+        (
+            rows.len() - 1,
+            "the plain directory (the kernel rows need root)",
+        )
+    };
+    let mut pairs = Vec::new();
+    for i in 2..rows.len() - 1 {
+        if directio.contains(&i) && rows[kd].note.is_none() {
+            pairs.push((i, kd));
+        }
+        pairs.push((i, reference));
+    }
+    let mut notes = vec![format!(
+        "start-up set: every file of {} files, {} MB, read in directory order; each image built once ({}); 1st run = a fresh mount of an image already in the page cache (as right after unpacking it), later run = the same again on that mount; {} rounds, each measuring every row once in this order; the profile was recorded once, before the rounds, by a buffered foliofs mount with record= reading the set; ratios are to {ref_name}; pair lines give the median of the rounds' ratios and best over best, directio rows against the kernel's directio too",
+        stats.files,
+        stats.bytes / 1_000_000,
+        if built.is_empty() { "none".to_owned() } else { built.join(", ") },
+        cfg.runs,
+    )];
+    notes.extend(cold_note(env));
+    notes.extend(read_ahead_note(env));
+    notes.extend(trip_notes(&trips, Some((stats.files, "file"))));
+    Ok(Section {
+        name: "startup",
+        title: "startup: start a container image right after unpacking it (EROFS buffered vs direct I/O, pushing, start-up profiles)".into(),
+        columns,
+        rows,
+        reference,
+        pairs,
+        notes,
+    })
+}
