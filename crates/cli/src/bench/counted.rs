@@ -147,18 +147,25 @@ pub(super) fn trip_notes(trips: &[Trips], per: Option<(u64, &str)>) -> Vec<Strin
     trips
         .iter()
         .map(|t| {
-            let total: u64 = t.counts.values().sum();
+            // Pushes are not requests: they are listed, not added up.
+            let total: u64 = t
+                .counts
+                .iter()
+                .filter(|(k, _)| !foliofs_fuse::PUSH_NAMES.contains(&k.as_str()))
+                .map(|(_, n)| n)
+                .sum();
             let each = match per {
                 Some((n, what)) if n > 0 => {
                     format!(", {:.2} per {what}", total as f64 / n as f64)
                 }
                 _ => String::new(),
             };
+            let line = mount_stats::line(&t.counts);
             format!(
                 "foliofs requests, {}, {}: {} ({total}{each})",
                 t.row,
                 t.key,
-                mount_stats::line(&t.counts)
+                if line.is_empty() { "none" } else { &line }
             )
         })
         .collect()
