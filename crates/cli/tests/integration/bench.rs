@@ -33,7 +33,18 @@ fn quick_bench_reports_every_section_with_kernel_rows() {
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["seq", "tree", "ramfs", "startup", "smallfiles"]);
+    assert_eq!(
+        names,
+        [
+            "seq",
+            "tree",
+            "ramfs",
+            "startup",
+            "smallfiles",
+            "realstart",
+            "bigdir"
+        ]
+    );
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     for s in sections {
