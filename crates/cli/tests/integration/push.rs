@@ -108,6 +108,37 @@ fn run(img: &Path, opts: &str) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<String, 
     (got, c)
 }
 
+/// Mounts `img` with `opts` up to three times until `saved` holds for its
+/// counts. A store that overtakes the kernel's making of the inode it is
+/// for is dropped without a word, and on a loaded machine the reader's
+/// task can lose that race for a whole directory, so one mount's counts
+/// may show no saving by chance; three in a row would not. Every
+/// attempt's bytes must be the source's.
+fn run_until(
+    img: &Path,
+    opts: &str,
+    want: &BTreeMap<PathBuf, Vec<u8>>,
+    saved: impl Fn(&BTreeMap<String, u64>) -> bool,
+) -> BTreeMap<String, u64> {
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (got, c) = run(img, opts);
+        assert!(
+            got == *want,
+            "{} -o {opts}: bytes differ from the source",
+            img.display()
+        );
+        if saved(&c) {
+            return c;
+        }
+        seen.push(c);
+    }
+    panic!(
+        "{} -o {opts}: no saving in 3 mounts: {seen:?}",
+        img.display()
+    );
+}
+
 fn images(tmp: &Path, src: &Path) -> Vec<PathBuf> {
     let romfs = tmp.join("tree.romfs");
     foliofs_romfs::mkfs::build(
@@ -146,16 +177,11 @@ fn pushed_pages_are_the_sources_bytes_and_save_reads() {
             let (got, plain) = run(&img, &opts("nopush"));
             assert!(got == want, "{what}: bytes differ from the source");
             assert_eq!(get(&plain, "push"), 0, "{what}: {plain:?}");
-            let what = format!("{} -o {}", img.display(), opts(""));
-            let (got, pushed) = run(&img, &opts(""));
-            assert!(got == want, "{what}: bytes differ from the source");
             // 48 small files are pushed whole; the kernel drops a store
             // that overtakes the inode it is for, so not every push lands.
-            assert!(get(&pushed, "push") >= 24, "{what}: {pushed:?}");
-            assert!(
-                get(&pushed, "read") + 24 <= get(&plain, "read"),
-                "{what}: pushed {pushed:?}, plain {plain:?}"
-            );
+            run_until(&img, &opts(""), &want, |pushed| {
+                get(pushed, "push") >= 24 && get(pushed, "read") + 24 <= get(&plain, "read")
+            });
         }
     }
 }
@@ -219,16 +245,14 @@ fn a_recorded_profile_replays_the_same_bytes_with_fewer_reads() {
         assert!(text.contains(&format!(" 0+{}", 3 << 20)), "{text}");
 
         let (_, plain) = run(&img, "nopush");
-        let (got, replayed) = run(&img, &format!("prefetch={}", profile.display()));
-        assert!(got == want, "{what}: replayed bytes differ from the source");
-        assert!(
-            get(&replayed, "read") < get(&plain, "read"),
-            "{what}: replayed {replayed:?}, plain {plain:?}"
-        );
-        // The large file was pushed too (more than the small-file limit).
-        assert!(
-            get(&replayed, "push_bytes") > 3 << 20,
-            "{what}: {replayed:?}"
+        // The large file is pushed too (more than the small-file limit).
+        run_until(
+            &img,
+            &format!("prefetch={}", profile.display()),
+            &want,
+            |replayed| {
+                get(replayed, "read") < get(&plain, "read") && get(replayed, "push_bytes") > 3 << 20
+            },
         );
         fs::remove_file(&profile).unwrap();
     }
