@@ -9,6 +9,8 @@ use std::time::Duration;
 #[test]
 fn quick_bench_reports_every_section_with_kernel_rows() {
     require!("fuse");
+    // The bench drops the machine's caches between its runs.
+    let _alone = common::dropping_caches();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("bench.json");
     let plots = dir.path().join("plots");
@@ -93,6 +95,8 @@ fn quick_bench_reports_every_section_with_kernel_rows() {
 #[test]
 fn quick_remote_bench_measures_cold_warm_and_local() {
     require!("fuse", "weed", "mkfs.erofs");
+    // The bench drops the machine's caches before each run.
+    let _alone = common::dropping_caches();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("bench.json");
     let out = common::run_timeout(

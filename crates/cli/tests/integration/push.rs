@@ -99,6 +99,9 @@ fn get(c: &BTreeMap<String, u64>, k: &str) -> u64 {
 /// Mounts `img` with `opts`, lists it, lets the pusher finish, reads every
 /// file; returns the bytes read and the counts.
 fn run(img: &Path, opts: &str) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<String, u64>) {
+    // Pushed pages must stay until they are read for the counts to mean
+    // anything: no other test may drop the caches meanwhile.
+    let _kept = common::keeping_caches();
     let m = Mount::new(img, None, opts).unwrap_or_else(|e| panic!("-o {opts}: {e}"));
     list_all(m.path());
     counts(m.path());

@@ -572,9 +572,27 @@ pub fn force_unmount(dir: &Path) {
     }
 }
 
+/// Tests that count on the kernel keeping what was put in its caches
+/// (pages pushed by a server) hold this shared; whatever drops the caches
+/// of the whole machine holds it alone, so one test's drop cannot empty
+/// another's pages halfway through.
+static PAGE_CACHE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Shared hold on the kernel's caches (see [`PAGE_CACHE`]).
+pub fn keeping_caches() -> std::sync::RwLockReadGuard<'static, ()> {
+    PAGE_CACHE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Sole hold on the kernel's caches, for a test whose child drops them
+/// (the bench); it must not call [`drop_caches`] while holding it.
+pub fn dropping_caches() -> std::sync::RwLockWriteGuard<'static, ()> {
+    PAGE_CACHE.write().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Drops the page cache (root only); returns false when it could not.
 pub fn drop_caches() -> bool {
     let _ = Command::new("sync").status();
+    let _alone = dropping_caches();
     fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
 }
 
