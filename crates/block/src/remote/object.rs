@@ -7,6 +7,13 @@
 //! and [`RemoteObject::will_need`] hints), then `prefetch_all`'s walk over
 //! the whole object. Background work never takes the last free thread,
 //! so a reader that blocks finds one idle at once.
+//!
+//! Read-ahead is earned: reads are followed as a few *streams* (a read
+//! that starts near where one ended continues it), and a stream is read
+//! ahead by at most half of what it has read in order. A metadata walk
+//! that hops about a few chunks reads little and so earns little, and
+//! whatever a stream fetched ahead and nobody read is at most half of
+//! what it did read.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -27,6 +34,15 @@ use super::RemoteOptions;
 pub(crate) const WORKERS: usize = 4;
 /// Read-ahead hints waiting at most (more are dropped: they are hints).
 const AHEAD_QUEUE: usize = 64;
+/// Sequential streams followed at once: the reads of a tree's files must
+/// stay one run while the metadata between them is read elsewhere.
+const STREAMS: usize = 4;
+/// How far from a stream's end a read may start and still continue it:
+/// FUSE's threads and the kernel's own read-ahead deliver a sequential
+/// read a little out of order, and small files lie a few blocks apart.
+const STREAM_SLACK: u64 = 256 << 10;
+/// The most a stream reads ahead.
+const MAX_AHEAD: u64 = 8 << 20;
 /// Smallest and largest chunk size.
 pub const MIN_CHUNK: u32 = 64 << 10;
 /// See [`MIN_CHUNK`].
@@ -66,6 +82,19 @@ enum Priority {
     Prefetch,
 }
 
+/// A run of reads in order.
+#[derive(Clone, Copy, Default)]
+struct Stream {
+    /// Where its furthest read ended.
+    end: u64,
+    /// Bytes read in the run after its first read: what it earned.
+    earned: u64,
+    /// The first chunk past what it queued ahead already.
+    queued: u64,
+    /// When it was last continued (0: unused).
+    used: u64,
+}
+
 struct State {
     /// Chunks believed to be in the disk cache (a file may still have gone
     /// since, to eviction by another process: then it is fetched again).
@@ -77,10 +106,8 @@ struct State {
     prefetch: Option<u64>,
     /// Threads busy with read-ahead or prefetch.
     background: usize,
-    /// Last chunk of the previous read, and the read-ahead window in
-    /// chunks (0 while reads are not sequential).
-    last_chunk: Option<u64>,
-    window: u64,
+    streams: [Stream; STREAMS],
+    tick: u64,
     shutdown: bool,
 }
 
@@ -267,8 +294,8 @@ impl RemoteObject {
             ahead: VecDeque::new(),
             prefetch: opts.prefetch_all.then_some(0),
             background: 0,
-            last_chunk: None,
-            window: 0,
+            streams: [Stream::default(); STREAMS],
+            tick: 0,
             shutdown: false,
         };
         for i in held {
@@ -287,7 +314,7 @@ impl RemoteObject {
             shown: shown.to_owned(),
             chunk,
             chunks,
-            max_window: ((32 << 20) / chunk).clamp(2, 32),
+            max_window: (MAX_AHEAD / chunk).clamp(1, 32),
             cache,
             policy,
             counters,
@@ -429,7 +456,7 @@ impl Shared {
             };
             waits.push((c, flight));
         }
-        self.sequential(first, last);
+        self.sequential(offset, n as u64);
         for (c, flight) in waits {
             let (range, within) = part(c);
             match flight.wait() {
@@ -446,36 +473,64 @@ impl Shared {
         Ok(n)
     }
 
-    /// Notes a read of chunks `first..=last`; while reads move forward
-    /// chunk after chunk, queues a growing window of chunks after them.
-    fn sequential(&self, first: u64, last: u64) {
+    /// Notes a read of `n` bytes at `offset`: continues the stream it
+    /// follows (or starts one in place of the least recently used) and
+    /// queues the chunks the stream has earned ahead of it.
+    fn sequential(&self, offset: u64, n: u64) {
         let mut st = self.state.lock().unwrap();
-        let seq = st
-            .last_chunk
-            .is_some_and(|prev| first + 1 >= prev && first <= prev + 2);
-        let moved = st.last_chunk.is_none_or(|prev| last > prev);
-        st.last_chunk = Some(last);
-        if !seq {
-            st.window = 0;
+        st.tick += 1;
+        let tick = st.tick;
+        let near = |s: &Stream| {
+            s.used != 0
+                && offset.saturating_add(STREAM_SLACK) >= s.end
+                && offset <= s.end + STREAM_SLACK
+        };
+        let s = match st.streams.iter().position(near) {
+            Some(i) => {
+                let s = &mut st.streams[i];
+                s.end = s.end.max(offset + n);
+                s.earned += n;
+                s.used = tick;
+                i
+            }
+            None => {
+                // A read that follows nothing proves nothing yet.
+                let i = (0..STREAMS).min_by_key(|&i| st.streams[i].used).unwrap();
+                st.streams[i] = Stream {
+                    end: offset + n,
+                    earned: 0,
+                    queued: 0,
+                    used: tick,
+                };
+                return;
+            }
+        };
+        let Stream {
+            end,
+            earned,
+            queued,
+            ..
+        } = st.streams[s];
+        let window = (earned / self.chunk / 2).min(self.max_window);
+        let last = (end - 1) / self.chunk;
+        let from = queued.max(last + 1);
+        let to = (last + window + 1).min(self.chunks);
+        if from >= to {
             return;
         }
-        if !moved {
-            return;
-        }
-        st.window = (st.window * 2).clamp(2, self.max_window);
-        let end = (last + st.window).min(self.chunks - 1);
-        let mut queued = false;
-        for c in last + 1..=end {
+        st.streams[s].queued = to;
+        let mut fetch = false;
+        for c in from..to {
             if st.wanted(c) && !st.ahead.contains(&c) {
                 if st.ahead.len() >= AHEAD_QUEUE {
                     st.ahead.pop_front();
                 }
                 st.ahead.push_back(c);
-                queued = true;
+                fetch = true;
             }
         }
         drop(st);
-        if queued {
+        if fetch {
             self.work.notify_all();
         }
     }

@@ -222,21 +222,22 @@ fn sequential_reads_fetch_ahead() {
     let dir = tempfile::tempdir().unwrap();
     let obj = open(&m, dir.path(), &opts());
     let c = CHUNK as u64;
-    for off in [0, 4096, c, c + 4096, 2 * c] {
-        read(&obj, off, 4096).unwrap();
+    // Six chunks in order, 16 KiB at a time: it earns two chunks ahead.
+    for off in (0..6 * c).step_by(16 << 10) {
+        read(&obj, off, 16 << 10).unwrap();
     }
-    // Nobody asked for chunks 3 and 4, and they arrive.
-    wait_until("read-ahead of chunks 3 and 4", || {
+    // Nobody asked for chunks 6 and 7, and they arrive.
+    wait_until("read-ahead of chunks 6 and 7", || {
         let s = m.started.lock().unwrap();
-        s.contains(&(3 * c)) && s.contains(&(4 * c))
+        s.contains(&(6 * c)) && s.contains(&(7 * c))
     });
-    wait_until("chunks 3 and 4 cached", || m.running.load(SeqCst) == 0);
-    read(&obj, 3 * c, 8192).unwrap();
+    wait_until("chunks 6 and 7 cached", || m.running.load(SeqCst) == 0);
+    read(&obj, 6 * c, 8192).unwrap();
     let s = m.started.lock().unwrap().clone();
     assert_eq!(
-        s.iter().filter(|&&x| x == 3 * c).count(),
+        s.iter().filter(|&&x| x == 6 * c).count(),
         1,
-        "chunk 3 came from the cache"
+        "chunk 6 came from the cache"
     );
     // A random read does not start read-ahead.
     let m2 = mem(2 << 20);
@@ -247,6 +248,65 @@ fn sequential_reads_fetch_ahead() {
     }
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(m2.gets.load(SeqCst), 4);
+}
+
+/// Waits for the fetch threads to go idle; returns (fetched, read).
+fn settled(m: &Mem, obj: &RemoteObject) -> (u64, u64) {
+    let mut last = u32::MAX;
+    wait_until("the fetch threads idle", || {
+        std::thread::sleep(Duration::from_millis(30));
+        let gets = m.gets.load(SeqCst);
+        let idle = m.running.load(SeqCst) == 0 && gets == last;
+        last = gets;
+        idle
+    });
+    let s = obj.stats();
+    (s.bytes_fetched, s.bytes_read)
+}
+
+#[test]
+fn a_metadata_walk_earns_little_read_ahead() {
+    // Blocks of a 1 MiB region read once each, hopping about within
+    // 128 KiB, as an inode and directory walk does.
+    let m = mem(64 * CHUNK as usize);
+    let dir = tempfile::tempdir().unwrap();
+    let obj = open(&m, dir.path(), &opts());
+    let block = 4096u64;
+    for group in 0..8u64 {
+        for j in 0..32u64 {
+            let b = group * 32 + (j * 13) % 32;
+            read(&obj, b * block, block as usize).unwrap();
+        }
+    }
+    let (fetched, read) = settled(&m, &obj);
+    assert_eq!(read, 1 << 20);
+    assert!(fetched * 2 <= read * 3, "fetched {fetched} for {read} read");
+}
+
+#[test]
+fn file_reads_between_metadata_reads_stay_one_stream() {
+    // A tree read: small files one after another in a data area, with a
+    // metadata block read elsewhere before each file.
+    let c = CHUNK as u64;
+    let m = mem(128 * CHUNK as usize);
+    let dir = tempfile::tempdir().unwrap();
+    let obj = open(&m, dir.path(), &opts());
+    let (meta, data, file) = (0u64, 8 * c, 12u64 << 10);
+    let files = 200u64;
+    for i in 0..files {
+        if i < 64 {
+            read(&obj, meta + (i * 7 % 64) * 4096, 4096).unwrap();
+        }
+        read(&obj, data + i * file, file as usize).unwrap();
+    }
+    let end = (data + files * file - 1) / c;
+    // The data stream earned read-ahead past where it stopped...
+    wait_until("read-ahead past the last file", || {
+        m.started.lock().unwrap().contains(&((end + 1) * c))
+    });
+    // ...and what nobody read stays within half of what was.
+    let (fetched, read) = settled(&m, &obj);
+    assert!(fetched * 2 <= read * 3, "fetched {fetched} for {read} read");
 }
 
 #[test]
