@@ -22,7 +22,7 @@ use std::num::NonZeroUsize;
 use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use sha2::Digest;
@@ -60,7 +60,7 @@ fn hex_digest(text: &str) -> String {
 }
 
 struct Open {
-    file: File,
+    file: Arc<File>,
     touched: Instant,
 }
 
@@ -172,44 +172,68 @@ impl DiskCache {
     /// `len` bytes) into `out`; false when the cache does not hold it
     /// intact (a damaged file is removed).
     pub fn read(&self, index: u64, len: usize, within: usize, out: &mut [u8]) -> bool {
-        {
+        let open = {
             let mut files = self.files.lock().unwrap();
-            if let Some(open) = files.get_mut(&index) {
+            files.get_mut(&index).map(|open| {
                 if open.touched.elapsed() >= TOUCH_EVERY {
                     open.touched = Instant::now();
                     let _ = open.file.set_modified(SystemTime::now());
                 }
-                match open.file.read_exact_at(out, (HEADER + within) as u64) {
-                    Ok(()) => return true,
-                    Err(_) => {
-                        files.pop(&index);
-                        return false;
-                    }
-                }
+                open.file.clone()
+            })
+        };
+        // Read outside the lock: other readers' chunks need not wait for
+        // this one's disk.
+        if let Some(file) = open {
+            if file.read_exact_at(out, (HEADER + within) as u64).is_ok() {
+                return true;
             }
+            self.files.lock().unwrap().pop(&index);
+            return false;
         }
-        let path = self.path(index);
-        let Ok(file) = File::open(&path) else {
+        let Some(data) = self.open_checked(index, len) else {
             return false;
         };
+        out.copy_from_slice(&data[HEADER + within..HEADER + within + out.len()]);
+        true
+    }
+
+    /// Whether chunk `index` is open and checked already.
+    pub fn is_open(&self, index: u64) -> bool {
+        self.files.lock().unwrap().contains(&index)
+    }
+
+    /// Opens and checks chunk `index` (of `len` bytes) ahead of its reads,
+    /// which then find it open: a sequential reader does not wait for the
+    /// disk and the checksum at each new chunk. False when the cache does
+    /// not hold it intact (a damaged file is removed).
+    pub fn preload(&self, index: u64, len: usize) -> bool {
+        self.is_open(index) || self.open_checked(index, len).is_some()
+    }
+
+    /// Reads chunk file `index` whole and checks it; keeps it open (and
+    /// touched) when intact, removes it when damaged. Returns its bytes,
+    /// header included.
+    fn open_checked(&self, index: u64, len: usize) -> Option<Vec<u8>> {
+        let path = self.path(index);
+        let file = File::open(&path).ok()?;
         let mut data = vec![0u8; HEADER + len];
         let whole = file.read_exact_at(&mut data, 0).is_ok()
             && file.metadata().is_ok_and(|m| m.len() == data.len() as u64);
         if !whole || !check(&data, len) {
             log::debug!("{}: damaged cache file removed", path.display());
             let _ = fs::remove_file(&path);
-            return false;
+            return None;
         }
-        out.copy_from_slice(&data[HEADER + within..HEADER + within + out.len()]);
         let _ = file.set_modified(SystemTime::now());
         self.files.lock().unwrap().put(
             index,
             Open {
-                file,
+                file: Arc::new(file),
                 touched: Instant::now(),
             },
         );
-        true
+        Some(data)
     }
 
     /// Writes chunk `index` (temporary file, then rename). Returns the

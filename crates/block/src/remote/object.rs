@@ -13,7 +13,9 @@
 //! ahead by at most half of what it has read in order. A metadata walk
 //! that hops about a few chunks reads little and so earns little, and
 //! whatever a stream fetched ahead and nobody read is at most half of
-//! what it did read.
+//! what it did read. Chunks already on disk within the window are opened
+//! and checked ahead instead, so a warm sequential reader does not wait
+//! for the disk at each chunk.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -82,6 +84,13 @@ enum Priority {
     Prefetch,
 }
 
+/// Work for a fetch thread.
+enum Job {
+    Fetch(u64, Priority, Arc<Flight>),
+    /// Open and check a cached chunk ahead of a sequential reader.
+    Check(u64),
+}
+
 /// A run of reads in order.
 #[derive(Clone, Copy, Default)]
 struct Stream {
@@ -106,6 +115,8 @@ struct State {
     prefetch: Option<u64>,
     /// Threads busy with read-ahead or prefetch.
     background: usize,
+    /// Cached chunks to open and check ahead of a reader.
+    check: VecDeque<u64>,
     streams: [Stream; STREAMS],
     tick: u64,
     shutdown: bool,
@@ -125,6 +136,14 @@ impl State {
     }
     fn wanted(&self, c: u64) -> bool {
         !self.is_present(c) && !self.inflight.contains_key(&c)
+    }
+    fn queue_check(&mut self, c: u64) {
+        if !self.check.contains(&c) {
+            if self.check.len() >= AHEAD_QUEUE {
+                self.check.pop_front();
+            }
+            self.check.push_back(c);
+        }
     }
 }
 
@@ -294,6 +313,7 @@ impl RemoteObject {
             ahead: VecDeque::new(),
             prefetch: opts.prefetch_all.then_some(0),
             background: 0,
+            check: VecDeque::new(),
             streams: [Stream::default(); STREAMS],
             tick: 0,
             shutdown: false,
@@ -379,8 +399,12 @@ impl RemoteObject {
         let last = ((offset + len).min(s.head.size) - 1) / s.chunk;
         let mut st = s.state.lock().unwrap();
         for c in first..=last.min(first + AHEAD_QUEUE as u64) {
-            if st.wanted(c) && st.ahead.len() < AHEAD_QUEUE && !st.ahead.contains(&c) {
-                st.ahead.push_back(c);
+            if st.wanted(c) {
+                if st.ahead.len() < AHEAD_QUEUE && !st.ahead.contains(&c) {
+                    st.ahead.push_back(c);
+                }
+            } else if st.is_present(c) {
+                st.queue_check(c);
             }
         }
         drop(st);
@@ -475,7 +499,8 @@ impl Shared {
 
     /// Notes a read of `n` bytes at `offset`: continues the stream it
     /// follows (or starts one in place of the least recently used) and
-    /// queues the chunks the stream has earned ahead of it.
+    /// queues what the stream has earned ahead of it, chunks to fetch and
+    /// cached chunks to check.
     fn sequential(&self, offset: u64, n: u64) {
         let mut st = self.state.lock().unwrap();
         st.tick += 1;
@@ -519,37 +544,46 @@ impl Shared {
             return;
         }
         st.streams[s].queued = to;
-        let mut fetch = false;
+        let (mut fetch, mut check) = (false, false);
         for c in from..to {
-            if st.wanted(c) && !st.ahead.contains(&c) {
-                if st.ahead.len() >= AHEAD_QUEUE {
-                    st.ahead.pop_front();
+            if st.wanted(c) {
+                if !st.ahead.contains(&c) {
+                    if st.ahead.len() >= AHEAD_QUEUE {
+                        st.ahead.pop_front();
+                    }
+                    st.ahead.push_back(c);
+                    fetch = true;
                 }
-                st.ahead.push_back(c);
-                fetch = true;
+            } else if st.is_present(c) && !st.inflight.contains_key(&c) {
+                st.queue_check(c);
+                check = true;
             }
         }
         drop(st);
-        if fetch {
+        if fetch || check {
             self.work.notify_all();
         }
     }
 
-    /// The next chunk to fetch, by priority; background work only while
-    /// another thread stays free for readers.
-    fn next_job(&self, st: &mut State) -> Option<(u64, Priority, Arc<Flight>)> {
+    /// The next job, by priority; background work only while another
+    /// thread stays free for readers.
+    fn next_job(&self, st: &mut State) -> Option<Job> {
         if let Some(c) = st.demand.pop_front() {
             let f = st.inflight.get(&c).cloned().unwrap_or_else(Flight::new);
-            return Some((c, Priority::Demand, f));
+            return Some(Job::Fetch(c, Priority::Demand, f));
         }
         if st.background + 1 >= WORKERS {
             return None;
+        }
+        // Checks first: they take a local disk's time, not a server's.
+        if let Some(c) = st.check.pop_front() {
+            return Some(Job::Check(c));
         }
         while let Some(c) = st.ahead.pop_front() {
             if st.wanted(c) {
                 let f = Flight::new();
                 st.inflight.insert(c, f.clone());
-                return Some((c, Priority::Ahead, f));
+                return Some(Job::Fetch(c, Priority::Ahead, f));
             }
         }
         while let Some(c) = st.prefetch {
@@ -557,7 +591,7 @@ impl Shared {
             if st.wanted(c) {
                 let f = Flight::new();
                 st.inflight.insert(c, f.clone());
-                return Some((c, Priority::Prefetch, f));
+                return Some(Job::Fetch(c, Priority::Prefetch, f));
             }
         }
         None
@@ -569,9 +603,24 @@ impl Shared {
             if st.shutdown {
                 return;
             }
-            let Some((c, prio, flight)) = self.next_job(&mut st) else {
+            let Some(job) = self.next_job(&mut st) else {
                 st = self.work.wait(st).unwrap();
                 continue;
+            };
+            let (c, prio, flight) = match job {
+                Job::Fetch(c, prio, flight) => (c, prio, flight),
+                Job::Check(c) => {
+                    st.background += 1;
+                    drop(st);
+                    let intact = self.cache.preload(c, self.chunk_len(c));
+                    st = self.state.lock().unwrap();
+                    st.background -= 1;
+                    if !intact && !st.inflight.contains_key(&c) {
+                        st.set_present(c, false);
+                    }
+                    self.work.notify_one();
+                    continue;
+                }
             };
             if prio != Priority::Demand {
                 st.background += 1;

@@ -310,6 +310,35 @@ fn file_reads_between_metadata_reads_stay_one_stream() {
 }
 
 #[test]
+fn cached_chunks_are_checked_ahead_of_a_sequential_reader() {
+    let c = CHUNK as u64;
+    let m = mem(16 * CHUNK as usize);
+    let dir = tempfile::tempdir().unwrap();
+    drop(read(&open(&m, dir.path(), &opts()), 0, 16 * CHUNK as usize).unwrap());
+    // Chunk 7 is damaged on disk: checked ahead, it goes before anyone
+    // reads it.
+    let seven = walk(dir.path())
+        .into_iter()
+        .find(|p| p.file_name().unwrap() == "7")
+        .unwrap();
+    let mut b = std::fs::read(&seven).unwrap();
+    b[100] ^= 0xff;
+    std::fs::write(&seven, b).unwrap();
+    let obj = open(&m, dir.path(), &opts());
+    for off in (0..6 * c).step_by(16 << 10) {
+        read(&obj, off, 16 << 10).unwrap();
+    }
+    wait_until("chunk 7 checked and removed", || !seven.exists());
+    let gets = m.gets.load(SeqCst);
+    let data = m.data.lock().unwrap().clone();
+    assert_eq!(
+        read(&obj, 6 * c, 2 * CHUNK as usize).unwrap(),
+        &data[6 * c as usize..8 * c as usize]
+    );
+    assert_eq!(m.gets.load(SeqCst), gets + 1, "chunk 7 fetched again");
+}
+
+#[test]
 fn will_need_fetches_in_the_background() {
     let m = mem(1 << 20);
     let dir = tempfile::tempdir().unwrap();
