@@ -191,11 +191,9 @@ impl DiskCache {
             self.files.lock().unwrap().pop(&index);
             return false;
         }
-        let Some(data) = self.open_checked(index, len) else {
-            return false;
-        };
-        out.copy_from_slice(&data[HEADER + within..HEADER + within + out.len()]);
-        true
+        self.open_checked(index, len, |data| {
+            out.copy_from_slice(&data[HEADER + within..HEADER + within + out.len()])
+        })
     }
 
     /// Whether chunk `index` is open and checked already.
@@ -208,22 +206,37 @@ impl DiskCache {
     /// disk and the checksum at each new chunk. False when the cache does
     /// not hold it intact (a damaged file is removed).
     pub fn preload(&self, index: u64, len: usize) -> bool {
-        self.is_open(index) || self.open_checked(index, len).is_some()
+        self.is_open(index) || self.open_checked(index, len, |_| ())
     }
 
     /// Reads chunk file `index` whole and checks it; keeps it open (and
-    /// touched) when intact, removes it when damaged. Returns its bytes,
-    /// header included.
-    fn open_checked(&self, index: u64, len: usize) -> Option<Vec<u8>> {
+    /// touched) when intact, and passes its bytes (header included) to
+    /// `use_data`; removes it when damaged and returns false.
+    fn open_checked(&self, index: u64, len: usize, use_data: impl FnOnce(&[u8])) -> bool {
+        thread_local! {
+            // A fresh chunk-sized buffer per check costs page faults and
+            // zeroing at every chunk a sequential reader enters.
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
         let path = self.path(index);
-        let file = File::open(&path).ok()?;
-        let mut data = vec![0u8; HEADER + len];
-        let whole = file.read_exact_at(&mut data, 0).is_ok()
-            && file.metadata().is_ok_and(|m| m.len() == data.len() as u64);
-        if !whole || !check(&data, len) {
+        let Ok(file) = File::open(&path) else {
+            return false;
+        };
+        let intact = BUF.with_borrow_mut(|buf| {
+            buf.resize(HEADER + len, 0);
+            let data = &mut buf[..HEADER + len];
+            let whole = file.read_exact_at(data, 0).is_ok()
+                && file.metadata().is_ok_and(|m| m.len() == data.len() as u64);
+            let intact = whole && check(data, len);
+            if intact {
+                use_data(data);
+            }
+            intact
+        });
+        if !intact {
             log::debug!("{}: damaged cache file removed", path.display());
             let _ = fs::remove_file(&path);
-            return None;
+            return false;
         }
         let _ = file.set_modified(SystemTime::now());
         self.files.lock().unwrap().put(
@@ -233,7 +246,7 @@ impl DiskCache {
                 touched: Instant::now(),
             },
         );
-        Some(data)
+        true
     }
 
     /// Writes chunk `index` (temporary file, then rename). Returns the
