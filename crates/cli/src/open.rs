@@ -357,6 +357,13 @@ mod tests {
                 "{opts}"
             );
         }
+        // A start-up profile only means something to a mount.
+        let e = image_args(&["prefetch=/p"]).mount_options().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`prefetch=FILE` only applies to `foliofs mount`"),
+            "{e}"
+        );
         // Unknown keys and bad values keep their own errors.
         let e = image_args(&["uid=5,bogus=1"]).mount_options().unwrap_err();
         assert_eq!(e.to_string(), "unknown mount option `bogus=1`");
