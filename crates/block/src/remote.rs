@@ -12,7 +12,7 @@ mod url;
 use std::path::Path;
 
 pub use credentials::{AwsConfig, Credentials};
-pub use object::{check_chunk, RemoteObject, MAX_CHUNK, MIN_CHUNK};
+pub use object::{check_chunk, settle_all, RemoteObject, MAX_CHUNK, MIN_CHUNK};
 pub use options::{RemoteOptions, DEFAULT_CHUNK};
 pub use stats::{stats, RemoteStats};
 pub use url::{redact, UrlError};

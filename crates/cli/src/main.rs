@@ -74,6 +74,11 @@ fn main() {
             1
         }
     };
+    // What the remote objects fetched last is still being written to
+    // their disk cache; exit skips destructors, so wait for it here.
+    if !foliofs_block::remote::settle_all(std::time::Duration::from_secs(10)) {
+        log::warn!("the last fetched chunks were not all written to the cache within 10 s");
+    }
     std::process::exit(code);
 }
 

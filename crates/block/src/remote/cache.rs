@@ -6,31 +6,41 @@
 //! removes the other versions of the same object, so a replaced object
 //! never serves its old bytes.
 //!
-//! A chunk file is a 16-byte header (magic, length, CRC-32C of the data)
-//! and the data. It is written under a temporary name and renamed into
-//! place, and checked in full the first time a process reads it, so a torn
-//! or damaged file is removed and fetched again rather than served.
-//!
+//! A chunk file is a 16-byte header (magic and length) and the data. It
+//! is written under a temporary name, which this process reads it by at
+//! once; a thread of its own then makes it durable (`fdatasync`) and only
+//! then renames it into place, so a file under a chunk's name is whole
+//! even after a crash or a power loss: what a crash interrupts is a
+//! temporary file, removed at the next open. A file under a chunk's name is trusted
+//! once its header and length match, as a local image file is; checking
+//! each chunk's bytes again at every mount cost a warm read a checksum and
+//! a second pass over the data, most of the difference to a local file.
+//! A file of the wrong length or with a foreign header is removed and
+//! fetched again.
+
 //! The whole directory is bounded by a byte limit, shared by every object
 //! and every process using it: the least recently used chunks (by mtime,
 //! touched on use) go first.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::num::NonZeroUsize;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use sha2::Digest;
 
-const MAGIC: &[u8; 4] = b"fofc";
+/// "fofc" was the format whose chunks were checksummed and not synced:
+/// those files are fetched again.
+const MAGIC: &[u8; 4] = b"fofd";
 pub(crate) const HEADER: usize = 16;
 const TEMP_PREFIX: &str = ".tmp-";
-/// Open, checked chunk files kept per object.
+/// Open chunk files kept per object.
 const OPEN_FILES: usize = 128;
 /// A chunk in use gets its mtime renewed at most this often.
 const TOUCH_EVERY: Duration = Duration::from_secs(30);
@@ -64,6 +74,17 @@ struct Open {
     touched: Instant,
 }
 
+/// Chunks written under their temporary names, not yet durable and named.
+#[derive(Default)]
+struct Pending {
+    files: HashMap<u64, (PathBuf, Arc<File>)>,
+    /// Bytes of `files`: the directory's, though no scan sees them yet.
+    bytes: u64,
+    /// Oldest first; a chunk leaves it when a committer takes it, and
+    /// `files` when it is named.
+    order: VecDeque<u64>,
+}
+
 /// One object's chunks in the cache directory.
 pub(crate) struct DiskCache {
     root: PathBuf,
@@ -79,6 +100,9 @@ pub(crate) struct DiskCache {
     files: Mutex<lru::LruCache<u64, Open>>,
     evicting: Mutex<()>,
     temp_seq: AtomicU64,
+    pending: Mutex<Pending>,
+    /// Signals a new pending chunk, and a named one.
+    pending_changed: Condvar,
 }
 
 impl std::fmt::Debug for DiskCache {
@@ -95,7 +119,7 @@ impl DiskCache {
     /// object `identity` at `version` in chunks of `chunk` bytes, removing
     /// the object's other versions and stray temporary files. Returns the
     /// cache and the chunks it already holds (files of the right length;
-    /// their checksums are checked when read).
+    /// their headers are checked when first read).
     pub fn open(
         root: &Path,
         identity: &str,
@@ -153,6 +177,8 @@ impl DiskCache {
             files: Mutex::new(lru::LruCache::new(NonZeroUsize::new(OPEN_FILES).unwrap())),
             evicting: Mutex::new(()),
             temp_seq: AtomicU64::new(0),
+            pending: Mutex::new(Pending::default()),
+            pending_changed: Condvar::new(),
         };
         let gone: HashSet<u64> = cache.evict().into_iter().collect();
         present.retain(|i| !gone.contains(i));
@@ -191,65 +217,76 @@ impl DiskCache {
             self.files.lock().unwrap().pop(&index);
             return false;
         }
-        self.open_checked(index, len, |data| {
-            out.copy_from_slice(&data[HEADER + within..HEADER + within + out.len()])
-        })
+        match self.open_file(index, len) {
+            Some(file) => file.read_exact_at(out, (HEADER + within) as u64).is_ok(),
+            None => false,
+        }
     }
 
-    /// Whether chunk `index` is open and checked already.
+    /// Whether chunk `index` is open already.
     pub fn is_open(&self, index: u64) -> bool {
         self.files.lock().unwrap().contains(&index)
     }
 
-    /// Opens and checks chunk `index` (of `len` bytes) ahead of its reads,
-    /// which then find it open: a sequential reader does not wait for the
-    /// disk and the checksum at each new chunk. False when the cache does
-    /// not hold it intact (a damaged file is removed).
+    /// Opens chunk `index` (of `len` bytes) ahead of its reads, which has
+    /// the kernel read it in: a sequential reader then finds it open and in
+    /// the page cache rather than waiting for the disk at each new chunk.
+    /// False when the cache does not hold it intact (a damaged file is
+    /// removed).
     pub fn preload(&self, index: u64, len: usize) -> bool {
-        self.is_open(index) || self.open_checked(index, len, |_| ())
+        if self.is_open(index) {
+            return true;
+        }
+        self.open_file(index, len).is_some()
     }
 
-    /// Reads chunk file `index` whole and checks it; keeps it open (and
-    /// touched) when intact, and passes its bytes (header included) to
-    /// `use_data`; removes it when damaged and returns false.
-    fn open_checked(&self, index: u64, len: usize, use_data: impl FnOnce(&[u8])) -> bool {
-        thread_local! {
-            // A fresh chunk-sized buffer per check costs page faults and
-            // zeroing at every chunk a sequential reader enters.
-            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Opens chunk file `index`, checks its header and length and starts
+    /// reading it in; keeps it open (and touched) when intact, and removes
+    /// it when not.
+    fn open_file(&self, index: u64, len: usize) -> Option<Arc<File>> {
+        if let Some((_, file)) = self.pending.lock().unwrap().files.get(&index) {
+            return Some(file.clone());
         }
         let path = self.path(index);
-        let Ok(file) = File::open(&path) else {
-            return false;
-        };
-        let intact = BUF.with_borrow_mut(|buf| {
-            buf.resize(HEADER + len, 0);
-            let data = &mut buf[..HEADER + len];
-            let whole = file.read_exact_at(data, 0).is_ok()
-                && file.metadata().is_ok_and(|m| m.len() == data.len() as u64);
-            let intact = whole && check(data, len);
-            if intact {
-                use_data(data);
-            }
-            intact
-        });
+        let file = File::open(&path).ok()?;
+        let mut header = [0u8; HEADER];
+        let intact = file.read_exact_at(&mut header, 0).is_ok()
+            && file
+                .metadata()
+                .is_ok_and(|m| m.len() == (HEADER + len) as u64)
+            && header_fits(&header, len);
         if !intact {
             log::debug!("{}: damaged cache file removed", path.display());
             let _ = fs::remove_file(&path);
-            return false;
+            return None;
+        }
+        // The whole chunk in one request to the disk, started now: left to
+        // itself, the kernel's read-ahead would begin small in each new
+        // chunk file.
+        // SAFETY: posix_fadvise only reads the descriptor, which `file`
+        // keeps open for the call; it touches no memory of this process.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                0,
+                (HEADER + len) as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
         }
         let _ = file.set_modified(SystemTime::now());
+        let file = Arc::new(file);
         self.files.lock().unwrap().put(
             index,
             Open {
-                file: Arc::new(file),
+                file: file.clone(),
                 touched: Instant::now(),
             },
         );
-        true
+        Some(file)
     }
 
-    /// Writes chunk `index` (temporary file, then rename). Returns the
+    /// Writes chunk `index` under a temporary name, readable by this
+    /// process at once; [`DiskCache::commit_next`] names it. Returns the
     /// chunks of this object that eviction removed to make room. A failure
     /// to write only costs a later fetch, so it is logged, not returned.
     pub fn store(&self, index: u64, data: &[u8]) -> Vec<u64> {
@@ -258,21 +295,33 @@ impl DiskCache {
             "{TEMP_PREFIX}{}-{index:x}-{seq}",
             std::process::id()
         ));
-        let write = || -> io::Result<()> {
-            let mut f = File::create(&temp)?;
+        let write = || -> io::Result<File> {
+            let mut f = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&temp)?;
             let mut header = [0u8; HEADER];
             header[..4].copy_from_slice(MAGIC);
             header[4..8].copy_from_slice(&(data.len() as u32).to_le_bytes());
-            header[8..12].copy_from_slice(&crc32c::crc32c(data).to_le_bytes());
             f.write_all(&header)?;
             f.write_all(data)?;
-            fs::rename(&temp, self.path(index))
+            Ok(f)
         };
-        if let Err(e) = write() {
-            let _ = fs::remove_file(&temp);
-            log::debug!("{}: chunk not cached: {e}", self.dir.display());
-            return Vec::new();
-        }
+        let file = match write() {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                let _ = fs::remove_file(&temp);
+                log::debug!("{}: chunk not cached: {e}", self.dir.display());
+                return Vec::new();
+            }
+        };
+        let mut pending = self.pending.lock().unwrap();
+        pending.files.insert(index, (temp, file));
+        pending.order.push_back(index);
+        pending.bytes += (HEADER + data.len()) as u64;
+        drop(pending);
+        self.pending_changed.notify_all();
         let n = (HEADER + data.len()) as u64;
         let used = self.used.fetch_add(n, Ordering::Relaxed) + n;
         let since = self.since_scan.fetch_add(n, Ordering::Relaxed) + n;
@@ -283,6 +332,61 @@ impl DiskCache {
         }
     }
 
+    /// Makes the oldest pending chunk durable and only then gives it its
+    /// name, so a file under a chunk's name is never half written, whatever
+    /// the crash, then evicts if the directory is over its limit. Waits up
+    /// to `wait` for one; returns this object's chunks that eviction
+    /// removed, or None when none came.
+    pub fn commit_next(&self, wait: Duration) -> Option<Vec<u64>> {
+        let (index, temp, file) = {
+            let mut p = self.pending.lock().unwrap();
+            if p.order.is_empty() && !wait.is_zero() {
+                p = self.pending_changed.wait_timeout(p, wait).unwrap().0;
+            }
+            let index = p.order.pop_front()?;
+            let (temp, file) = p.files[&index].clone();
+            (index, temp, file)
+        };
+        if let Err(e) = file
+            .sync_data()
+            .and_then(|()| fs::rename(&temp, self.path(index)))
+        {
+            // This process still reads it by its open file; the next one
+            // fetches it again.
+            log::debug!("{}: chunk not cached: {e}", temp.display());
+            let _ = fs::remove_file(&temp);
+        }
+        let mut p = self.pending.lock().unwrap();
+        if p.files.remove(&index).is_some() {
+            let n = file.metadata().map_or(0, |m| m.len());
+            p.bytes = p.bytes.saturating_sub(n);
+        }
+        drop(p);
+        self.pending_changed.notify_all();
+        // Bytes stored while these were unnamed could not be evicted then.
+        Some(if self.used.load(Ordering::Relaxed) > self.limit {
+            self.evict()
+        } else {
+            Vec::new()
+        })
+    }
+
+    /// Names every pending chunk (this thread helps), waiting at most
+    /// `within`; true when none is left.
+    pub fn settle(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline && self.commit_next(Duration::ZERO).is_some() {}
+        let mut p = self.pending.lock().unwrap();
+        while !p.files.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            p = self.pending_changed.wait_timeout(p, left).unwrap().0;
+        }
+        true
+    }
+
     /// Counts the whole directory and, when it holds more than the limit,
     /// removes the least recently used chunks (of any object) down to 90%
     /// of it. Returns this object's chunks that went.
@@ -290,7 +394,9 @@ impl DiskCache {
         let _one = self.evicting.lock().unwrap();
         self.since_scan.store(0, Ordering::Relaxed);
         let mut files = scan(&self.root);
-        let mut total: u64 = files.iter().map(|f| f.size).sum();
+        // Chunks not yet named count, though only named ones can go.
+        let pending = self.pending.lock().unwrap().bytes;
+        let mut total: u64 = files.iter().map(|f| f.size).sum::<u64>() + pending;
         let mut gone = Vec::new();
         if total > self.limit {
             let target = self.limit / 10 * 9;
@@ -319,13 +425,20 @@ impl DiskCache {
     }
 }
 
-/// Whether the header and checksum of `data` (a whole chunk file) hold for
-/// a chunk of `len` bytes.
-fn check(data: &[u8], len: usize) -> bool {
-    data.len() == HEADER + len
-        && &data[..4] == MAGIC
-        && u32::from_le_bytes(data[4..8].try_into().unwrap()) as usize == len
-        && u32::from_le_bytes(data[8..12].try_into().unwrap()) == crc32c::crc32c(&data[HEADER..])
+impl Drop for DiskCache {
+    fn drop(&mut self) {
+        if !self.settle(Duration::from_secs(10)) {
+            log::warn!(
+                "{}: chunks left unnamed (fetched again next time)",
+                self.dir.display()
+            );
+        }
+    }
+}
+
+/// Whether `header` is a chunk file's of this format for `len` bytes.
+fn header_fits(header: &[u8; HEADER], len: usize) -> bool {
+    &header[..4] == MAGIC && u32::from_le_bytes(header[4..8].try_into().unwrap()) as usize == len
 }
 
 /// A temporary file left by a process that is gone (its pid is in the
@@ -408,6 +521,13 @@ mod tests {
         move |_| Some(len)
     }
 
+    /// Stores a chunk and names it, as the committer does soon after.
+    fn put(c: &DiskCache, index: u64, data: &[u8]) -> Vec<u64> {
+        let gone = c.store(index, data);
+        assert!(c.settle(Duration::from_secs(10)));
+        gone
+    }
+
     #[test]
     fn chunks_round_trip_and_survive_reopen() {
         let root = tempfile::tempdir().unwrap();
@@ -415,7 +535,7 @@ mod tests {
             DiskCache::open(root.path(), "obj", "v1", 4096, &full(100), Some(1 << 20)).unwrap();
         assert!(present.is_empty());
         let data: Vec<u8> = (0..100u8).collect();
-        c.store(3, &data);
+        put(&c, 3, &data);
         let mut out = [0u8; 10];
         assert!(c.read(3, 100, 5, &mut out));
         assert_eq!(out[..], data[5..15]);
@@ -429,10 +549,29 @@ mod tests {
     }
 
     #[test]
+    fn a_stored_chunk_is_read_at_once_and_named_only_when_committed() {
+        let root = tempfile::tempdir().unwrap();
+        let (c, _) = DiskCache::open(root.path(), "o", "v", 4096, &full(100), None).unwrap();
+        let data: Vec<u8> = (0..100u8).collect();
+        c.store(2, &data);
+        assert!(!c.path(2).exists(), "named before it is durable");
+        let mut out = [0u8; 10];
+        assert!(c.read(2, 100, 40, &mut out));
+        assert_eq!(out[..], data[40..50]);
+        assert_eq!(c.commit_next(Duration::ZERO), Some(Vec::new()));
+        assert!(c.path(2).exists());
+        assert_eq!(c.commit_next(Duration::ZERO), None);
+        assert!(c.read(2, 100, 90, &mut out));
+        assert_eq!(out[..], data[90..100]);
+        // Nothing temporary is left behind.
+        assert_eq!(fs::read_dir(&c.dir).unwrap().count(), 1);
+    }
+
+    #[test]
     fn a_new_version_removes_the_old_one() {
         let root = tempfile::tempdir().unwrap();
         let (c, _) = DiskCache::open(root.path(), "obj", "v1", 4096, &full(10), None).unwrap();
-        c.store(0, &[1; 10]);
+        put(&c, 0, &[1; 10]);
         let old_dir = c.dir.clone();
         let (c2, present) =
             DiskCache::open(root.path(), "obj", "v2", 4096, &full(10), None).unwrap();
@@ -449,12 +588,12 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let (c, _) = DiskCache::open(root.path(), "o", "v", 4096, &full(64), None).unwrap();
         let data = [7u8; 64];
-        c.store(0, &data);
-        c.store(1, &data);
-        // A flipped byte keeps the length, so only the checksum tells.
+        put(&c, 0, &data);
+        put(&c, 1, &data);
+        // A header of another format (or none) is not served.
         let p = c.path(0);
         let mut bytes = fs::read(&p).unwrap();
-        bytes[HEADER + 10] ^= 1;
+        bytes[0] ^= 1;
         fs::write(&p, &bytes).unwrap();
         assert!(!c.read(0, 64, 0, &mut [0; 4]));
         assert!(!p.exists(), "a damaged file is removed");
@@ -512,8 +651,8 @@ mod tests {
         .unwrap();
         let old = SystemTime::now() - Duration::from_secs(1000);
         for i in 0..5 {
-            a.store(i, &vec![i as u8; chunk]);
-            b.store(i, &vec![i as u8; chunk]);
+            put(&a, i, &vec![i as u8; chunk]);
+            put(&b, i, &vec![i as u8; chunk]);
             // Chunk i was last used i seconds after `old`; a's before b's.
             for (c, t) in [(&a, 2 * i), (&b, 2 * i + 1)] {
                 File::open(c.path(i))
@@ -524,7 +663,7 @@ mod tests {
         }
         // a's chunk 0 is used now: it is the most recent.
         assert!(a.read(0, chunk, 0, &mut [0; 1]));
-        let mut gone = a.store(9, &vec![9; chunk]);
+        let mut gone = put(&a, 9, &vec![9; chunk]);
         // However recently this process counted, counting now finds the
         // other object's chunks.
         gone.extend(a.evict());

@@ -14,8 +14,15 @@
 //! that hops about a few chunks reads little and so earns little, and
 //! whatever a stream fetched ahead and nobody read is at most half of
 //! what it did read. Chunks already on disk within the window are opened
-//! and checked ahead instead, so a warm sequential reader does not wait
-//! for the disk at each chunk.
+//! and handed to the kernel's read-ahead instead, so a warm sequential
+//! reader does not wait for the disk at each chunk.
+//!
+//! A fetched chunk is given to its waiting readers first and written to
+//! the disk cache after; its flight stays listed, answered, until the
+//! chunk is there, so a reader that comes in between takes the bytes from
+//! the flight rather than fetching them again. The cache makes each chunk
+//! durable on a thread of its own (see [`DiskCache::commit_next`]), so a
+//! fetch thread does not wait for the disk before its next GET.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -87,7 +94,7 @@ enum Priority {
 /// Work for a fetch thread.
 enum Job {
     Fetch(u64, Priority, Arc<Flight>),
-    /// Open and check a cached chunk ahead of a sequential reader.
+    /// Open a cached chunk ahead of a sequential reader and read it in.
     Check(u64),
 }
 
@@ -115,7 +122,7 @@ struct State {
     prefetch: Option<u64>,
     /// Threads busy with read-ahead or prefetch.
     background: usize,
-    /// Cached chunks to open and check ahead of a reader.
+    /// Cached chunks to open and read in ahead of a reader.
     check: VecDeque<u64>,
     streams: [Stream; STREAMS],
     tick: u64,
@@ -205,6 +212,18 @@ pub fn check_chunk(chunk: u32) -> std::result::Result<(), String> {
 fn registry() -> &'static Mutex<HashMap<String, Arc<RemoteObject>>> {
     static R: OnceLock<Mutex<HashMap<String, Arc<RemoteObject>>>> = OnceLock::new();
     R.get_or_init(Default::default)
+}
+
+/// Waits (at most `within` in all) until every object this process opened
+/// has its fetched chunks in the disk cache: a process that ends right
+/// after its last read would otherwise leave those chunks uncached. True
+/// when they all are.
+pub fn settle_all(within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    let objects: Vec<_> = registry().lock().unwrap().values().cloned().collect();
+    objects
+        .iter()
+        .all(|o| o.settle(deadline.saturating_duration_since(std::time::Instant::now())))
 }
 
 impl RemoteObject {
@@ -341,15 +360,17 @@ impl RemoteObject {
             state: Mutex::new(state),
             work: Condvar::new(),
         });
-        let threads = (0..WORKERS)
-            .map(|i| {
-                let s = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("foliofs-fetch-{i}"))
-                    .spawn(move || s.work_loop())
-                    .map_err(|e| open_error(e.kind(), shown, format!("fetch thread: {e}")))
-            })
+        let spawn = |name: String, run: fn(&Shared)| {
+            let s = shared.clone();
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(move || run(&s))
+                .map_err(|e| open_error(e.kind(), shown, format!("fetch thread: {e}")))
+        };
+        let mut threads = (0..WORKERS)
+            .map(|i| spawn(format!("foliofs-fetch-{i}"), Shared::work_loop))
             .collect::<Result<Vec<_>>>()?;
+        threads.push(spawn("foliofs-commit".into(), Shared::commit_loop)?);
         Ok(RemoteObject { shared, threads })
     }
 
@@ -387,6 +408,12 @@ impl RemoteObject {
             log::warn!("{e}");
         }
         r
+    }
+
+    /// Waits (at most `within`) until every chunk fetched so far is in the
+    /// disk cache; true when it is.
+    pub fn settle(&self, within: std::time::Duration) -> bool {
+        self.shared.cache.settle(within)
     }
 
     /// Schedules read-ahead of `[offset, offset + len)`.
@@ -500,7 +527,7 @@ impl Shared {
     /// Notes a read of `n` bytes at `offset`: continues the stream it
     /// follows (or starts one in place of the least recently used) and
     /// queues what the stream has earned ahead of it, chunks to fetch and
-    /// cached chunks to check.
+    /// cached chunks to read in.
     fn sequential(&self, offset: u64, n: u64) {
         let mut st = self.state.lock().unwrap();
         st.tick += 1;
@@ -575,7 +602,7 @@ impl Shared {
         if st.background + 1 >= WORKERS {
             return None;
         }
-        // Checks first: they take a local disk's time, not a server's.
+        // Cached chunks first: they take a local disk's time, not a server's.
         if let Some(c) = st.check.pop_front() {
             return Some(Job::Check(c));
         }
@@ -628,7 +655,11 @@ impl Shared {
             drop(st);
             let outcome = self.fetch(c);
             let gone = match &outcome {
-                Ok(data) => self.cache.store(c, data),
+                Ok(data) => {
+                    *flight.result.lock().unwrap() = Some(outcome.clone());
+                    flight.done.notify_all();
+                    self.cache.store(c, data)
+                }
                 Err(_) => Vec::new(),
             };
             st = self.state.lock().unwrap();
@@ -639,13 +670,37 @@ impl Shared {
                 st.set_present(c, true);
             }
             st.inflight.remove(&c);
+            if let Err(e) = outcome {
+                // Answered only once it is unlisted: a reader's next try
+                // must make a new flight, not find this failed one.
+                *flight.result.lock().unwrap() = Some(Err(e));
+                flight.done.notify_all();
+            }
             if prio != Priority::Demand {
                 st.background -= 1;
                 // A thread held back for readers may take background work.
                 self.work.notify_one();
             }
-            *flight.result.lock().unwrap() = Some(outcome);
-            flight.done.notify_all();
+        }
+    }
+
+    /// Makes stored chunks durable and names them, until the object is
+    /// dropped and none is left.
+    fn commit_loop(&self) {
+        loop {
+            let committed = self
+                .cache
+                .commit_next(std::time::Duration::from_millis(100));
+            let mut st = self.state.lock().unwrap();
+            match committed {
+                Some(gone) => {
+                    for g in gone {
+                        st.set_present(g, false);
+                    }
+                }
+                None if st.shutdown => return,
+                None => {}
+            }
         }
     }
 
