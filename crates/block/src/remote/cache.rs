@@ -6,17 +6,17 @@
 //! removes the other versions of the same object, so a replaced object
 //! never serves its old bytes.
 //!
-//! A chunk file is a 16-byte header (magic and length) and the data. It
-//! is written under a temporary name, which this process reads it by at
-//! once; a thread of its own then makes it durable (`fdatasync`) and only
-//! then renames it into place, so a file under a chunk's name is whole
-//! even after a crash or a power loss: what a crash interrupts is a
-//! temporary file, removed at the next open. A file under a chunk's name is trusted
-//! once its header and length match, as a local image file is; checking
-//! each chunk's bytes again at every mount cost a warm read a checksum and
-//! a second pass over the data, most of the difference to a local file.
-//! A file of the wrong length or with a foreign header is removed and
-//! fetched again.
+//! A chunk file holds the chunk's bytes and nothing else. It is written
+//! under a temporary name, which this process reads it by at once; a
+//! thread of its own then makes it durable (`fdatasync`) and only then
+//! renames it into place, so a file under a chunk's name is whole even
+//! after a crash or a power loss: what a crash interrupts is a temporary
+//! file, removed at the next open. A file under a chunk's name is trusted
+//! once its length matches, as a local image file is: checking each
+//! chunk's bytes again at every mount cost a warm read a checksum and a
+//! second pass over the data, and even a header costs a read of the disk
+//! at each chunk's first use. The version directory's name hashes the
+//! layout too, so the files of another layout are another version.
 
 //! The whole directory is bounded by a byte limit, shared by every object
 //! and every process using it: the least recently used chunks (by mtime,
@@ -35,10 +35,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sha2::Digest;
 
-/// "fofc" was the format whose chunks were checksummed and not synced:
-/// those files are fetched again.
-const MAGIC: &[u8; 4] = b"fofd";
-pub(crate) const HEADER: usize = 16;
+/// The layout of chunk files, part of each version directory's name: 1
+/// had a checksummed header and no sync.
+const LAYOUT: u32 = 2;
 const TEMP_PREFIX: &str = ".tmp-";
 /// Open chunk files kept per object.
 const OPEN_FILES: usize = 128;
@@ -119,7 +118,7 @@ impl DiskCache {
     /// object `identity` at `version` in chunks of `chunk` bytes, removing
     /// the object's other versions and stray temporary files. Returns the
     /// cache and the chunks it already holds (files of the right length;
-    /// their headers are checked when first read).
+    /// other files are removed).
     pub fn open(
         root: &Path,
         identity: &str,
@@ -129,7 +128,7 @@ impl DiskCache {
         limit: Option<u64>,
     ) -> io::Result<(DiskCache, Vec<u64>)> {
         let object = root.join(hex_digest(identity));
-        let dir = object.join(hex_digest(&format!("{version}\n{chunk}")));
+        let dir = object.join(hex_digest(&format!("{version}\n{chunk}\n{LAYOUT}")));
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -154,7 +153,7 @@ impl DiskCache {
                 continue;
             };
             let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
-            if chunk_len(index).is_some_and(|want| want + HEADER as u64 == len) {
+            if chunk_len(index).is_some_and(|want| want == len) {
                 present.push(index);
             } else {
                 let _ = fs::remove_file(entry.path());
@@ -167,7 +166,7 @@ impl DiskCache {
                 DEFAULT_LIMIT.min((free_space(root).unwrap_or(u64::MAX / 2) + held) / 4)
             }
         }
-        .max(u64::from(chunk) + HEADER as u64);
+        .max(u64::from(chunk));
         let cache = DiskCache {
             root: root.to_owned(),
             dir,
@@ -211,14 +210,14 @@ impl DiskCache {
         // Read outside the lock: other readers' chunks need not wait for
         // this one's disk.
         if let Some(file) = open {
-            if file.read_exact_at(out, (HEADER + within) as u64).is_ok() {
+            if file.read_exact_at(out, within as u64).is_ok() {
                 return true;
             }
             self.files.lock().unwrap().pop(&index);
             return false;
         }
         match self.open_file(index, len) {
-            Some(file) => file.read_exact_at(out, (HEADER + within) as u64).is_ok(),
+            Some(file) => file.read_exact_at(out, within as u64).is_ok(),
             None => false,
         }
     }
@@ -237,41 +236,39 @@ impl DiskCache {
         if self.is_open(index) {
             return true;
         }
-        self.open_file(index, len).is_some()
-    }
-
-    /// Opens chunk file `index`, checks its header and length and starts
-    /// reading it in; keeps it open (and touched) when intact, and removes
-    /// it when not.
-    fn open_file(&self, index: u64, len: usize) -> Option<Arc<File>> {
-        if let Some((_, file)) = self.pending.lock().unwrap().files.get(&index) {
-            return Some(file.clone());
-        }
-        let path = self.path(index);
-        let file = File::open(&path).ok()?;
-        let mut header = [0u8; HEADER];
-        let intact = file.read_exact_at(&mut header, 0).is_ok()
-            && file
-                .metadata()
-                .is_ok_and(|m| m.len() == (HEADER + len) as u64)
-            && header_fits(&header, len);
-        if !intact {
-            log::debug!("{}: damaged cache file removed", path.display());
-            let _ = fs::remove_file(&path);
-            return None;
-        }
+        let Some(file) = self.open_file(index, len) else {
+            return false;
+        };
         // The whole chunk in one request to the disk, started now: left to
         // itself, the kernel's read-ahead would begin small in each new
-        // chunk file.
+        // chunk file. Only ahead of a sequential reader: a reader that
+        // hops about reads what it needs and no more, as from a local file.
         // SAFETY: posix_fadvise only reads the descriptor, which `file`
         // keeps open for the call; it touches no memory of this process.
         unsafe {
             libc::posix_fadvise(
                 file.as_raw_fd(),
                 0,
-                (HEADER + len) as libc::off_t,
+                len as libc::off_t,
                 libc::POSIX_FADV_WILLNEED,
             );
+        }
+        true
+    }
+
+    /// Opens chunk file `index` and checks its length; keeps it open (and
+    /// touched) when intact, and removes it when not.
+    fn open_file(&self, index: u64, len: usize) -> Option<Arc<File>> {
+        if let Some((_, file)) = self.pending.lock().unwrap().files.get(&index) {
+            return Some(file.clone());
+        }
+        let path = self.path(index);
+        let file = File::open(&path).ok()?;
+        let intact = file.metadata().is_ok_and(|m| m.len() == len as u64);
+        if !intact {
+            log::debug!("{}: damaged cache file removed", path.display());
+            let _ = fs::remove_file(&path);
+            return None;
         }
         let _ = file.set_modified(SystemTime::now());
         let file = Arc::new(file);
@@ -301,10 +298,6 @@ impl DiskCache {
                 .write(true)
                 .create_new(true)
                 .open(&temp)?;
-            let mut header = [0u8; HEADER];
-            header[..4].copy_from_slice(MAGIC);
-            header[4..8].copy_from_slice(&(data.len() as u32).to_le_bytes());
-            f.write_all(&header)?;
             f.write_all(data)?;
             Ok(f)
         };
@@ -319,10 +312,10 @@ impl DiskCache {
         let mut pending = self.pending.lock().unwrap();
         pending.files.insert(index, (temp, file));
         pending.order.push_back(index);
-        pending.bytes += (HEADER + data.len()) as u64;
+        pending.bytes += data.len() as u64;
         drop(pending);
         self.pending_changed.notify_all();
-        let n = (HEADER + data.len()) as u64;
+        let n = data.len() as u64;
         let used = self.used.fetch_add(n, Ordering::Relaxed) + n;
         let since = self.since_scan.fetch_add(n, Ordering::Relaxed) + n;
         if used > self.limit || since >= self.limit / 8 {
@@ -434,11 +427,6 @@ impl Drop for DiskCache {
             );
         }
     }
-}
-
-/// Whether `header` is a chunk file's of this format for `len` bytes.
-fn header_fits(header: &[u8; HEADER], len: usize) -> bool {
-    &header[..4] == MAGIC && u32::from_le_bytes(header[4..8].try_into().unwrap()) as usize == len
 }
 
 /// A temporary file left by a process that is gone (its pid is in the
@@ -568,6 +556,19 @@ mod tests {
     }
 
     #[test]
+    fn files_of_another_layout_are_another_version() {
+        let root = tempfile::tempdir().unwrap();
+        let object = root.path().join(hex_digest("o"));
+        let old = object.join(hex_digest("v\n4096"));
+        fs::create_dir_all(&old).unwrap();
+        fs::write(old.join("0"), [1u8; 16 + 64]).unwrap();
+        let (c, present) = DiskCache::open(root.path(), "o", "v", 4096, &full(64), None).unwrap();
+        assert!(present.is_empty());
+        assert!(!old.exists());
+        assert!(!c.read(0, 64, 0, &mut [0; 4]));
+    }
+
+    #[test]
     fn a_new_version_removes_the_old_one() {
         let root = tempfile::tempdir().unwrap();
         let (c, _) = DiskCache::open(root.path(), "obj", "v1", 4096, &full(10), None).unwrap();
@@ -590,16 +591,14 @@ mod tests {
         let data = [7u8; 64];
         put(&c, 0, &data);
         put(&c, 1, &data);
-        // A header of another format (or none) is not served.
+        // Cut short after this process found it: not served.
         let p = c.path(0);
-        let mut bytes = fs::read(&p).unwrap();
-        bytes[0] ^= 1;
-        fs::write(&p, &bytes).unwrap();
+        fs::write(&p, &data[..63]).unwrap();
         assert!(!c.read(0, 64, 0, &mut [0; 4]));
         assert!(!p.exists(), "a damaged file is removed");
-        // A truncated file is dropped at open already.
+        // A file of the wrong length is dropped at open already.
         let p1 = c.path(1);
-        fs::write(&p1, &fs::read(&p1).unwrap()[..40]).unwrap();
+        fs::write(&p1, [7u8; 65]).unwrap();
         drop(c);
         let (c, present) = DiskCache::open(root.path(), "o", "v", 4096, &full(64), None).unwrap();
         assert!(present.is_empty());
@@ -629,7 +628,7 @@ mod tests {
     fn the_limit_evicts_least_recently_used_across_objects() {
         let root = tempfile::tempdir().unwrap();
         let chunk = 1000usize;
-        let file = (HEADER + chunk) as u64;
+        let file = chunk as u64;
         let limit = 10 * file;
         let (a, _) = DiskCache::open(
             root.path(),
