@@ -711,23 +711,17 @@ impl fuser::Filesystem for Server {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.requests.bump(Op::Opendir);
         self.log(format_args!("opendir({})", ino.0));
-        if self.cfg.read_only {
-            // As for open: no opendir/releasedir round trips, and the kernel
-            // caches the listing (FOPEN_CACHE_DIR is its default then).
-            return reply.error(Errno::ENOSYS);
-        }
-        match self.fs.getattr(self.ino(ino)) {
-            Ok(a) if a.kind != vfs::FileType::Directory => reply.error(Errno::ENOTDIR),
-            Ok(_) => {
-                let flags = if self.cfg.read_only {
-                    FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR
-                } else {
-                    FopenFlags::empty()
-                };
-                reply.opened(FileHandle(0), flags)
-            }
-            Err(e) => reply.error(errno(&e)),
-        }
+        // No format keeps anything per directory handle (listings resume
+        // at cookies), so ENOSYS: the kernel stops sending OPENDIR and
+        // RELEASEDIR, two round trips per directory read (`rm -rf` and
+        // `find` of a tree open each directory at least once). It caches
+        // listings then (FOPEN_CACHE_DIR is its default without opendir).
+        // On a writable mount that stays coherent: every change of a
+        // directory goes through this kernel, which bumps the directory's
+        // version, and a listing starting over at offset 0 drops a cache
+        // of an older version. (A listing already under way may still
+        // return a name removed since its opendir, which POSIX allows.)
+        reply.error(Errno::ENOSYS)
     }
 
     fn readdir(
