@@ -248,7 +248,10 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             let r = (|| -> Result<()> {
                 let m = Mounted::new(env, &plan.how, Path::new("none"), &env.fresh_dir("mnt")?)?;
                 let id = mount_id(&m.dir);
-                let mut last = id.and_then(mount_stats::read_settled);
+                // A mount this new may not have published its counts yet:
+                // none published is none counted (as in `counted`), or the
+                // first workload's requests would go unreported.
+                let mut last = id.map(|id| mount_stats::read_settled(id).unwrap_or_default());
                 let mut measure = |key: &'static str, v: f64, row: &mut Row| {
                     row.runs.entry(key).or_default().push(v);
                     if let Some(id) = id {
