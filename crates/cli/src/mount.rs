@@ -363,6 +363,39 @@ fn open_ramfs(opts: &MountOptions) -> anyhow::Result<Opened> {
     })
 }
 
+/// `options` with the values that name local files (`device=`, `record=`,
+/// `prefetch=FILE`) made absolute from this process's directory: the
+/// server runs from `/`.
+fn absolute_paths(options: &[String]) -> anyhow::Result<Vec<String>> {
+    let item = |item: &str| -> anyhow::Result<String> {
+        let Some((key, value)) = item.split_once('=') else {
+            return Ok(item.to_owned());
+        };
+        let local_file = match key {
+            "device" | "record" => true,
+            "prefetch" => value != "all",
+            _ => false,
+        };
+        if !local_file || value.is_empty() || is_remote(Path::new(value)) {
+            return Ok(item.to_owned());
+        }
+        let p = std::path::absolute(value).with_context(|| format!("{key}={value}: bad path"))?;
+        let p = p
+            .to_str()
+            .with_context(|| format!("{key}={value}: this directory's name is not UTF-8"))?;
+        Ok(format!("{key}={p}"))
+    };
+    options
+        .iter()
+        .map(|o| {
+            Ok(o.split(',')
+                .map(item)
+                .collect::<anyhow::Result<Vec<_>>>()?
+                .join(","))
+        })
+        .collect()
+}
+
 /// Starts `foliofs mount -f` in the background and waits for its verdict.
 fn spawn_server(args: &MountArgs, source: &Path, opts: &MountOptions) -> anyhow::Result<i32> {
     let mountpoint = std::path::absolute(&args.mountpoint)
@@ -385,7 +418,7 @@ fn spawn_server(args: &MountArgs, source: &Path, opts: &MountOptions) -> anyhow:
     cmd.args(["mount", "-f", "--ready-fd"])
         .arg(wr_child.as_raw_fd().to_string())
         .args(["-t", &args.fstype]);
-    for o in &args.options {
+    for o in absolute_paths(&args.options)? {
         cmd.arg("-o").arg(o);
     }
     let shown = open::shown(source);
@@ -637,4 +670,34 @@ fn serve(
     stats.finish();
     res.context("serving the mount failed")?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::absolute_paths;
+
+    #[test]
+    fn file_options_are_made_absolute_for_the_server() {
+        let cwd = std::env::current_dir().unwrap();
+        let opts = vec![
+            "ro,device=blob.img,prefetch=all,record=run.prof".to_owned(),
+            "device=s3://bucket/blob,prefetch=p.prof,device=/abs/b,cache=/c".to_owned(),
+        ];
+        let got = absolute_paths(&opts).unwrap();
+        assert_eq!(
+            got[0],
+            format!(
+                "ro,device={},prefetch=all,record={}",
+                cwd.join("blob.img").display(),
+                cwd.join("run.prof").display()
+            )
+        );
+        assert_eq!(
+            got[1],
+            format!(
+                "device=s3://bucket/blob,prefetch={},device=/abs/b,cache=/c",
+                cwd.join("p.prof").display()
+            )
+        );
+    }
 }

@@ -29,18 +29,45 @@ pub(super) fn corpus() -> &'static Path {
 /// Mounts the image `name` (with its device, if it has one) and compares
 /// the walk with its manifest.
 fn mounted_reads_as_manifest(name: &str, extra_opts: &str) {
+    reads_as_manifest(name, extra_opts, false);
+}
+
+/// As [`mounted_reads_as_manifest`]; with `relative`, the image and its
+/// device are named relative to the corpus directory, which the mount
+/// command runs in.
+fn reads_as_manifest(name: &str, extra_opts: &str, relative: bool) {
     let dir = corpus();
     let m =
         manifest::parse(&std::fs::read_to_string(dir.join(format!("{name}.manifest"))).unwrap());
+    let named = |p: &str| {
+        if relative {
+            Path::new(p).to_owned()
+        } else {
+            dir.join(p)
+        }
+    };
     let opts: Vec<String> = m
         .device
         .iter()
-        .map(|d| format!("device={}", dir.join(d).display()))
+        .map(|d| format!("device={}", named(d).display()))
         .chain((!extra_opts.is_empty()).then(|| extra_opts.to_owned()))
         .collect();
     let opts = opts.join(",");
-    let mount = common::Mount::new(&dir.join(&m.image), None, &opts)
-        .unwrap_or_else(|e| panic!("foliofs mount -o {opts:?} {name} ({}): {e}", m.mkfs));
+    let mount = if relative {
+        let tmp = tempfile::Builder::new()
+            .prefix("foliofs-mnt.")
+            .tempdir()
+            .unwrap();
+        let mut cmd = std::process::Command::new(common::bin());
+        cmd.current_dir(dir)
+            .args(["mount", "-o", &opts])
+            .arg(&m.image)
+            .arg(tmp.path());
+        common::Mount::by_command(None, &mut cmd, tmp.path()).map(|m| m.keeping(tmp))
+    } else {
+        common::Mount::new(&named(&m.image), None, &opts)
+    }
+    .unwrap_or_else(|e| panic!("foliofs mount -o {opts:?} {name} ({}): {e}", m.mkfs));
     let walk = walk_mounted(mount.path());
     mount.unmount().unwrap();
     let got: Walk = walk
@@ -121,6 +148,14 @@ fn extra_devices() {
     require!("fuse");
     mounted_reads_as_manifest("tar_i", "");
     mounted_reads_as_manifest("chunk_blob", "");
+}
+
+/// The mount's server runs from `/`: an image and a device named relative
+/// to where `foliofs mount` ran must still be found.
+#[test]
+fn relative_paths_name_files_where_the_mount_ran() {
+    require!("fuse");
+    reads_as_manifest("chunk_blob", "", true);
 }
 
 /// 48-bit addresses, the extent map, omitted "." entries and metabox inodes,
