@@ -50,7 +50,7 @@ pub struct BenchArgs {
     /// Section to run.
     #[arg(value_enum, default_value = "all")]
     pub which: Which,
-    /// Small sizes and fewer runs (about half a minute on two cores).
+    /// Small sizes and fewer runs (about a minute on two cores).
     #[arg(long)]
     pub quick: bool,
     /// Size of the seq section's file (suffixes K, M, G, T, P, E); default 250M, 64M with --quick.
