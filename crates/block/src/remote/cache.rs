@@ -310,9 +310,15 @@ impl DiskCache {
             }
         };
         let mut pending = self.pending.lock().unwrap();
-        pending.files.insert(index, (temp, file));
+        if let Some((old, _)) = pending.files.insert(index, (temp, file)) {
+            // Fetched again while its first copy waited (that copy failed
+            // to read back): this one replaces it and is named in its own
+            // turn, also if a committer holds the first one now.
+            let _ = fs::remove_file(old);
+        } else {
+            pending.bytes += data.len() as u64;
+        }
         pending.order.push_back(index);
-        pending.bytes += data.len() as u64;
         drop(pending);
         self.pending_changed.notify_all();
         let n = data.len() as u64;
@@ -336,9 +342,14 @@ impl DiskCache {
             if p.order.is_empty() && !wait.is_zero() {
                 p = self.pending_changed.wait_timeout(p, wait).unwrap().0;
             }
-            let index = p.order.pop_front()?;
-            let (temp, file) = p.files[&index].clone();
-            (index, temp, file)
+            loop {
+                let index = p.order.pop_front()?;
+                // A chunk stored twice is listed twice: the first turn
+                // names it.
+                if let Some((temp, file)) = p.files.get(&index) {
+                    break (index, temp.clone(), file.clone());
+                }
+            }
         };
         if let Err(e) = file
             .sync_data()
@@ -350,7 +361,9 @@ impl DiskCache {
             let _ = fs::remove_file(&temp);
         }
         let mut p = self.pending.lock().unwrap();
-        if p.files.remove(&index).is_some() {
+        // Unless a newer copy replaced it meanwhile, which is still to name.
+        if p.files.get(&index).is_some_and(|(t, _)| *t == temp) {
+            p.files.remove(&index);
             let n = file.metadata().map_or(0, |m| m.len());
             p.bytes = p.bytes.saturating_sub(n);
         }
@@ -552,6 +565,19 @@ mod tests {
         assert!(c.read(2, 100, 90, &mut out));
         assert_eq!(out[..], data[90..100]);
         // Nothing temporary is left behind.
+        assert_eq!(fs::read_dir(&c.dir).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_chunk_stored_twice_while_pending_is_named_once_with_the_newer_bytes() {
+        let root = tempfile::tempdir().unwrap();
+        let (c, _) = DiskCache::open(root.path(), "o", "v", 4096, &full(8), None).unwrap();
+        c.store(1, &[1; 8]);
+        c.store(1, &[2; 8]);
+        assert!(c.settle(Duration::from_secs(10)));
+        assert_eq!(fs::read(c.path(1)).unwrap(), [2; 8]);
+        assert_eq!(c.commit_next(Duration::ZERO), None);
+        // No temporary file is left behind.
         assert_eq!(fs::read_dir(&c.dir).unwrap().count(), 1);
     }
 
