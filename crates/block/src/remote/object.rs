@@ -95,7 +95,7 @@ enum Priority {
 enum Job {
     Fetch(u64, Priority, Arc<Flight>),
     /// Open a cached chunk ahead of a sequential reader and read it in.
-    Check(u64),
+    Preload(u64),
 }
 
 /// A run of reads in order.
@@ -123,7 +123,7 @@ struct State {
     /// Threads busy with read-ahead or prefetch.
     background: usize,
     /// Cached chunks to open and read in ahead of a reader.
-    check: VecDeque<u64>,
+    preload: VecDeque<u64>,
     streams: [Stream; STREAMS],
     tick: u64,
     shutdown: bool,
@@ -144,12 +144,12 @@ impl State {
     fn wanted(&self, c: u64) -> bool {
         !self.is_present(c) && !self.inflight.contains_key(&c)
     }
-    fn queue_check(&mut self, c: u64) {
-        if !self.check.contains(&c) {
-            if self.check.len() >= AHEAD_QUEUE {
-                self.check.pop_front();
+    fn queue_preload(&mut self, c: u64) {
+        if !self.preload.contains(&c) {
+            if self.preload.len() >= AHEAD_QUEUE {
+                self.preload.pop_front();
             }
-            self.check.push_back(c);
+            self.preload.push_back(c);
         }
     }
 }
@@ -332,7 +332,7 @@ impl RemoteObject {
             ahead: VecDeque::new(),
             prefetch: opts.prefetch_all.then_some(0),
             background: 0,
-            check: VecDeque::new(),
+            preload: VecDeque::new(),
             streams: [Stream::default(); STREAMS],
             tick: 0,
             shutdown: false,
@@ -365,7 +365,7 @@ impl RemoteObject {
             std::thread::Builder::new()
                 .name(name)
                 .spawn(move || run(&s))
-                .map_err(|e| open_error(e.kind(), shown, format!("fetch thread: {e}")))
+                .map_err(|e| open_error(e.kind(), shown, format!("cache thread: {e}")))
         };
         let mut threads = (0..WORKERS)
             .map(|i| spawn(format!("foliofs-fetch-{i}"), Shared::work_loop))
@@ -431,7 +431,7 @@ impl RemoteObject {
                     st.ahead.push_back(c);
                 }
             } else if st.is_present(c) {
-                st.queue_check(c);
+                st.queue_preload(c);
             }
         }
         drop(st);
@@ -571,7 +571,7 @@ impl Shared {
             return;
         }
         st.streams[s].queued = to;
-        let (mut fetch, mut check) = (false, false);
+        let (mut fetch, mut preload) = (false, false);
         for c in from..to {
             if st.wanted(c) {
                 if !st.ahead.contains(&c) {
@@ -582,12 +582,12 @@ impl Shared {
                     fetch = true;
                 }
             } else if st.is_present(c) && !st.inflight.contains_key(&c) {
-                st.queue_check(c);
-                check = true;
+                st.queue_preload(c);
+                preload = true;
             }
         }
         drop(st);
-        if fetch || check {
+        if fetch || preload {
             self.work.notify_all();
         }
     }
@@ -603,8 +603,8 @@ impl Shared {
             return None;
         }
         // Cached chunks first: they take a local disk's time, not a server's.
-        if let Some(c) = st.check.pop_front() {
-            return Some(Job::Check(c));
+        if let Some(c) = st.preload.pop_front() {
+            return Some(Job::Preload(c));
         }
         while let Some(c) = st.ahead.pop_front() {
             if st.wanted(c) {
@@ -636,7 +636,7 @@ impl Shared {
             };
             let (c, prio, flight) = match job {
                 Job::Fetch(c, prio, flight) => (c, prio, flight),
-                Job::Check(c) => {
+                Job::Preload(c) => {
                     st.background += 1;
                     drop(st);
                     let intact = self.cache.preload(c, self.chunk_len(c));
