@@ -1,48 +1,67 @@
 //! The disk cache of remote chunks.
 //!
-//! Layout: `ROOT/<object>/<version>/<chunk index in hex>`, where `<object>`
+//! Layout: `ROOT/<object>/<version>/` holds two files, where `<object>`
 //! hashes the URL without its query string and `<version>` hashes the
-//! object's ETag (or Last-Modified) with the chunk size. Opening a version
-//! removes the other versions of the same object, so a replaced object
-//! never serves its old bytes.
+//! object's ETag (or Last-Modified), the chunk size and this layout.
+//! `data` is a sparse file as long as the object, each chunk at its own
+//! offset; `map` is a header and then one 32-bit entry per chunk: 0 while
+//! the cache does not hold the chunk, else when it was last used (seconds
+//! since 1970). Opening a version removes the object's other versions, so
+//! a replaced object never serves its old bytes.
 //!
-//! A chunk file holds the chunk's bytes and nothing else. It is written
-//! under a temporary name, which this process reads it by at once; a
-//! thread of its own then makes it durable (`fdatasync`) and only then
-//! renames it into place, so a file under a chunk's name is whole even
-//! after a crash or a power loss: what a crash interrupts is a temporary
-//! file, removed at the next open. A file under a chunk's name is trusted
-//! once its length matches, as a local image file is: checking each
-//! chunk's bytes again at every mount cost a warm read a checksum and a
-//! second pass over the data, and even a header costs a read of the disk
-//! at each chunk's first use. The version directory's name hashes the
-//! layout too, so the files of another layout are another version.
-
-//! The whole directory is bounded by a byte limit, shared by every object
-//! and every process using it: the least recently used chunks (by mtime,
-//! touched on use) go first.
+//! One file per object, not one per chunk: a file written in order lies
+//! in one run on the disk, as a local image does, and a warm sequential
+//! read streams it with the kernel's read-ahead. The files of many chunks
+//! land wherever the allocator puts each new file (ext4 spreads them over
+//! its groups by inode number), and a warm read of them seeks at every
+//! chunk and opens a file at every chunk's first use.
+//!
+//! A stored chunk is written to `data` at once, and this process reads it
+//! from there at once. A thread of its own then makes it durable
+//! (`fdatasync`) and only after that writes its map entry: whatever a
+//! crash or a power loss interrupts has no entry, is never served, and its
+//! blocks are freed by the next open that has the object to itself.
+//!
+//! Processes share the directory, bounded by one byte limit: the least
+//! recently used chunks of any object go first. Each process holds a read
+//! lock (an open file description lock) on the map of every object it has
+//! open. Freeing chunks (clear their entries, sync the map, punch holes in
+//! `data`) takes the write lock, so no process ever reads a hole punched
+//! under it; an object another process has open is skipped. Adding a chunk
+//! needs no lock: every process writes the same bytes for one version,
+//! and a miss reads the map entry again to find what another one stored.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File};
-use std::io::{self, Write};
-use std::num::NonZeroUsize;
+use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, FileExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use sha2::Digest;
 
-/// The layout of chunk files, part of each version directory's name: 1
-/// had a checksummed header and no sync.
-const LAYOUT: u32 = 2;
-const TEMP_PREFIX: &str = ".tmp-";
-/// Open chunk files kept per object.
-const OPEN_FILES: usize = 128;
-/// A chunk in use gets its mtime renewed at most this often.
-const TOUCH_EVERY: Duration = Duration::from_secs(30);
+/// The layout, part of each version directory's name: 1 and 2 were a
+/// file per chunk (1 with a checksummed header, 2 synced and renamed).
+const LAYOUT: u32 = 3;
+const MAGIC: &[u8; 8] = b"foliofsC";
+/// The map's header: magic, object size, chunk size, layout.
+const HEADER: u64 = 24;
+/// An entry held in memory only: written to `data`, not yet durable.
+const PENDING: u32 = 1;
+/// A chunk in use has its entry renewed at most this often (seconds).
+const TOUCH_EVERY: u32 = 30;
+/// How long an open waits for another process to finish freeing chunks
+/// of the same object (it holds the write lock only for that).
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// How soon an eviction that left the directory over its limit is tried
+/// again, by an idle committer.
+const RETRY_EVICT: Duration = Duration::from_secs(1);
+/// A version directory without a valid map is removed once it is this
+/// old: younger, a process may be creating it.
+const STRAY_AGE: Duration = Duration::from_secs(60);
 /// The cache when `cache_size` is not given: 4 GiB holds the working set of
 /// most images several times over, yet is small beside today's disks; on
 /// a fuller disk, a quarter of what the cache could take (free space plus
@@ -68,27 +87,53 @@ fn hex_digest(text: &str) -> String {
     d[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-struct Open {
-    file: Arc<File>,
-    touched: Instant,
+fn now_stamp() -> u32 {
+    let secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    u32::try_from(secs).unwrap_or(u32::MAX).max(PENDING + 1)
 }
 
-/// Chunks written under their temporary names, not yet durable and named.
+/// Chunks stored but not yet durable and in the map.
 #[derive(Default)]
 struct Pending {
-    files: HashMap<u64, (PathBuf, Arc<File>)>,
-    /// Bytes of `files`: the directory's, though no scan sees them yet.
-    bytes: u64,
-    /// Oldest first; a chunk leaves it when a committer takes it, and
-    /// `files` when it is named.
-    order: VecDeque<u64>,
+    /// Waiting for a committer, oldest first.
+    queued: VecDeque<u64>,
+    /// The chunks in `queued`: one stored twice waits once.
+    listed: HashSet<u64>,
+    /// Taken by a committer and not yet in the map.
+    committing: usize,
+}
+
+/// One object's files, shared with the process's other caches so that
+/// their eviction can free its chunks too.
+struct Object {
+    dir: PathBuf,
+    size: u64,
+    chunk: u64,
+    data: File,
+    /// Holds this process's read lock on the object.
+    map: File,
+    /// Per chunk: 0 not held, [`PENDING`], or the last use as in the map.
+    stamps: Vec<AtomicU32>,
+    /// Readers and writers of `data` share it; freeing chunks takes it
+    /// alone, so no reader of this process meets a hole.
+    gate: RwLock<()>,
+    /// Set while one eviction of this process holds the write lock.
+    freeing: AtomicBool,
+}
+
+/// The objects this process has open, by version directory.
+fn open_objects() -> &'static Mutex<HashMap<PathBuf, Weak<Object>>> {
+    static OPEN: OnceLock<Mutex<HashMap<PathBuf, Weak<Object>>>> = OnceLock::new();
+    OPEN.get_or_init(Default::default)
 }
 
 /// One object's chunks in the cache directory.
 pub(crate) struct DiskCache {
     root: PathBuf,
-    dir: PathBuf,
     limit: u64,
+    obj: Arc<Object>,
     /// Bytes in the whole directory, as last counted plus what this
     /// process added since.
     used: AtomicU64,
@@ -96,35 +141,239 @@ pub(crate) struct DiskCache {
     /// another process fills it too, so it is counted again every
     /// eighth of the limit.
     since_scan: AtomicU64,
-    files: Mutex<lru::LruCache<u64, Open>>,
     evicting: Mutex<()>,
-    temp_seq: AtomicU64,
+    /// Set when the last eviction left the directory over its limit
+    /// (what it would have freed was in use by another process), and when
+    /// that eviction ran: the next one comes when this process is idle.
+    over: Mutex<Option<Instant>>,
     pending: Mutex<Pending>,
-    /// Signals a new pending chunk, and a named one.
+    /// Signals a newly stored chunk, and a committed batch.
     pending_changed: Condvar,
 }
 
 impl std::fmt::Debug for DiskCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiskCache")
-            .field("dir", &self.dir)
+            .field("dir", &self.obj.dir)
             .field("limit", &self.limit)
             .finish()
     }
 }
 
+/// The map's header for an object of `size` bytes in chunks of `chunk`.
+fn header(size: u64, chunk: u64) -> [u8; HEADER as usize] {
+    let mut h = [0u8; HEADER as usize];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..16].copy_from_slice(&size.to_le_bytes());
+    h[16..20].copy_from_slice(&(chunk as u32).to_le_bytes());
+    h[20..24].copy_from_slice(&LAYOUT.to_le_bytes());
+    h
+}
+
+/// A map's object size, chunk size and entries, when it is whole.
+fn parse_map(bytes: &[u8]) -> Option<(u64, u64, Vec<u32>)> {
+    let h = bytes.get(..HEADER as usize)?;
+    if &h[..8] != MAGIC || h[20..24] != LAYOUT.to_le_bytes() {
+        return None;
+    }
+    let size = u64::from_le_bytes(h[8..16].try_into().ok()?);
+    let chunk = u64::from(u32::from_le_bytes(h[16..20].try_into().ok()?));
+    let entries = &bytes[HEADER as usize..];
+    if chunk == 0 || entries.len() as u64 != size.div_ceil(chunk) * 4 {
+        return None;
+    }
+    let stamps = entries
+        .chunks_exact(4)
+        .map(|e| u32::from_le_bytes(e.try_into().unwrap()))
+        .collect();
+    Some((size, chunk, stamps))
+}
+
+fn chunk_len(size: u64, chunk: u64, index: u64) -> u64 {
+    chunk.min(size - index * chunk)
+}
+
+/// Takes (or converts this description's lock to) a read or write lock
+/// on `file`, without waiting. An open file description lock: closing
+/// the file drops it, it conflicts with other opens of the same file in
+/// this process too, and converting it is atomic (a refused write lock
+/// leaves the read lock held).
+fn lock(file: &File, kind: libc::c_int) -> io::Result<()> {
+    // SAFETY: struct flock is plain integers, for which zeroes are valid.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = 0;
+    fl.l_len = 1;
+    // SAFETY: fcntl reads `fl`, which outlives the call, on a descriptor
+    // that `file` keeps open.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Frees `[offset, offset + len)` of `file`, keeping its size.
+fn punch(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    // SAFETY: fallocate takes an open descriptor and integers only.
+    let r = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset as libc::off_t,
+            len as libc::off_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn open_rw(path: &Path) -> io::Result<File> {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+}
+
+/// Clears the entries of `gone` (chunks of `chunk` bytes in an object of
+/// `size`), makes that durable, and only then punches their holes: a
+/// crash in between leaves blocks no entry names, freed at the next open.
+/// The caller holds the write lock on `map`.
+fn free(map: &File, data: &File, size: u64, chunk: u64, gone: &[u64]) -> io::Result<()> {
+    for &i in gone {
+        map.write_all_at(&0u32.to_le_bytes(), HEADER + 4 * i)?;
+    }
+    map.sync_data()?;
+    for (start, end) in runs(gone) {
+        let off = start * chunk;
+        let len = (end * chunk).min(size) - off;
+        punch(data, off, len)?;
+    }
+    Ok(())
+}
+
+/// Sorted chunk indexes as half-open runs of consecutive ones.
+fn runs(indexes: &[u64]) -> Vec<(u64, u64)> {
+    let mut sorted = indexes.to_vec();
+    sorted.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for i in sorted {
+        match out.last_mut() {
+            Some((_, end)) if *end == i => *end = i + 1,
+            Some((_, end)) if *end > i => {}
+            _ => out.push((i, i + 1)),
+        }
+    }
+    out
+}
+
+impl Object {
+    /// The chunk's use as the map says now: another process may have
+    /// stored it since this one looked.
+    fn stamp_on_disk(&self, index: u64) -> u32 {
+        let mut e = [0u8; 4];
+        match self.map.read_exact_at(&mut e, HEADER + 4 * index) {
+            Ok(()) => u32::from_le_bytes(e),
+            Err(_) => 0,
+        }
+    }
+
+    /// Forgets chunk `index`, found damaged; clearing an entry needs no
+    /// lock (only punching does).
+    fn forget(&self, index: u64) {
+        self.stamps[index as usize].store(0, Ordering::Relaxed);
+        let _ = self
+            .map
+            .write_all_at(&0u32.to_le_bytes(), HEADER + 4 * index);
+        log::debug!(
+            "{}: chunk {index} damaged in the cache, fetched again",
+            self.dir.display()
+        );
+    }
+
+    /// Whether the cache holds chunk `index` for reading, adopting what
+    /// another process stored.
+    fn held(&self, index: u64) -> bool {
+        let slot = &self.stamps[index as usize];
+        if slot.load(Ordering::Relaxed) != 0 {
+            return true;
+        }
+        let on_disk = self.stamp_on_disk(index);
+        on_disk > PENDING && {
+            let _ = slot.compare_exchange(0, on_disk, Ordering::Relaxed, Ordering::Relaxed);
+            true
+        }
+    }
+
+    /// Takes the write lock for an eviction of this process; false when
+    /// another process has the object open or another eviction has it.
+    fn try_alone(&self) -> bool {
+        if self.freeing.swap(true, Ordering::Acquire) {
+            return false;
+        }
+        let ok = lock(&self.map, libc::F_WRLCK).is_ok();
+        if !ok {
+            self.freeing.store(false, Ordering::Release);
+        }
+        ok
+    }
+
+    /// Frees the `chunks` still committed (one forgotten and stored again
+    /// since the scan is pending, and stays), then gives the write lock
+    /// back; returns those it freed.
+    fn free_alone(&self, chunks: &[u64]) -> Vec<u64> {
+        let freed = {
+            let _alone = self.gate.write().unwrap();
+            let chunks: Vec<u64> = chunks
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let slot = &self.stamps[i as usize];
+                    let s = slot.load(Ordering::Relaxed);
+                    s > PENDING
+                        && slot
+                            .compare_exchange(s, 0, Ordering::Relaxed, Ordering::Relaxed)
+                            .is_ok()
+                })
+                .collect();
+            if let Err(e) = free(&self.map, &self.data, self.size, self.chunk, &chunks) {
+                log::warn!("{}: cached chunks not freed: {e}", self.dir.display());
+            }
+            chunks
+        };
+        // Converting back to a read lock always succeeds.
+        let _ = lock(&self.map, libc::F_RDLCK);
+        self.freeing.store(false, Ordering::Release);
+        freed
+    }
+}
+
+/// A version directory an eviction frees chunks in, with its write lock.
+enum Victim {
+    /// Open in this process.
+    Open(Arc<Object>),
+    /// Open nowhere: its map, locked.
+    Closed(File),
+}
+
 impl DiskCache {
     /// Opens (creating it 0700 if needed) the cache under `root` for the
-    /// object `identity` at `version` in chunks of `chunk` bytes, removing
-    /// the object's other versions and stray temporary files. Returns the
-    /// cache and the chunks it already holds (files of the right length;
-    /// other files are removed).
+    /// object `identity` of `size` bytes at `version`, in chunks of
+    /// `chunk` bytes, removing the object's other versions. Returns the
+    /// cache and the chunks it holds.
     pub fn open(
         root: &Path,
         identity: &str,
         version: &str,
         chunk: u32,
-        chunk_len: &dyn Fn(u64) -> Option<u64>,
+        size: u64,
         limit: Option<u64>,
     ) -> io::Result<(DiskCache, Vec<u64>)> {
         let object = root.join(hex_digest(identity));
@@ -135,52 +384,90 @@ impl DiskCache {
             .create(&dir)?;
         for entry in fs::read_dir(&object)?.flatten() {
             if entry.path() != dir {
-                // Another version: whatever it held is stale.
+                // Another version: whatever it held is stale. A process
+                // still reading it keeps its open files.
                 let _ = fs::remove_dir_all(entry.path());
             }
         }
-        let mut present = Vec::new();
-        for entry in fs::read_dir(&dir)?.flatten() {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if let Some(rest) = name.strip_prefix(TEMP_PREFIX) {
-                if stray(rest, &entry) {
-                    let _ = fs::remove_file(entry.path());
+        let chunk = u64::from(chunk);
+        let chunks = size.div_ceil(chunk);
+        let map = open_rw(&dir.join("map"))?;
+        let data = open_rw(&dir.join("data"))?;
+        let alone = take_lock(&map, &dir)?;
+        let stamps = match parse_map(&fs::read(dir.join("map"))?) {
+            Some((s, c, stamps)) if s == size && c == chunk => {
+                if alone {
+                    reclaim(&map, &data, size, chunk, stamps)?
+                } else {
+                    stamps
                 }
-                continue;
             }
-            let Ok(index) = u64::from_str_radix(&name, 16) else {
-                continue;
-            };
-            let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
-            if chunk_len(index).is_some_and(|want| want == len) {
-                present.push(index);
-            } else {
-                let _ = fs::remove_file(entry.path());
+            _ if alone => {
+                // New, or left half made: start afresh.
+                data.set_len(0)?;
+                data.set_len(size)?;
+                map.set_len(0)?;
+                map.write_all_at(&header(size, chunk), 0)?;
+                map.set_len(HEADER + 4 * chunks)?;
+                vec![0; chunks as usize]
             }
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{}: damaged, and another process has it open",
+                        dir.join("map").display()
+                    ),
+                ))
+            }
+        };
+        if alone {
+            lock(&map, libc::F_RDLCK)?;
         }
+        let present: Vec<u64> = (0..chunks)
+            .filter(|&i| stamps[i as usize] > PENDING)
+            .collect();
         let limit = match limit {
             Some(l) => l,
             None => {
-                let held = scan(root).iter().map(|f| f.size).sum::<u64>();
+                let held = scan(root).1;
                 DEFAULT_LIMIT.min((free_space(root).unwrap_or(u64::MAX / 2) + held) / 4)
             }
         }
-        .max(u64::from(chunk));
+        .max(chunk);
+        let obj = Arc::new(Object {
+            dir: dir.clone(),
+            size,
+            chunk,
+            data,
+            map,
+            stamps: stamps
+                .into_iter()
+                .map(|s| AtomicU32::new(if s > PENDING { s } else { 0 }))
+                .collect(),
+            gate: RwLock::new(()),
+            freeing: AtomicBool::new(false),
+        });
+        // A second open of the same version in this process (never two
+        // mounts' worth: objects are shared) leaves the first one listed.
+        let mut open = open_objects().lock().unwrap();
+        if open.get(&dir).and_then(Weak::upgrade).is_none() {
+            open.insert(dir, Arc::downgrade(&obj));
+        }
+        drop(open);
         let cache = DiskCache {
             root: root.to_owned(),
-            dir,
             limit,
+            obj,
             used: AtomicU64::new(0),
             since_scan: AtomicU64::new(0),
-            files: Mutex::new(lru::LruCache::new(NonZeroUsize::new(OPEN_FILES).unwrap())),
             evicting: Mutex::new(()),
-            temp_seq: AtomicU64::new(0),
+            over: Mutex::new(None),
             pending: Mutex::new(Pending::default()),
             pending_changed: Condvar::new(),
         };
         let gone: HashSet<u64> = cache.evict().into_iter().collect();
-        present.retain(|i| !gone.contains(i));
+        let present = present.into_iter().filter(|i| !gone.contains(i)).collect();
         Ok((cache, present))
     }
 
@@ -189,139 +476,87 @@ impl DiskCache {
         self.limit
     }
 
-    fn path(&self, index: u64) -> PathBuf {
-        self.dir.join(format!("{index:x}"))
-    }
-
-    /// Copies `out.len()` bytes from `within` of chunk `index` (which holds
-    /// `len` bytes) into `out`; false when the cache does not hold it
-    /// intact (a damaged file is removed).
-    pub fn read(&self, index: u64, len: usize, within: usize, out: &mut [u8]) -> bool {
-        let open = {
-            let mut files = self.files.lock().unwrap();
-            files.get_mut(&index).map(|open| {
-                if open.touched.elapsed() >= TOUCH_EVERY {
-                    open.touched = Instant::now();
-                    let _ = open.file.set_modified(SystemTime::now());
-                }
-                open.file.clone()
-            })
-        };
-        // Read outside the lock: other readers' chunks need not wait for
-        // this one's disk.
-        if let Some(file) = open {
-            if file.read_exact_at(out, within as u64).is_ok() {
-                return true;
+    /// Copies `out.len()` bytes from `within` of chunk `index` into `out`;
+    /// false when the cache does not hold it whole (then it is forgotten).
+    pub fn read(&self, index: u64, within: usize, out: &mut [u8]) -> bool {
+        let o = &*self.obj;
+        if !o.held(index) {
+            return false;
+        }
+        let _shared = o.gate.read().unwrap();
+        let slot = &o.stamps[index as usize];
+        let stamp = slot.load(Ordering::Relaxed);
+        if stamp == 0 {
+            // Freed by this process between the look and the gate.
+            return false;
+        }
+        if o.data
+            .read_exact_at(out, index * o.chunk + within as u64)
+            .is_err()
+        {
+            o.forget(index);
+            return false;
+        }
+        if stamp > PENDING {
+            let now = now_stamp();
+            if now.saturating_sub(stamp) >= TOUCH_EVERY
+                && slot
+                    .compare_exchange(stamp, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                let _ = o.map.write_all_at(&now.to_le_bytes(), HEADER + 4 * index);
             }
-            self.files.lock().unwrap().pop(&index);
-            return false;
-        }
-        match self.open_file(index, len) {
-            Some(file) => file.read_exact_at(out, within as u64).is_ok(),
-            None => false,
-        }
-    }
-
-    /// Whether chunk `index` is open already.
-    pub fn is_open(&self, index: u64) -> bool {
-        self.files.lock().unwrap().contains(&index)
-    }
-
-    /// Opens chunk `index` (of `len` bytes) ahead of its reads, which has
-    /// the kernel read it in: a sequential reader then finds it open and in
-    /// the page cache rather than waiting for the disk at each new chunk.
-    /// False when the cache does not hold it intact (a damaged file is
-    /// removed).
-    pub fn preload(&self, index: u64, len: usize) -> bool {
-        if self.is_open(index) {
-            return true;
-        }
-        let Some(file) = self.open_file(index, len) else {
-            return false;
-        };
-        // The whole chunk in one request to the disk, started now: left to
-        // itself, the kernel's read-ahead would begin small in each new
-        // chunk file. Only ahead of a sequential reader: a reader that
-        // hops about reads what it needs and no more, as from a local file.
-        // SAFETY: posix_fadvise only reads the descriptor, which `file`
-        // keeps open for the call; it touches no memory of this process.
-        unsafe {
-            libc::posix_fadvise(
-                file.as_raw_fd(),
-                0,
-                len as libc::off_t,
-                libc::POSIX_FADV_WILLNEED,
-            );
         }
         true
     }
 
-    /// Opens chunk file `index` and checks its length; keeps it open (and
-    /// touched) when intact, and removes it when not.
-    fn open_file(&self, index: u64, len: usize) -> Option<Arc<File>> {
-        if let Some((_, file)) = self.pending.lock().unwrap().files.get(&index) {
-            return Some(file.clone());
+    /// Has the kernel start reading `[offset, offset + len)` of the object
+    /// in, which lies in chunk `index`, if the cache holds it (a read-ahead
+    /// hint, as on a local image: no more than was asked).
+    pub fn will_need(&self, index: u64, offset: u64, len: u64) {
+        let o = &*self.obj;
+        if !o.held(index) {
+            return;
         }
-        let path = self.path(index);
-        let file = File::open(&path).ok()?;
-        let intact = file.metadata().is_ok_and(|m| m.len() == len as u64);
-        if !intact {
-            log::debug!("{}: damaged cache file removed", path.display());
-            let _ = fs::remove_file(&path);
-            return None;
+        // SAFETY: posix_fadvise only reads the descriptor, which `data`
+        // keeps open for the call; it touches no memory of this process.
+        unsafe {
+            libc::posix_fadvise(
+                o.data.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
         }
-        let _ = file.set_modified(SystemTime::now());
-        let file = Arc::new(file);
-        self.files.lock().unwrap().put(
-            index,
-            Open {
-                file: file.clone(),
-                touched: Instant::now(),
-            },
-        );
-        Some(file)
     }
 
-    /// Writes chunk `index` under a temporary name, readable by this
-    /// process at once; [`DiskCache::commit_next`] names it. Returns the
-    /// chunks of this object that eviction removed to make room. A failure
-    /// to write only costs a later fetch, so it is logged, not returned.
-    pub fn store(&self, index: u64, data: &[u8]) -> Vec<u64> {
-        let seq = self.temp_seq.fetch_add(1, Ordering::Relaxed);
-        let temp = self.dir.join(format!(
-            "{TEMP_PREFIX}{}-{index:x}-{seq}",
-            std::process::id()
-        ));
-        let write = || -> io::Result<File> {
-            let mut f = fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&temp)?;
-            f.write_all(data)?;
-            Ok(f)
-        };
-        let file = match write() {
-            Ok(f) => Arc::new(f),
-            Err(e) => {
-                let _ = fs::remove_file(&temp);
-                log::debug!("{}: chunk not cached: {e}", self.dir.display());
+    /// Writes chunk `index`, readable by this process at once;
+    /// [`DiskCache::commit_next`] makes it durable and enters it in the
+    /// map. Returns the chunks of this object that eviction freed to make
+    /// room. A failure to write only costs a later fetch, so it is
+    /// logged, not returned.
+    pub fn store(&self, index: u64, bytes: &[u8]) -> Vec<u64> {
+        let o = &*self.obj;
+        {
+            let _shared = o.gate.read().unwrap();
+            if let Err(e) = o.data.write_all_at(bytes, index * o.chunk) {
+                log::debug!("{}: chunk {index} not cached: {e}", o.dir.display());
                 return Vec::new();
             }
-        };
-        let mut pending = self.pending.lock().unwrap();
-        if let Some((old, _)) = pending.files.insert(index, (temp, file)) {
-            // Fetched again while its first copy waited (that copy failed
-            // to read back): this one replaces it and is named in its own
-            // turn, also if a committer holds the first one now.
-            let _ = fs::remove_file(old);
-        } else {
-            pending.bytes += data.len() as u64;
+            let _ = o.stamps[index as usize].compare_exchange(
+                0,
+                PENDING,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
         }
-        pending.order.push_back(index);
-        drop(pending);
+        let n = bytes.len() as u64;
+        let mut p = self.pending.lock().unwrap();
+        if p.listed.insert(index) {
+            p.queued.push_back(index);
+        }
+        drop(p);
         self.pending_changed.notify_all();
-        let n = data.len() as u64;
         let used = self.used.fetch_add(n, Ordering::Relaxed) + n;
         let since = self.since_scan.fetch_add(n, Ordering::Relaxed) + n;
         if used > self.limit || since >= self.limit / 8 {
@@ -331,45 +566,50 @@ impl DiskCache {
         }
     }
 
-    /// Makes the oldest pending chunk durable and only then gives it its
-    /// name, so a file under a chunk's name is never half written, whatever
-    /// the crash, then evicts if the directory is over its limit. Waits up
-    /// to `wait` for one; returns this object's chunks that eviction
-    /// removed, or None when none came.
+    /// Makes the stored chunks durable (one `fdatasync` for all that are
+    /// waiting) and only then enters them in the map, so the map never
+    /// names a half-written chunk, whatever the crash; then evicts if the
+    /// directory is over its limit. Waits up to `wait` for a chunk;
+    /// returns this object's chunks that eviction freed, or None when
+    /// none came.
     pub fn commit_next(&self, wait: Duration) -> Option<Vec<u64>> {
-        let (index, temp, file) = {
+        let o = &*self.obj;
+        let batch: Vec<u64> = {
             let mut p = self.pending.lock().unwrap();
-            if p.order.is_empty() && !wait.is_zero() {
+            if p.queued.is_empty() && !wait.is_zero() {
                 p = self.pending_changed.wait_timeout(p, wait).unwrap().0;
             }
-            loop {
-                let index = p.order.pop_front()?;
-                // A chunk stored twice is listed twice: the first turn
-                // names it.
-                if let Some((temp, file)) = p.files.get(&index) {
-                    break (index, temp.clone(), file.clone());
-                }
+            if p.queued.is_empty() {
+                return None;
             }
+            let batch: Vec<u64> = p.queued.drain(..).collect();
+            for i in &batch {
+                p.listed.remove(i);
+            }
+            p.committing += batch.len();
+            batch
         };
-        if let Err(e) = file
-            .sync_data()
-            .and_then(|()| fs::rename(&temp, self.path(index)))
-        {
-            // This process still reads it by its open file; the next one
-            // fetches it again.
-            log::debug!("{}: chunk not cached: {e}", temp.display());
-            let _ = fs::remove_file(&temp);
+        let synced = o.data.sync_data();
+        if let Err(e) = &synced {
+            // This process still reads them from the page cache; the
+            // next one fetches them again.
+            log::debug!("{}: chunks not cached: {e}", o.dir.display());
+        }
+        let now = now_stamp();
+        for &i in &batch {
+            let entered = synced.is_ok()
+                && o.stamps[i as usize]
+                    .compare_exchange(PENDING, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok();
+            if entered {
+                let _ = o.map.write_all_at(&now.to_le_bytes(), HEADER + 4 * i);
+            }
         }
         let mut p = self.pending.lock().unwrap();
-        // Unless a newer copy replaced it meanwhile, which is still to name.
-        if p.files.get(&index).is_some_and(|(t, _)| *t == temp) {
-            p.files.remove(&index);
-            let n = file.metadata().map_or(0, |m| m.len());
-            p.bytes = p.bytes.saturating_sub(n);
-        }
+        p.committing -= batch.len();
         drop(p);
         self.pending_changed.notify_all();
-        // Bytes stored while these were unnamed could not be evicted then.
+        // Bytes stored while these were pending could not be evicted then.
         Some(if self.used.load(Ordering::Relaxed) > self.limit {
             self.evict()
         } else {
@@ -377,13 +617,13 @@ impl DiskCache {
         })
     }
 
-    /// Names every pending chunk (this thread helps), waiting at most
+    /// Commits every stored chunk (this thread helps), waiting at most
     /// `within`; true when none is left.
     pub fn settle(&self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline && self.commit_next(Duration::ZERO).is_some() {}
         let mut p = self.pending.lock().unwrap();
-        while !p.files.is_empty() {
+        while !p.queued.is_empty() || p.committing > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
@@ -394,83 +634,200 @@ impl DiskCache {
     }
 
     /// Counts the whole directory and, when it holds more than the limit,
-    /// removes the least recently used chunks (of any object) down to 90%
-    /// of it. Returns this object's chunks that went.
+    /// frees the least recently used chunks (of any object no other
+    /// process has open) down to 90% of it. Returns this object's chunks
+    /// that went.
     fn evict(&self) -> Vec<u64> {
         let _one = self.evicting.lock().unwrap();
         self.since_scan.store(0, Ordering::Relaxed);
-        let mut files = scan(&self.root);
-        // Chunks not yet named count, though only named ones can go.
-        let pending = self.pending.lock().unwrap().bytes;
-        let mut total: u64 = files.iter().map(|f| f.size).sum::<u64>() + pending;
+        // What the disk holds: chunks not yet committed (of any process)
+        // count, though only committed ones can go, and so do the maps
+        // and the file system's own blocks for the sparse files.
+        let (mut held, mut total) = scan(&self.root);
         let mut gone = Vec::new();
         if total > self.limit {
             let target = self.limit / 10 * 9;
-            files.sort_by_key(|f| f.mtime);
-            for f in files {
+            held.sort_by_key(|f| f.stamp);
+            // Per version directory: its write lock (None: another process
+            // has it open) and the chunks picked to go.
+            let mut picked: HashMap<PathBuf, Option<(Victim, Vec<u64>)>> = HashMap::new();
+            let open = open_objects().lock().unwrap().clone();
+            for f in &held {
                 if total <= target {
                     break;
                 }
-                if fs::remove_file(&f.path).is_ok() || !f.path.exists() {
+                let slot = picked.entry(f.dir.clone()).or_insert_with(|| {
+                    let victim = match open.get(&f.dir).and_then(Weak::upgrade) {
+                        Some(obj) => obj.try_alone().then_some(Victim::Open(obj)),
+                        None => fs::OpenOptions::new()
+                            .read(true)
+                            .write(true)
+                            .open(f.dir.join("map"))
+                            .ok()
+                            .filter(|m| lock(m, libc::F_WRLCK).is_ok())
+                            .map(Victim::Closed),
+                    };
+                    victim.map(|v| (v, Vec::new()))
+                });
+                if let Some((_, chunks)) = slot {
+                    chunks.push(f.index);
                     total -= f.size;
-                    if f.path.parent() == Some(&self.dir) {
-                        if let Some(i) = f
-                            .path
-                            .file_name()
-                            .and_then(|n| u64::from_str_radix(&n.to_string_lossy(), 16).ok())
-                        {
-                            self.files.lock().unwrap().pop(&i);
-                            gone.push(i);
+                }
+            }
+            for (dir, slot) in picked {
+                match slot {
+                    Some((Victim::Open(obj), chunks)) => {
+                        let freed = obj.free_alone(&chunks);
+                        if Arc::ptr_eq(&obj, &self.obj) {
+                            gone = freed;
                         }
                     }
+                    Some((Victim::Closed(map), chunks)) => {
+                        if let Err(e) = free_closed(&dir, &map, &chunks) {
+                            log::warn!("{}: cached chunks not freed: {e}", dir.display());
+                        }
+                    }
+                    None => {}
                 }
             }
         }
         self.used.store(total, Ordering::Relaxed);
+        *self.over.lock().unwrap() = (total > self.limit).then(Instant::now);
         gone
     }
+
+    /// Evicts again if the last eviction left the directory over its limit
+    /// and a while has passed (the process that held what it wanted may
+    /// have closed it since); returns this object's chunks that went.
+    pub fn tidy(&self) -> Vec<u64> {
+        let due = self
+            .over
+            .lock()
+            .unwrap()
+            .is_some_and(|at| at.elapsed() >= RETRY_EVICT);
+        if due {
+            self.evict()
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// Frees `chunks` of an object no process has open, whose map's write
+/// lock is held.
+fn free_closed(dir: &Path, map: &File, chunks: &[u64]) -> io::Result<()> {
+    let (size, chunk, _) = parse_map(&fs::read(dir.join("map"))?)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "map damaged"))?;
+    let data = fs::OpenOptions::new().write(true).open(dir.join("data"))?;
+    free(map, &data, size, chunk, chunks)
+}
+
+/// Takes the lock of a version's map, waiting (up to [`LOCK_WAIT`]) while
+/// another process frees chunks of it. True when this process has the
+/// object to itself (a write lock, to be made a read lock when done).
+fn take_lock(map: &File, dir: &Path) -> io::Result<bool> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        if lock(map, libc::F_WRLCK).is_ok() {
+            return Ok(true);
+        }
+        match lock(map, libc::F_RDLCK) {
+            Ok(()) => return Ok(false),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{}: locked by another process for {} s: {e}",
+                        dir.display(),
+                        LOCK_WAIT.as_secs()
+                    ),
+                ))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// With the object to itself: drops the entries of chunks beyond the end
+/// of a `data` cut short, and punches out the blocks no entry names (what
+/// a crash left half written). Returns the entries kept.
+fn reclaim(
+    map: &File,
+    data: &File,
+    size: u64,
+    chunk: u64,
+    mut stamps: Vec<u32>,
+) -> io::Result<Vec<u32>> {
+    let have = data.metadata()?.len();
+    let mut cut = Vec::new();
+    for (i, s) in stamps.iter_mut().enumerate() {
+        let i = i as u64;
+        if *s > PENDING && have < i * chunk + chunk_len(size, chunk, i) {
+            *s = 0;
+            cut.push(i);
+        }
+    }
+    for &i in &cut {
+        map.write_all_at(&0u32.to_le_bytes(), HEADER + 4 * i)?;
+    }
+    if have != size {
+        data.set_len(size)?;
+    }
+    let absent: Vec<u64> = (0..stamps.len() as u64)
+        .filter(|&i| stamps[i as usize] <= PENDING)
+        .collect();
+    for (start, end) in runs(&absent) {
+        let off = start * chunk;
+        let end = (end * chunk).min(size);
+        // Most absent runs were never written: a look is cheaper than a
+        // punch, which journals even over a hole.
+        if next_data(data, off).is_some_and(|d| d < end) {
+            punch(data, off, end - off)?;
+        }
+    }
+    Ok(stamps)
+}
+
+/// Where the first data of `file` at or after `offset` is, if any.
+fn next_data(file: &File, offset: u64) -> Option<u64> {
+    // SAFETY: lseek takes an open descriptor and integers only.
+    let at = unsafe { libc::lseek(file.as_raw_fd(), offset as libc::off_t, libc::SEEK_DATA) };
+    u64::try_from(at).ok()
 }
 
 impl Drop for DiskCache {
     fn drop(&mut self) {
         if !self.settle(Duration::from_secs(10)) {
             log::warn!(
-                "{}: chunks left unnamed (fetched again next time)",
-                self.dir.display()
+                "{}: chunks left uncommitted (fetched again next time)",
+                self.obj.dir.display()
             );
+        }
+        let mut open = open_objects().lock().unwrap();
+        if open
+            .get(&self.obj.dir)
+            .is_some_and(|w| w.as_ptr() == Arc::as_ptr(&self.obj))
+        {
+            open.remove(&self.obj.dir);
         }
     }
 }
 
-/// A temporary file left by a process that is gone (its pid is in the
-/// name), or older than an hour.
-fn stray(rest: &str, entry: &fs::DirEntry) -> bool {
-    let old = entry
-        .metadata()
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.elapsed().ok())
-        .is_none_or(|age| age > Duration::from_secs(3600));
-    let dead = match rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) {
-        // SAFETY: kill with signal 0 only checks that the process exists.
-        Some(pid) if pid > 0 => unsafe {
-            libc::kill(pid, 0) != 0
-                && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-        },
-        _ => true,
-    };
-    old || dead
-}
-
-struct CachedFile {
-    path: PathBuf,
+/// One committed chunk somewhere under the root.
+struct Held {
+    dir: PathBuf,
+    index: u64,
     size: u64,
-    mtime: SystemTime,
+    stamp: u32,
 }
 
-/// Every chunk file under `root` (`root/<object>/<version>/<chunk>`).
-fn scan(root: &Path) -> Vec<CachedFile> {
+/// Every committed chunk under `root` (`root/<object>/<version>/map`), and
+/// the bytes the version directories take on the disk. Removes version
+/// directories left without a valid map (another layout, or a process
+/// that died making them) once no process can be using them.
+fn scan(root: &Path) -> (Vec<Held>, u64) {
     let mut out = Vec::new();
+    let mut disk = 0;
     let dirs = |p: &Path| {
         fs::read_dir(p)
             .into_iter()
@@ -482,23 +839,62 @@ fn scan(root: &Path) -> Vec<CachedFile> {
     };
     for object in dirs(root) {
         for version in dirs(&object) {
-            for e in fs::read_dir(&version).into_iter().flatten().flatten() {
-                if e.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
-                    continue;
+            let map = fs::read(version.join("map")).ok();
+            let Some((size, chunk, stamps)) = map.as_deref().and_then(parse_map) else {
+                if !remove_stray(&version) {
+                    disk += disk_bytes(&version);
                 }
-                if let Ok(m) = e.metadata() {
-                    if m.is_file() {
-                        out.push(CachedFile {
-                            path: e.path(),
-                            size: m.len(),
-                            mtime: m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                        });
-                    }
+                continue;
+            };
+            disk += disk_bytes(&version);
+            for (i, &stamp) in stamps.iter().enumerate() {
+                if stamp > PENDING {
+                    out.push(Held {
+                        dir: version.clone(),
+                        index: i as u64,
+                        size: chunk_len(size, chunk, i as u64),
+                        stamp,
+                    });
                 }
             }
         }
     }
-    out
+    (out, disk)
+}
+
+/// Bytes the files of a version directory take on the disk.
+fn disk_bytes(version: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::read_dir(version)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.blocks() * 512)
+        .sum()
+}
+
+/// Removes a version directory without a valid map, unless it is young or
+/// a process holds its map's lock; true when it did.
+fn remove_stray(version: &Path) -> bool {
+    let young = fs::metadata(version)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_none_or(|age| age < STRAY_AGE);
+    if young {
+        return false;
+    }
+    let in_use = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(version.join("map"))
+        .is_ok_and(|m| lock(&m, libc::F_WRLCK).is_err());
+    if in_use {
+        return false;
+    }
+    log::debug!("{}: stray cache directory removed", version.display());
+    fs::remove_dir_all(version).is_ok()
 }
 
 /// Bytes free for an unprivileged user on the file system of `path`.
@@ -518,186 +914,263 @@ fn free_space(path: &Path) -> Option<u64> {
 mod tests {
     use super::*;
 
-    fn full(len: u64) -> impl Fn(u64) -> Option<u64> {
-        move |_| Some(len)
-    }
-
-    /// Stores a chunk and names it, as the committer does soon after.
+    /// Stores a chunk and commits it, as the committer does soon after.
     fn put(c: &DiskCache, index: u64, data: &[u8]) -> Vec<u64> {
         let gone = c.store(index, data);
         assert!(c.settle(Duration::from_secs(10)));
         gone
     }
 
+    fn entry(c: &DiskCache, index: u64) -> u32 {
+        c.obj.stamp_on_disk(index)
+    }
+
+    /// Whether `offset` of `file` lies in a hole.
+    fn hole(file: &File, offset: u64) -> bool {
+        next_data(file, offset).is_none_or(|d| d > offset)
+    }
+
     #[test]
     fn chunks_round_trip_and_survive_reopen() {
         let root = tempfile::tempdir().unwrap();
         let (c, present) =
-            DiskCache::open(root.path(), "obj", "v1", 4096, &full(100), Some(1 << 20)).unwrap();
+            DiskCache::open(root.path(), "obj", "v1", 4096, 5 * 4096, Some(1 << 20)).unwrap();
         assert!(present.is_empty());
-        let data: Vec<u8> = (0..100u8).collect();
+        let data: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
         put(&c, 3, &data);
+        // The last chunk is short.
+        put(&c, 4, &data[..4096]);
         let mut out = [0u8; 10];
-        assert!(c.read(3, 100, 5, &mut out));
+        assert!(c.read(3, 5, &mut out));
         assert_eq!(out[..], data[5..15]);
-        assert!(!c.read(4, 100, 0, &mut out));
+        assert!(!c.read(2, 0, &mut out));
         drop(c);
         let (c, present) =
-            DiskCache::open(root.path(), "obj", "v1", 4096, &full(100), Some(1 << 20)).unwrap();
-        assert_eq!(present, vec![3]);
-        assert!(c.read(3, 100, 90, &mut out));
-        assert_eq!(out[..], data[90..100]);
+            DiskCache::open(root.path(), "obj", "v1", 4096, 5 * 4096, Some(1 << 20)).unwrap();
+        assert_eq!(present, vec![3, 4]);
+        assert!(c.read(3, 4086, &mut out));
+        assert_eq!(out[..], data[4086..]);
     }
 
     #[test]
-    fn a_stored_chunk_is_read_at_once_and_named_only_when_committed() {
+    fn a_stored_chunk_is_read_at_once_and_entered_only_when_durable() {
         let root = tempfile::tempdir().unwrap();
-        let (c, _) = DiskCache::open(root.path(), "o", "v", 4096, &full(100), None).unwrap();
-        let data: Vec<u8> = (0..100u8).collect();
+        let (c, _) = DiskCache::open(root.path(), "o", "v", 4096, 3 * 4096, None).unwrap();
+        let data = vec![9u8; 4096];
         c.store(2, &data);
-        assert!(!c.path(2).exists(), "named before it is durable");
+        assert_eq!(entry(&c, 2), 0, "entered before it is durable");
         let mut out = [0u8; 10];
-        assert!(c.read(2, 100, 40, &mut out));
-        assert_eq!(out[..], data[40..50]);
+        assert!(c.read(2, 40, &mut out));
+        assert_eq!(out, [9; 10]);
         assert_eq!(c.commit_next(Duration::ZERO), Some(Vec::new()));
-        assert!(c.path(2).exists());
+        assert!(entry(&c, 2) > PENDING);
         assert_eq!(c.commit_next(Duration::ZERO), None);
-        assert!(c.read(2, 100, 90, &mut out));
-        assert_eq!(out[..], data[90..100]);
-        // Nothing temporary is left behind.
-        assert_eq!(fs::read_dir(&c.dir).unwrap().count(), 1);
+        // A chunk stored twice before its commit is committed once.
+        c.store(1, &[1; 4096]);
+        c.store(1, &[2; 4096]);
+        assert_eq!(c.commit_next(Duration::ZERO), Some(Vec::new()));
+        assert_eq!(c.commit_next(Duration::ZERO), None);
+        assert!(c.read(1, 0, &mut out));
+        assert_eq!(out, [2; 10]);
     }
 
     #[test]
-    fn a_chunk_stored_twice_while_pending_is_named_once_with_the_newer_bytes() {
+    fn what_a_crash_left_unentered_is_not_served_and_its_blocks_are_freed() {
         let root = tempfile::tempdir().unwrap();
-        let (c, _) = DiskCache::open(root.path(), "o", "v", 4096, &full(8), None).unwrap();
-        c.store(1, &[1; 8]);
-        c.store(1, &[2; 8]);
-        assert!(c.settle(Duration::from_secs(10)));
-        assert_eq!(fs::read(c.path(1)).unwrap(), [2; 8]);
-        assert_eq!(c.commit_next(Duration::ZERO), None);
-        // No temporary file is left behind.
-        assert_eq!(fs::read_dir(&c.dir).unwrap().count(), 1);
+        let (c, _) = DiskCache::open(root.path(), "o", "v", 64 << 10, 4 << 20, None).unwrap();
+        put(&c, 0, &[1; 64 << 10]);
+        let dir = c.obj.dir.clone();
+        drop(c);
+        // Written and never entered, as a crash before the commit leaves it.
+        let data = fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("data"))
+            .unwrap();
+        data.write_all_at(&[7; 1 << 20], 2 << 20).unwrap();
+        data.sync_all().unwrap();
+        assert!(!hole(&data, 2 << 20));
+        let (c, present) = DiskCache::open(root.path(), "o", "v", 64 << 10, 4 << 20, None).unwrap();
+        assert_eq!(present, vec![0]);
+        assert!(!c.read(32, 0, &mut [0; 4]));
+        for off in (2 << 20..3 << 20).step_by(64 << 10) {
+            assert!(hole(&data, off), "{off} still holds data");
+        }
+        assert!(!hole(&data, 0));
+        let mut out = [0u8; 4];
+        assert!(c.read(0, 100, &mut out));
+        assert_eq!(out, [1; 4]);
     }
 
     #[test]
-    fn files_of_another_layout_are_another_version() {
+    fn another_layout_or_version_is_removed() {
         let root = tempfile::tempdir().unwrap();
         let object = root.path().join(hex_digest("o"));
-        let old = object.join(hex_digest("v\n4096"));
+        // A file per chunk, as layout 2 kept them.
+        let old = object.join(hex_digest("v\n4096\n2"));
         fs::create_dir_all(&old).unwrap();
-        fs::write(old.join("0"), [1u8; 16 + 64]).unwrap();
-        let (c, present) = DiskCache::open(root.path(), "o", "v", 4096, &full(64), None).unwrap();
+        fs::write(old.join("0"), [1u8; 64]).unwrap();
+        let (c, present) = DiskCache::open(root.path(), "o", "v", 4096, 64, None).unwrap();
         assert!(present.is_empty());
         assert!(!old.exists());
-        assert!(!c.read(0, 64, 0, &mut [0; 4]));
-    }
-
-    #[test]
-    fn a_new_version_removes_the_old_one() {
-        let root = tempfile::tempdir().unwrap();
-        let (c, _) = DiskCache::open(root.path(), "obj", "v1", 4096, &full(10), None).unwrap();
-        put(&c, 0, &[1; 10]);
-        let old_dir = c.dir.clone();
-        let (c2, present) =
-            DiskCache::open(root.path(), "obj", "v2", 4096, &full(10), None).unwrap();
+        assert!(!c.read(0, 0, &mut [0; 4]));
+        put(&c, 0, &[1; 64]);
+        let (c2, present) = DiskCache::open(root.path(), "o", "v2", 4096, 64, None).unwrap();
         assert!(present.is_empty());
-        assert!(!old_dir.exists());
-        assert!(!c2.read(0, 10, 0, &mut [0; 10]));
+        assert!(!c.obj.dir.exists());
+        assert!(!c2.read(0, 0, &mut [0; 10]));
         // Another chunk size is another version too.
-        let (c3, _) = DiskCache::open(root.path(), "obj", "v2", 8192, &full(10), None).unwrap();
-        assert_ne!(c3.dir, c2.dir);
+        let (c3, _) = DiskCache::open(root.path(), "o", "v2", 8192, 64, None).unwrap();
+        assert_ne!(c3.obj.dir, c2.obj.dir);
     }
 
     #[test]
     fn damaged_files_are_not_served() {
         let root = tempfile::tempdir().unwrap();
-        let (c, _) = DiskCache::open(root.path(), "o", "v", 4096, &full(64), None).unwrap();
-        let data = [7u8; 64];
-        put(&c, 0, &data);
-        put(&c, 1, &data);
-        // Cut short after this process found it: not served.
-        let p = c.path(0);
-        fs::write(&p, &data[..63]).unwrap();
-        assert!(!c.read(0, 64, 0, &mut [0; 4]));
-        assert!(!p.exists(), "a damaged file is removed");
-        // A file of the wrong length is dropped at open already.
-        let p1 = c.path(1);
-        fs::write(&p1, [7u8; 65]).unwrap();
+        let (c, _) = DiskCache::open(root.path(), "o", "v", 4096, 3 * 4096, None).unwrap();
+        for i in 0..3 {
+            put(&c, i, &[7; 4096]);
+        }
+        let dir = c.obj.dir.clone();
+        // Data cut short after this process found it: not served, and
+        // forgotten.
+        let data = fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("data"))
+            .unwrap();
+        data.set_len(2 * 4096 + 100).unwrap();
+        assert!(!c.read(2, 0, &mut [0; 4096]));
+        assert_eq!(entry(&c, 2), 0);
+        assert!(c.read(1, 0, &mut [0; 4096]));
         drop(c);
-        let (c, present) = DiskCache::open(root.path(), "o", "v", 4096, &full(64), None).unwrap();
+        // Cut again while closed: the next open drops what it lost.
+        data.set_len(4096 + 1).unwrap();
+        let (c, present) = DiskCache::open(root.path(), "o", "v", 4096, 3 * 4096, None).unwrap();
+        assert_eq!(present, vec![0]);
+        assert!(!c.read(1, 0, &mut [0; 4]));
+        drop(c);
+        // A damaged map starts the version afresh.
+        fs::write(dir.join("map"), b"foliofsC garbage").unwrap();
+        let (c, present) = DiskCache::open(root.path(), "o", "v", 4096, 3 * 4096, None).unwrap();
         assert!(present.is_empty());
-        assert!(!c.read(1, 64, 0, &mut [0; 4]));
+        assert!(!c.read(0, 0, &mut [0; 4]));
     }
 
-    #[test]
-    fn stray_temp_files_are_removed_at_open() {
-        let root = tempfile::tempdir().unwrap();
-        let (c, _) = DiskCache::open(root.path(), "o", "v", 4096, &full(8), None).unwrap();
-        // No process has this pid (above the kernel's maximum).
-        let dead = c.dir.join(format!("{TEMP_PREFIX}2147483647-0-0"));
-        let live = c
-            .dir
-            .join(format!("{TEMP_PREFIX}{}-1-0", std::process::id()));
-        fs::write(&dead, b"partial").unwrap();
-        fs::write(&live, b"being written").unwrap();
-        let dir = c.dir.clone();
-        drop(c);
-        let _ = DiskCache::open(root.path(), "o", "v", 4096, &full(8), None).unwrap();
-        assert!(!dead.exists());
-        assert!(live.exists(), "a live writer's temp file stays");
-        assert!(dir.exists());
+    /// Opens `name`, 16 chunks of 4 KiB, with no limit to speak of until
+    /// [`fit_ten`].
+    fn small(root: &Path, name: &str) -> DiskCache {
+        DiskCache::open(root, name, "v", 4096, 16 * 4096, Some(1 << 30))
+            .unwrap()
+            .0
+    }
+
+    /// Sets chunk `index`'s last use to `secs` after 1000 s before now.
+    fn used_at(c: &DiskCache, index: u64, secs: u32) {
+        let t = now_stamp() - 1000 + secs;
+        c.obj.stamps[index as usize].store(t, Ordering::Relaxed);
+        c.obj
+            .map
+            .write_all_at(&t.to_le_bytes(), HEADER + 4 * index)
+            .unwrap();
+    }
+
+    fn committed(root: &Path) -> u64 {
+        scan(root).0.iter().map(|f| f.size).sum()
+    }
+
+    /// Evicts for `c` under a limit of ten chunks beside what the maps and
+    /// the sparse files' own blocks take of the disk now (whatever the
+    /// file system), which keeps nine chunks; returns `c`'s chunks that
+    /// went.
+    fn evict_to_nine(root: &Path, c: &mut DiskCache) -> Vec<u64> {
+        let overhead = scan(root).1 - committed(root);
+        c.limit = 10 * 4096 + overhead * 10 / 9 + 2048;
+        let gone = c.evict();
+        c.limit = 1 << 30;
+        assert_eq!(committed(root), 9 * 4096);
+        gone
     }
 
     #[test]
     fn the_limit_evicts_least_recently_used_across_objects() {
         let root = tempfile::tempdir().unwrap();
-        let chunk = 1000usize;
-        let file = chunk as u64;
-        let limit = 10 * file;
-        let (a, _) = DiskCache::open(
-            root.path(),
-            "a",
-            "v",
-            4096,
-            &full(chunk as u64),
-            Some(limit),
-        )
-        .unwrap();
-        let (b, _) = DiskCache::open(
-            root.path(),
-            "b",
-            "v",
-            4096,
-            &full(chunk as u64),
-            Some(limit),
-        )
-        .unwrap();
-        let old = SystemTime::now() - Duration::from_secs(1000);
+        let mut a = small(root.path(), "a");
+        let b = small(root.path(), "b");
         for i in 0..5 {
-            put(&a, i, &vec![i as u8; chunk]);
-            put(&b, i, &vec![i as u8; chunk]);
-            // Chunk i was last used i seconds after `old`; a's before b's.
-            for (c, t) in [(&a, 2 * i), (&b, 2 * i + 1)] {
-                File::open(c.path(i))
-                    .unwrap()
-                    .set_modified(old + Duration::from_secs(t))
-                    .unwrap();
-            }
+            put(&a, i, &[i as u8; 4096]);
+            put(&b, i, &[i as u8; 4096]);
+            // Chunk i was last used i seconds after the start; a's before b's.
+            used_at(&a, i, 2 * i as u32);
+            used_at(&b, i, 2 * i as u32 + 1);
         }
         // a's chunk 0 is used now: it is the most recent.
-        assert!(a.read(0, chunk, 0, &mut [0; 1]));
-        let mut gone = put(&a, 9, &vec![9; chunk]);
-        // However recently this process counted, counting now finds the
-        // other object's chunks.
-        gone.extend(a.evict());
-        let total: u64 = scan(root.path()).iter().map(|f| f.size).sum();
-        assert!(total <= limit / 10 * 9, "{total}");
-        // 11 files, at most 9 fit: b's 0 and a's 1 were the oldest.
-        assert_eq!(gone, vec![1]);
-        assert!(!b.path(0).exists() && !a.path(1).exists());
-        assert!(a.path(0).exists() && b.path(1).exists() && a.path(9).exists());
+        used_at(&a, 0, 1000);
+        put(&a, 9, &[9; 4096]);
+        // 11 chunks, 9 stay: b's 0 and a's 1 were the oldest.
+        assert_eq!(evict_to_nine(root.path(), &mut a), vec![1]);
+        assert!(!a.read(1, 0, &mut [0; 1]) && !b.read(0, 0, &mut [0; 1]));
+        assert!(
+            a.read(0, 0, &mut [0; 1]) && b.read(1, 0, &mut [0; 1]) && a.read(9, 0, &mut [0; 1])
+        );
+        // Their blocks went too.
+        assert!(hole(&a.obj.data, 4096) && hole(&b.obj.data, 0));
+        assert!(!hole(&a.obj.data, 0) && !hole(&b.obj.data, 4096));
+    }
+
+    #[test]
+    fn an_object_another_process_has_open_is_not_freed() {
+        let root = tempfile::tempdir().unwrap();
+        let a = small(root.path(), "a");
+        for i in 0..6 {
+            put(&a, i, &[1; 4096]);
+            used_at(&a, i, i as u32);
+        }
+        // A second open of the same files: to the locks, another process.
+        let (other, present) =
+            DiskCache::open(root.path(), "a", "v", 4096, 16 * 4096, Some(1 << 30)).unwrap();
+        assert_eq!(present.len(), 6);
+        let mut b = small(root.path(), "b");
+        for i in 0..5 {
+            put(&b, i, &[2; 4096]);
+            used_at(&b, i, 100 + i as u32);
+        }
+        // a's chunks are older, but in use elsewhere: b's own oldest go.
+        assert_eq!(evict_to_nine(root.path(), &mut b), vec![0, 1]);
+        // (Looked at without reading, which would make them recent.)
+        for i in 0..6 {
+            assert!(entry(&other, i) > PENDING, "chunk {i}");
+            let mut out = [0; 4096];
+            other.obj.data.read_exact_at(&mut out, i * 4096).unwrap();
+            assert_eq!(out, [1; 4096], "chunk {i}");
+        }
+        drop(other);
+        // Open here only, a's oldest go first.
+        put(&b, 5, &[2; 4096]);
+        put(&b, 6, &[2; 4096]);
+        assert_eq!(evict_to_nine(root.path(), &mut b), vec![]);
+        assert!(!a.read(0, 0, &mut [0; 1]) && !a.read(1, 0, &mut [0; 1]));
+        assert!(a.read(2, 0, &mut [0; 1]) && b.read(6, 0, &mut [0; 1]));
+    }
+
+    #[test]
+    fn an_object_no_process_has_open_is_freed_by_another() {
+        let root = tempfile::tempdir().unwrap();
+        let a = small(root.path(), "a");
+        for i in 0..8 {
+            put(&a, i, &[1; 4096]);
+            used_at(&a, i, i as u32);
+        }
+        drop(a);
+        let mut b = small(root.path(), "b");
+        for i in 0..3 {
+            put(&b, i, &[2; 4096]);
+        }
+        assert_eq!(evict_to_nine(root.path(), &mut b), vec![]);
+        for i in 0..3 {
+            assert!(b.read(i, 0, &mut [0; 1]));
+        }
+        let (_, present) =
+            DiskCache::open(root.path(), "a", "v", 4096, 16 * 4096, Some(1 << 30)).unwrap();
+        assert_eq!(present, (2..8).collect::<Vec<_>>());
     }
 
     #[test]

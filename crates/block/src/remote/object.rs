@@ -13,14 +13,13 @@
 //! ahead by at most half of what it has read in order. A metadata walk
 //! that hops about a few chunks reads little and so earns little, and
 //! whatever a stream fetched ahead and nobody read is at most half of
-//! what it did read. Chunks already on disk within the window are opened
-//! and handed to the kernel's read-ahead instead, so a warm sequential
-//! reader does not wait for the disk at each chunk.
+//! what it did read. Chunks already on disk are left to the kernel's
+//! read-ahead of the cache file, as a local image's are.
 //!
 //! A fetched chunk is given to its waiting readers first and written to
 //! the disk cache after; its flight stays listed, answered, until the
 //! chunk is there, so a reader that comes in between takes the bytes from
-//! the flight rather than fetching them again. The cache makes each chunk
+//! the flight rather than fetching them again. The cache makes chunks
 //! durable on a thread of its own (see [`DiskCache::commit_next`]), so a
 //! fetch thread does not wait for the disk before its next GET.
 
@@ -91,12 +90,8 @@ enum Priority {
     Prefetch,
 }
 
-/// Work for a fetch thread.
-enum Job {
-    Fetch(u64, Priority, Arc<Flight>),
-    /// Open a cached chunk ahead of a sequential reader and read it in.
-    Preload(u64),
-}
+/// Work for a fetch thread: a chunk to fetch.
+type Job = (u64, Priority, Arc<Flight>);
 
 /// A run of reads in order.
 #[derive(Clone, Copy, Default)]
@@ -112,8 +107,9 @@ struct Stream {
 }
 
 struct State {
-    /// Chunks believed to be in the disk cache (a file may still have gone
-    /// since, to eviction by another process: then it is fetched again).
+    /// Chunks believed to be in the disk cache (one may have gone since,
+    /// freed by this process's eviction or found damaged: then it is
+    /// fetched again).
     present: Vec<u64>,
     inflight: HashMap<u64, Arc<Flight>>,
     demand: VecDeque<u64>,
@@ -122,8 +118,6 @@ struct State {
     prefetch: Option<u64>,
     /// Threads busy with read-ahead or prefetch.
     background: usize,
-    /// Cached chunks to open and read in ahead of a reader.
-    preload: VecDeque<u64>,
     streams: [Stream; STREAMS],
     tick: u64,
     shutdown: bool,
@@ -143,14 +137,6 @@ impl State {
     }
     fn wanted(&self, c: u64) -> bool {
         !self.is_present(c) && !self.inflight.contains_key(&c)
-    }
-    fn queue_preload(&mut self, c: u64) {
-        if !self.preload.contains(&c) {
-            if self.preload.len() >= AHEAD_QUEUE {
-                self.preload.pop_front();
-            }
-            self.preload.push_back(c);
-        }
     }
 }
 
@@ -306,13 +292,12 @@ impl RemoteObject {
         let chunk = u64::from(opts.chunk);
         let chunks = head.size.div_ceil(chunk);
         let size = head.size;
-        let chunk_len = move |i: u64| (i < chunks).then(|| chunk.min(size - i * chunk));
         let (cache, held) = DiskCache::open(
             cache_dir,
             identity,
             &head.version(),
             opts.chunk,
-            &chunk_len,
+            size,
             opts.cache_size,
         )
         .map_err(|e| {
@@ -332,7 +317,6 @@ impl RemoteObject {
             ahead: VecDeque::new(),
             prefetch: opts.prefetch_all.then_some(0),
             background: 0,
-            preload: VecDeque::new(),
             streams: [Stream::default(); STREAMS],
             tick: 0,
             shutdown: false,
@@ -425,17 +409,24 @@ impl RemoteObject {
         let first = offset / s.chunk;
         let last = ((offset + len).min(s.head.size) - 1) / s.chunk;
         let mut st = s.state.lock().unwrap();
+        let mut cached = Vec::new();
         for c in first..=last.min(first + AHEAD_QUEUE as u64) {
             if st.wanted(c) {
                 if st.ahead.len() < AHEAD_QUEUE && !st.ahead.contains(&c) {
                     st.ahead.push_back(c);
                 }
             } else if st.is_present(c) {
-                st.queue_preload(c);
+                cached.push(c);
             }
         }
         drop(st);
         s.work.notify_all();
+        let end = (offset + len).min(s.head.size);
+        for c in cached {
+            let from = offset.max(c * s.chunk);
+            let to = end.min((c + 1) * s.chunk);
+            s.cache.will_need(c, from, to - from);
+        }
     }
 }
 
@@ -475,8 +466,7 @@ impl Shared {
         let mut waits = Vec::new();
         for c in first..=last {
             let (range, within) = part(c);
-            let len = self.chunk_len(c);
-            if self.cache.read(c, len, within, &mut buf[range.clone()]) {
+            if self.cache.read(c, within, &mut buf[range.clone()]) {
                 self.counters.add(Stat::CacheHits, 1);
                 continue;
             }
@@ -485,7 +475,7 @@ impl Shared {
                 // Stored between the look above and the lock, or gone from
                 // the disk since: one more look tells.
                 drop(st);
-                if self.cache.read(c, len, within, &mut buf[range.clone()]) {
+                if self.cache.read(c, within, &mut buf[range.clone()]) {
                     self.counters.add(Stat::CacheHits, 1);
                     continue;
                 }
@@ -526,8 +516,8 @@ impl Shared {
 
     /// Notes a read of `n` bytes at `offset`: continues the stream it
     /// follows (or starts one in place of the least recently used) and
-    /// queues what the stream has earned ahead of it, chunks to fetch and
-    /// cached chunks to read in.
+    /// queues the chunks to fetch within what the stream has earned ahead
+    /// of it.
     fn sequential(&self, offset: u64, n: u64) {
         let mut st = self.state.lock().unwrap();
         st.tick += 1;
@@ -571,23 +561,18 @@ impl Shared {
             return;
         }
         st.streams[s].queued = to;
-        let (mut fetch, mut preload) = (false, false);
+        let mut fetch = false;
         for c in from..to {
-            if st.wanted(c) {
-                if !st.ahead.contains(&c) {
-                    if st.ahead.len() >= AHEAD_QUEUE {
-                        st.ahead.pop_front();
-                    }
-                    st.ahead.push_back(c);
-                    fetch = true;
+            if st.wanted(c) && !st.ahead.contains(&c) {
+                if st.ahead.len() >= AHEAD_QUEUE {
+                    st.ahead.pop_front();
                 }
-            } else if st.is_present(c) && !st.inflight.contains_key(&c) {
-                st.queue_preload(c);
-                preload = true;
+                st.ahead.push_back(c);
+                fetch = true;
             }
         }
         drop(st);
-        if fetch || preload {
+        if fetch {
             self.work.notify_all();
         }
     }
@@ -597,20 +582,16 @@ impl Shared {
     fn next_job(&self, st: &mut State) -> Option<Job> {
         if let Some(c) = st.demand.pop_front() {
             let f = st.inflight.get(&c).cloned().unwrap_or_else(Flight::new);
-            return Some(Job::Fetch(c, Priority::Demand, f));
+            return Some((c, Priority::Demand, f));
         }
         if st.background + 1 >= WORKERS {
             return None;
-        }
-        // Cached chunks first: they take a local disk's time, not a server's.
-        if let Some(c) = st.preload.pop_front() {
-            return Some(Job::Preload(c));
         }
         while let Some(c) = st.ahead.pop_front() {
             if st.wanted(c) {
                 let f = Flight::new();
                 st.inflight.insert(c, f.clone());
-                return Some(Job::Fetch(c, Priority::Ahead, f));
+                return Some((c, Priority::Ahead, f));
             }
         }
         while let Some(c) = st.prefetch {
@@ -618,7 +599,7 @@ impl Shared {
             if st.wanted(c) {
                 let f = Flight::new();
                 st.inflight.insert(c, f.clone());
-                return Some(Job::Fetch(c, Priority::Prefetch, f));
+                return Some((c, Priority::Prefetch, f));
             }
         }
         None
@@ -630,24 +611,9 @@ impl Shared {
             if st.shutdown {
                 return;
             }
-            let Some(job) = self.next_job(&mut st) else {
+            let Some((c, prio, flight)) = self.next_job(&mut st) else {
                 st = self.work.wait(st).unwrap();
                 continue;
-            };
-            let (c, prio, flight) = match job {
-                Job::Fetch(c, prio, flight) => (c, prio, flight),
-                Job::Preload(c) => {
-                    st.background += 1;
-                    drop(st);
-                    let intact = self.cache.preload(c, self.chunk_len(c));
-                    st = self.state.lock().unwrap();
-                    st.background -= 1;
-                    if !intact && !st.inflight.contains_key(&c) {
-                        st.set_present(c, false);
-                    }
-                    self.work.notify_one();
-                    continue;
-                }
             };
             if prio != Priority::Demand {
                 st.background += 1;
@@ -684,22 +650,23 @@ impl Shared {
         }
     }
 
-    /// Makes stored chunks durable and names them, until the object is
-    /// dropped and none is left.
+    /// Makes stored chunks durable and enters them, until the object is
+    /// dropped and none is left; when idle, trims the cache again if an
+    /// eviction found it shared and could not.
     fn commit_loop(&self) {
         loop {
             let committed = self
                 .cache
                 .commit_next(std::time::Duration::from_millis(100));
-            let mut st = self.state.lock().unwrap();
-            match committed {
-                Some(gone) => {
-                    for g in gone {
-                        st.set_present(g, false);
-                    }
+            if committed.is_none() && self.state.lock().unwrap().shutdown {
+                return;
+            }
+            let gone = committed.unwrap_or_else(|| self.cache.tidy());
+            if !gone.is_empty() {
+                let mut st = self.state.lock().unwrap();
+                for g in gone {
+                    st.set_present(g, false);
                 }
-                None if st.shutdown => return,
-                None => {}
             }
         }
     }

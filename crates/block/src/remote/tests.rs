@@ -310,24 +310,14 @@ fn file_reads_between_metadata_reads_stay_one_stream() {
 }
 
 #[test]
-fn cached_chunks_are_opened_ahead_of_a_sequential_reader() {
+fn cached_data_cut_short_after_the_open_is_fetched_again() {
     let c = CHUNK as u64;
     let m = mem(16 * CHUNK as usize);
     let dir = tempfile::tempdir().unwrap();
     drop(read(&open(&m, dir.path(), &opts()), 0, 16 * CHUNK as usize).unwrap());
-    let seven = walk(dir.path())
-        .into_iter()
-        .find(|p| p.file_name().unwrap() == "7")
-        .unwrap();
     let obj = open(&m, dir.path(), &opts());
-    // Chunk 7 is cut short on disk after the open counted it: opened
-    // ahead, it goes before anyone reads it.
-    let b = std::fs::read(&seven).unwrap();
-    std::fs::write(&seven, &b[..b.len() - 1]).unwrap();
-    for off in (0..6 * c).step_by(16 << 10) {
-        read(&obj, off, 16 << 10).unwrap();
-    }
-    wait_until("chunk 7 opened and removed", || !seven.exists());
+    // Cut inside chunk 7 after the open counted it.
+    cache_file(dir.path(), "data").set_len(8 * c - 1).unwrap();
     let gets = m.gets.load(SeqCst);
     let data = m.data.lock().unwrap().clone();
     assert_eq!(
@@ -335,6 +325,32 @@ fn cached_chunks_are_opened_ahead_of_a_sequential_reader() {
         &data[6 * c as usize..8 * c as usize]
     );
     assert_eq!(m.gets.load(SeqCst), gets + 1, "chunk 7 fetched again");
+    assert_ne!(map_entry(dir.path(), 6), 0);
+    obj.settle(Duration::from_secs(10));
+    assert_ne!(map_entry(dir.path(), 7), 0, "chunk 7 cached again");
+}
+
+/// The cache's file `name` (`data` or `map`) of the one object under `root`.
+fn cache_file(root: &std::path::Path, name: &str) -> std::fs::File {
+    let path = walk(root)
+        .into_iter()
+        .find(|p| p.file_name().unwrap() == name)
+        .unwrap();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap()
+}
+
+/// Chunk `index`'s entry in the map of the one object under `root`.
+fn map_entry(root: &std::path::Path, index: u64) -> u32 {
+    use std::os::unix::fs::FileExt;
+    let mut e = [0u8; 4];
+    cache_file(root, "map")
+        .read_exact_at(&mut e, 24 + 4 * index)
+        .unwrap();
+    u32::from_le_bytes(e)
 }
 
 #[test]
@@ -428,30 +444,30 @@ fn a_damaged_cache_file_is_fetched_again() {
     let m = mem(1 << 20);
     let dir = tempfile::tempdir().unwrap();
     let data = m.data.lock().unwrap().clone();
-    drop(read(&open(&m, dir.path(), &opts()), 0, 3 * CHUNK as usize).unwrap());
-    let files: Vec<_> = walk(dir.path());
-    assert_eq!(files.len(), 3);
-    for f in &files {
-        let mut b = std::fs::read(f).unwrap();
-        let name = f.file_name().unwrap().to_str().unwrap();
-        match name {
-            "0" => b.push(0),
-            "1" => b.truncate(b.len() - 1),
-            _ => {}
-        }
-        std::fs::write(f, b).unwrap();
-    }
+    let three = 3 * CHUNK as usize;
+    drop(read(&open(&m, dir.path(), &opts()), 0, three).unwrap());
+    // Cut short inside chunk 1.
+    cache_file(dir.path(), "data")
+        .set_len(CHUNK as u64 + 10)
+        .unwrap();
     let gets = m.gets.load(SeqCst);
     let obj = open(&m, dir.path(), &opts());
-    assert_eq!(
-        read(&obj, 0, 3 * CHUNK as usize).unwrap(),
-        &data[..3 * CHUNK as usize]
-    );
+    assert_eq!(read(&obj, 0, three).unwrap(), &data[..three]);
     assert_eq!(
         m.gets.load(SeqCst),
         gets + 2,
-        "chunks 0 and 1 again, 2 from the cache"
+        "chunks 1 and 2 again, 0 from the cache"
     );
+    drop(obj);
+    // A damaged map: everything again, nothing wrong.
+    use std::os::unix::fs::FileExt;
+    cache_file(dir.path(), "map")
+        .write_all_at(b"garbage!", 0)
+        .unwrap();
+    let gets = m.gets.load(SeqCst);
+    let obj = open(&m, dir.path(), &opts());
+    assert_eq!(read(&obj, 0, three).unwrap(), &data[..three]);
+    assert_eq!(m.gets.load(SeqCst), gets + 3);
 }
 
 fn walk(root: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -484,12 +500,9 @@ fn the_cache_stays_within_its_size() {
     // Readers are answered before their chunks are stored, and each store
     // trims the cache after it: the last ones settle just after.
     wait_until("the cache within its size", || {
-        let total: u64 = walk(dir.path())
-            .iter()
-            .filter_map(|p| p.metadata().ok())
-            .map(|m| m.len())
-            .sum();
-        total <= limit
+        use std::os::unix::fs::MetadataExt;
+        let data = cache_file(dir.path(), "data").metadata().unwrap();
+        data.blocks() * 512 <= limit
     });
     // The most recent chunk is still there.
     let gets = m.gets.load(SeqCst);

@@ -1,12 +1,12 @@
 //! The disk cache across mounts: a warm cache fetches nothing again, a
-//! replaced object is read anew, `cache_size` bounds the directory, and a
-//! server killed while it writes chunks leaves a cache the next mount
-//! reads correctly.
+//! replaced object is read anew, `cache_size` bounds the directory, two
+//! mounts of one object share its cache, and a server killed while it
+//! writes chunks leaves a cache the next mount reads correctly.
 
 use std::fs;
 use std::time::Duration;
 
-use super::{cache_dir, du, file_count, mount_url, remote_stats, Creds, Images, Weed, BUCKET};
+use super::{cache_dir, du, mount_url, remote_stats, Creds, Images, Weed, BUCKET};
 use crate::common::{self, Mount};
 use crate::erofs::walk::{assert_same, walk_mounted};
 
@@ -133,6 +133,56 @@ fn cache_size_bounds_the_cache_directory() {
 }
 
 #[test]
+fn two_mounts_of_one_object_share_its_cache_and_neither_frees_it_under_the_other() {
+    require!("fuse", "weed", "genromfs");
+    let weed = Weed::start();
+    let images = Images::new();
+    let img = images.romfs();
+    weed.put_file(BUCKET, "tree.romfs", &img);
+    let cache = cache_dir(&images, "cache");
+    let limit: u64 = 1 << 20;
+    let opts = format!(
+        "{},cache={},chunk=64K,cache_size=1M",
+        weed.options(),
+        cache.display()
+    );
+    let want = {
+        let m = Mount::new(&img, None, "").unwrap();
+        walk_mounted(m.path())
+    };
+    let url = format!("s3://{BUCKET}/tree.romfs");
+    let first = mount_url(None, &Creds::Env, &url, &opts, &[]).unwrap();
+    let second = mount_url(None, &Creds::Env, &url, &opts, &[]).unwrap();
+    assert!(fs::metadata(&img).unwrap().len() > 6 * limit);
+    // Both read the whole object at once, each over its bound many times:
+    // neither may free a chunk the other could be reading.
+    std::thread::scope(|s| {
+        let a = s.spawn(|| walk_mounted(first.path()));
+        let b = s.spawn(|| walk_mounted(second.path()));
+        assert_same("first", &want, &a.join().unwrap());
+        assert_same("second", &want, &b.join().unwrap());
+    });
+    assert!(
+        du(&cache) > 2 * limit,
+        "the cache was trimmed under a second process: {} bytes",
+        du(&cache)
+    );
+    second.unmount().unwrap();
+    // Alone again, the first mount trims the cache by itself, and reads
+    // right after.
+    assert!(
+        common::wait_until(Duration::from_secs(10), || du(&cache) <= limit),
+        "{} bytes cached 10 s after the second mount went, more than cache_size=1M",
+        du(&cache)
+    );
+    common::drop_caches();
+    assert_same("first, alone", &want, &walk_mounted(first.path()));
+    // Readers are answered before their chunks are stored and trimmed.
+    assert!(common::wait_until(Duration::from_secs(10), || du(&cache) <= limit));
+    first.unmount().unwrap();
+}
+
+#[test]
 fn a_server_killed_while_caching_leaves_a_cache_the_next_mount_reads_right() {
     require!("fuse", "weed", "genromfs");
     let weed = Weed::start();
@@ -160,9 +210,10 @@ fn a_server_killed_while_caching_leaves_a_cache_the_next_mount_reads_right() {
         .unwrap();
         let pid = server_pid(m.path());
         // Some chunks written, and more on their way.
-        let before = file_count(&cache);
+        let before = du(&cache);
         assert!(
-            common::wait_until(Duration::from_secs(30), || file_count(&cache) > before + 3),
+            common::wait_until(Duration::from_secs(30), || du(&cache)
+                > before + (256 << 10)),
             "round {round}: the prefetch wrote nothing"
         );
         std::thread::sleep(Duration::from_millis(20 * round));

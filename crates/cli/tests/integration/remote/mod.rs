@@ -468,8 +468,9 @@ pub fn remote_stats(dir: &Path) -> std::collections::BTreeMap<String, u64> {
     last
 }
 
-/// Bytes in the files under `dir`, all levels.
+/// Bytes the files under `dir` take on the disk, all levels.
 pub fn du(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
     let mut n = 0;
     let Ok(entries) = fs::read_dir(dir) else {
         return 0;
@@ -479,13 +480,13 @@ pub fn du(dir: &Path) -> u64 {
         if md.is_dir() {
             n += du(&e.path());
         } else {
-            n += md.len();
+            // What the disk holds: a cached object is a sparse file.
+            n += md.blocks() * 512;
         }
     }
     n
 }
 
-/// Files under `dir`, all levels.
 pub fn file_count(dir: &Path) -> usize {
     let Ok(entries) = fs::read_dir(dir) else {
         return 0;
