@@ -671,7 +671,7 @@ impl DiskCache {
                 });
                 if let Some((_, chunks)) = slot {
                     chunks.push(f.index);
-                    total -= f.size;
+                    total = total.saturating_sub(f.size);
                 }
             }
             for (dir, slot) in picked {
@@ -715,11 +715,18 @@ impl DiskCache {
 
 /// Frees `chunks` of an object no process has open, whose map's write
 /// lock is held.
+/// One whose map went bad or whose data went since the scan serves nothing
+/// and is removed whole.
 fn free_closed(dir: &Path, map: &File, chunks: &[u64]) -> io::Result<()> {
-    let (size, chunk, _) = parse_map(&fs::read(dir.join("map"))?)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "map damaged"))?;
-    let data = fs::OpenOptions::new().write(true).open(dir.join("data"))?;
-    free(map, &data, size, chunk, chunks)
+    let parsed = parse_map(&fs::read(dir.join("map"))?);
+    let data = fs::OpenOptions::new().write(true).open(dir.join("data"));
+    match (parsed, data) {
+        (Some((size, chunk, _)), Ok(data)) => free(map, &data, size, chunk, chunks),
+        (None, _) | (_, Err(_)) => {
+            log::debug!("{}: damaged cache directory removed", dir.display());
+            fs::remove_dir_all(dir)
+        }
+    }
 }
 
 /// Takes the lock of a version's map, waiting (up to [`LOCK_WAIT`]) while
@@ -1171,6 +1178,27 @@ mod tests {
         let (_, present) =
             DiskCache::open(root.path(), "a", "v", 4096, 16 * 4096, Some(1 << 30)).unwrap();
         assert_eq!(present, (2..8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_object_whose_data_went_is_removed_by_an_eviction() {
+        let root = tempfile::tempdir().unwrap();
+        let a = small(root.path(), "a");
+        for i in 0..8 {
+            put(&a, i, &[1; 4096]);
+            used_at(&a, i, i as u32);
+        }
+        let dir = a.obj.dir.clone();
+        drop(a);
+        fs::remove_file(dir.join("data")).unwrap();
+        let mut b = small(root.path(), "b");
+        put(&b, 0, &[2; 4096]);
+        // The disk holds less than a's map says: its entries must not count
+        // for more than what they free.
+        b.limit = 4096;
+        assert!(b.evict().is_empty());
+        assert!(!dir.exists());
+        assert!(b.read(0, 0, &mut [0; 1]));
     }
 
     #[test]
