@@ -51,6 +51,9 @@ const STREAMS: usize = 4;
 const STREAM_SLACK: u64 = 256 << 10;
 /// The most a stream reads ahead.
 const MAX_AHEAD: u64 = 8 << 20;
+/// The most chunks an object may have: 16 TiB in chunks of 1 MiB (ext4's
+/// largest file), 64 MiB of entries.
+pub const MAX_CHUNKS: u64 = 1 << 24;
 /// Smallest and largest chunk size.
 pub const MIN_CHUNK: u32 = 64 << 10;
 /// See [`MIN_CHUNK`].
@@ -291,6 +294,18 @@ impl RemoteObject {
             .map_err(|e| open_error(e.last.io_kind(), shown, e.describe()))?;
         let chunk = u64::from(opts.chunk);
         let chunks = head.size.div_ceil(chunk);
+        if chunks > MAX_CHUNKS {
+            // The cache keeps four bytes a chunk in memory and on disk: a
+            // lying size must not decide how much.
+            return Err(open_error(
+                io::ErrorKind::InvalidData,
+                shown,
+                format!(
+                    "the server says the object is {} bytes: more than {MAX_CHUNKS} chunks of {chunk} (pass a larger chunk=)",
+                    head.size
+                ),
+            ));
+        }
         let size = head.size;
         let (cache, held) = DiskCache::open(
             cache_dir,

@@ -25,6 +25,8 @@ struct Mem {
     delay: Mutex<Duration>,
     /// GETs send half the body.
     short: AtomicBool,
+    /// The size the HEAD claims, when not the data's.
+    claimed_size: Mutex<Option<u64>>,
     /// Chunk starts in the order their GETs began.
     started: Mutex<Vec<u64>>,
     running: AtomicU32,
@@ -39,8 +41,9 @@ impl Backend for MemBackend {
         if self.0.down.load(SeqCst) {
             return Err(FetchError::transient("503 Service Unavailable"));
         }
+        let claimed = *self.0.claimed_size.lock().unwrap();
         Ok(Head {
-            size: self.0.data.lock().unwrap().len() as u64,
+            size: claimed.unwrap_or(self.0.data.lock().unwrap().len() as u64),
             etag: Some(self.0.etag.lock().unwrap().clone()),
             last_modified: None,
         })
@@ -606,4 +609,26 @@ fn the_end_of_the_object_clips_reads() {
     );
     assert_eq!(read(&obj, 100_000, 100).unwrap(), b"");
     assert_eq!(read(&obj, u64::MAX, 100).unwrap(), b"");
+}
+
+#[test]
+fn a_size_too_large_to_cache_is_refused_at_open() {
+    let m = mem(1000);
+    *m.claimed_size.lock().unwrap() = Some(u64::MAX);
+    let dir = tempfile::tempdir().unwrap();
+    let e = RemoteObject::open_with(
+        Box::new(MemBackend(m.clone())),
+        "mem://obj",
+        "mem://obj",
+        dir.path(),
+        &opts(),
+    )
+    .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("mem://obj") && text.contains("18446744073709551615 bytes"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 1);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
