@@ -1080,6 +1080,17 @@ mod tests {
             .unwrap();
     }
 
+    /// [`small`] with chunks `0..n` of ones, chunk i last used i seconds
+    /// after the start.
+    fn filled(root: &Path, name: &str, n: u64) -> DiskCache {
+        let c = small(root, name);
+        for i in 0..n {
+            put(&c, i, &[1; 4096]);
+            used_at(&c, i, i as u32);
+        }
+        c
+    }
+
     fn committed(root: &Path) -> u64 {
         scan(root).0.iter().map(|f| f.size).sum()
     }
@@ -1126,11 +1137,7 @@ mod tests {
     #[test]
     fn an_object_another_process_has_open_is_not_freed() {
         let root = tempfile::tempdir().unwrap();
-        let a = small(root.path(), "a");
-        for i in 0..6 {
-            put(&a, i, &[1; 4096]);
-            used_at(&a, i, i as u32);
-        }
+        let a = filled(root.path(), "a", 6);
         // A second open of the same files: to the locks, another process.
         let (other, present) =
             DiskCache::open(root.path(), "a", "v", 4096, 16 * 4096, Some(1 << 30)).unwrap();
@@ -1161,11 +1168,7 @@ mod tests {
     #[test]
     fn an_object_no_process_has_open_is_freed_by_another() {
         let root = tempfile::tempdir().unwrap();
-        let a = small(root.path(), "a");
-        for i in 0..8 {
-            put(&a, i, &[1; 4096]);
-            used_at(&a, i, i as u32);
-        }
+        let a = filled(root.path(), "a", 8);
         drop(a);
         let mut b = small(root.path(), "b");
         for i in 0..3 {
@@ -1183,11 +1186,7 @@ mod tests {
     #[test]
     fn an_object_whose_data_went_is_removed_by_an_eviction() {
         let root = tempfile::tempdir().unwrap();
-        let a = small(root.path(), "a");
-        for i in 0..8 {
-            put(&a, i, &[1; 4096]);
-            used_at(&a, i, i as u32);
-        }
+        let a = filled(root.path(), "a", 8);
         let dir = a.obj.dir.clone();
         drop(a);
         fs::remove_file(dir.join("data")).unwrap();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::{cache_dir, du, mount_url, remote_stats, Creds, Images, Weed, BUCKET};
 use crate::common::{self, Mount};
-use crate::erofs::walk::{assert_same, walk_mounted};
+use crate::erofs::walk::{assert_same, walk_mounted, Tree};
 
 #[test]
 fn a_warm_cache_serves_a_second_mount_without_fetching() {
@@ -92,93 +92,100 @@ fn a_replaced_object_is_read_anew() {
     );
 }
 
+/// A romfs image in S3 several times the size of a 1M cache, the options
+/// that mount it so, and its walk from the local copy.
+struct Bounded {
+    _weed: Weed,
+    _images: Images,
+    cache: std::path::PathBuf,
+    opts: String,
+    want: Tree,
+}
+
+impl Bounded {
+    const LIMIT: u64 = 1 << 20;
+
+    fn new() -> Bounded {
+        let weed = Weed::start();
+        let images = Images::new();
+        let img = images.romfs();
+        weed.put_file(BUCKET, "tree.romfs", &img);
+        let cache = cache_dir(&images, "cache");
+        let opts = format!(
+            "{},cache={},chunk=64K,cache_size=1M",
+            weed.options(),
+            cache.display()
+        );
+        let want = {
+            let m = Mount::new(&img, None, "").unwrap();
+            walk_mounted(m.path())
+        };
+        assert!(fs::metadata(&img).unwrap().len() > 6 * Bounded::LIMIT);
+        Bounded {
+            _weed: weed,
+            _images: images,
+            cache,
+            opts,
+            want,
+        }
+    }
+
+    fn mount(&self) -> Mount {
+        let url = format!("s3://{BUCKET}/tree.romfs");
+        mount_url(None, &Creds::Env, &url, &self.opts, &[]).unwrap()
+    }
+}
+
 #[test]
 fn cache_size_bounds_the_cache_directory() {
     require!("fuse", "weed", "genromfs");
-    let weed = Weed::start();
-    let images = Images::new();
-    let img = images.romfs();
-    weed.put_file(BUCKET, "tree.romfs", &img);
-    let cache = cache_dir(&images, "cache");
-    let limit: u64 = 1 << 20;
-    let opts = format!(
-        "{},cache={},chunk=64K,cache_size=1M",
-        weed.options(),
-        cache.display()
-    );
-    let want = {
-        let m = Mount::new(&img, None, "").unwrap();
-        walk_mounted(m.path())
-    };
-    let m = mount_url(
-        None,
-        &Creds::Env,
-        &format!("s3://{BUCKET}/tree.romfs"),
-        &opts,
-        &[],
-    )
-    .unwrap();
+    let b = Bounded::new();
+    let (cache, want, limit) = (&b.cache, &b.want, Bounded::LIMIT);
+    let m = b.mount();
     // Reads many times the limit, and all of it right.
-    assert!(fs::metadata(&img).unwrap().len() > 6 * limit);
-    assert_same("bounded", &want, &walk_mounted(m.path()));
+    assert_same("bounded", want, &walk_mounted(m.path()));
     let stats = remote_stats(m.path());
     assert!(stats["bytes_fetched"] > 4 * limit, "{stats:?}");
-    let held = du(&cache);
+    let held = du(cache);
     assert!(
         held <= limit,
         "the cache holds {held} bytes, more than cache_size=1M"
     );
     m.unmount().unwrap();
-    assert!(du(&cache) <= limit);
+    assert!(du(cache) <= limit);
 }
 
 #[test]
 fn two_mounts_of_one_object_share_its_cache_and_neither_frees_it_under_the_other() {
     require!("fuse", "weed", "genromfs");
-    let weed = Weed::start();
-    let images = Images::new();
-    let img = images.romfs();
-    weed.put_file(BUCKET, "tree.romfs", &img);
-    let cache = cache_dir(&images, "cache");
-    let limit: u64 = 1 << 20;
-    let opts = format!(
-        "{},cache={},chunk=64K,cache_size=1M",
-        weed.options(),
-        cache.display()
-    );
-    let want = {
-        let m = Mount::new(&img, None, "").unwrap();
-        walk_mounted(m.path())
-    };
-    let url = format!("s3://{BUCKET}/tree.romfs");
-    let first = mount_url(None, &Creds::Env, &url, &opts, &[]).unwrap();
-    let second = mount_url(None, &Creds::Env, &url, &opts, &[]).unwrap();
-    assert!(fs::metadata(&img).unwrap().len() > 6 * limit);
+    let b = Bounded::new();
+    let (cache, want, limit) = (&b.cache, &b.want, Bounded::LIMIT);
+    let (first, second) = (b.mount(), b.mount());
     // Both read the whole object at once, each over its bound many times:
     // neither may free a chunk the other could be reading.
     std::thread::scope(|s| {
-        let a = s.spawn(|| walk_mounted(first.path()));
-        let b = s.spawn(|| walk_mounted(second.path()));
-        assert_same("first", &want, &a.join().unwrap());
-        assert_same("second", &want, &b.join().unwrap());
+        let one = s.spawn(|| walk_mounted(first.path()));
+        let two = s.spawn(|| walk_mounted(second.path()));
+        assert_same("first", want, &one.join().unwrap());
+        assert_same("second", want, &two.join().unwrap());
     });
     assert!(
-        du(&cache) > 2 * limit,
+        du(cache) > 2 * limit,
         "the cache was trimmed under a second process: {} bytes",
-        du(&cache)
+        du(cache)
     );
     second.unmount().unwrap();
     // Alone again, the first mount trims the cache by itself, and reads
     // right after.
     assert!(
-        common::wait_until(Duration::from_secs(10), || du(&cache) <= limit),
+        common::wait_until(Duration::from_secs(10), || du(cache) <= limit),
         "{} bytes cached 10 s after the second mount went, more than cache_size=1M",
-        du(&cache)
+        du(cache)
     );
     common::drop_caches();
-    assert_same("first, alone", &want, &walk_mounted(first.path()));
+    assert_same("first, alone", want, &walk_mounted(first.path()));
     // Readers are answered before their chunks are stored and trimmed.
-    assert!(common::wait_until(Duration::from_secs(10), || du(&cache) <= limit));
+    assert!(common::wait_until(Duration::from_secs(10), || du(cache) <= limit));
     first.unmount().unwrap();
 }
 
