@@ -327,9 +327,9 @@ impl Object {
 
     /// Frees the `chunks` still committed (one forgotten and stored again
     /// since the scan is pending, and stays), then gives the write lock
-    /// back; returns those it freed.
-    fn free_alone(&self, chunks: &[u64]) -> Vec<u64> {
-        let freed = {
+    /// back.
+    fn free_alone(&self, chunks: &[u64]) {
+        {
             let _alone = self.gate.write().unwrap();
             let chunks: Vec<u64> = chunks
                 .iter()
@@ -346,12 +346,10 @@ impl Object {
             if let Err(e) = free(&self.map, &self.data, self.size, self.chunk, &chunks) {
                 log::warn!("{}: cached chunks not freed: {e}", self.dir.display());
             }
-            chunks
-        };
+        }
         // Converting back to a read lock always succeeds.
         let _ = lock(&self.map, libc::F_RDLCK);
         self.freeing.store(false, Ordering::Release);
-        freed
     }
 }
 
@@ -366,8 +364,7 @@ enum Victim {
 impl DiskCache {
     /// Opens (creating it 0700 if needed) the cache under `root` for the
     /// object `identity` of `size` bytes at `version`, in chunks of
-    /// `chunk` bytes, removing the object's other versions. Returns the
-    /// cache and the chunks it holds.
+    /// `chunk` bytes, removing the object's other versions.
     pub fn open(
         root: &Path,
         identity: &str,
@@ -375,7 +372,7 @@ impl DiskCache {
         chunk: u32,
         size: u64,
         limit: Option<u64>,
-    ) -> io::Result<(DiskCache, Vec<u64>)> {
+    ) -> io::Result<DiskCache> {
         let object = root.join(hex_digest(identity));
         let dir = object.join(hex_digest(&format!("{version}\n{chunk}\n{LAYOUT}")));
         fs::DirBuilder::new()
@@ -424,9 +421,6 @@ impl DiskCache {
         if alone {
             lock(&map, libc::F_RDLCK)?;
         }
-        let present: Vec<u64> = (0..chunks)
-            .filter(|&i| stamps[i as usize] > PENDING)
-            .collect();
         let limit = match limit {
             Some(l) => l,
             None => {
@@ -466,14 +460,20 @@ impl DiskCache {
             pending: Mutex::new(Pending::default()),
             pending_changed: Condvar::new(),
         };
-        let gone: HashSet<u64> = cache.evict().into_iter().collect();
-        let present = present.into_iter().filter(|i| !gone.contains(i)).collect();
-        Ok((cache, present))
+        cache.evict();
+        Ok(cache)
     }
 
     /// The byte limit of the directory.
     pub fn limit(&self) -> u64 {
         self.limit
+    }
+
+    /// Whether this process holds chunk `index`: read from the disk, or
+    /// stored and readable here (another process's chunks are found by
+    /// [`DiskCache::read`]).
+    pub fn holds(&self, index: u64) -> bool {
+        self.obj.stamps[index as usize].load(Ordering::Relaxed) != 0
     }
 
     /// Copies `out.len()` bytes from `within` of chunk `index` into `out`;
@@ -532,16 +532,15 @@ impl DiskCache {
 
     /// Writes chunk `index`, readable by this process at once;
     /// [`DiskCache::commit_next`] makes it durable and enters it in the
-    /// map. Returns the chunks of this object that eviction freed to make
-    /// room. A failure to write only costs a later fetch, so it is
-    /// logged, not returned.
-    pub fn store(&self, index: u64, bytes: &[u8]) -> Vec<u64> {
+    /// map, and evicts to make room. A failure to write only costs a later
+    /// fetch, so it is logged, not returned.
+    pub fn store(&self, index: u64, bytes: &[u8]) {
         let o = &*self.obj;
         {
             let _shared = o.gate.read().unwrap();
             if let Err(e) = o.data.write_all_at(bytes, index * o.chunk) {
                 log::debug!("{}: chunk {index} not cached: {e}", o.dir.display());
-                return Vec::new();
+                return;
             }
             let _ = o.stamps[index as usize].compare_exchange(
                 0,
@@ -560,19 +559,16 @@ impl DiskCache {
         let used = self.used.fetch_add(n, Ordering::Relaxed) + n;
         let since = self.since_scan.fetch_add(n, Ordering::Relaxed) + n;
         if used > self.limit || since >= self.limit / 8 {
-            self.evict()
-        } else {
-            Vec::new()
+            self.evict();
         }
     }
 
     /// Makes the stored chunks durable (one `fdatasync` for all that are
     /// waiting) and only then enters them in the map, so the map never
     /// names a half-written chunk, whatever the crash; then evicts if the
-    /// directory is over its limit. Waits up to `wait` for a chunk;
-    /// returns this object's chunks that eviction freed, or None when
-    /// none came.
-    pub fn commit_next(&self, wait: Duration) -> Option<Vec<u64>> {
+    /// directory is over its limit. Waits up to `wait` for a chunk; false
+    /// when none came.
+    pub fn commit_next(&self, wait: Duration) -> bool {
         let o = &*self.obj;
         let batch: Vec<u64> = {
             let mut p = self.pending.lock().unwrap();
@@ -580,7 +576,7 @@ impl DiskCache {
                 p = self.pending_changed.wait_timeout(p, wait).unwrap().0;
             }
             if p.queued.is_empty() {
-                return None;
+                return false;
             }
             let batch: Vec<u64> = p.queued.drain(..).collect();
             for i in &batch {
@@ -610,18 +606,17 @@ impl DiskCache {
         drop(p);
         self.pending_changed.notify_all();
         // Bytes stored while these were pending could not be evicted then.
-        Some(if self.used.load(Ordering::Relaxed) > self.limit {
-            self.evict()
-        } else {
-            Vec::new()
-        })
+        if self.used.load(Ordering::Relaxed) > self.limit {
+            self.evict();
+        }
+        true
     }
 
     /// Commits every stored chunk (this thread helps), waiting at most
     /// `within`; true when none is left.
     pub fn settle(&self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
-        while Instant::now() < deadline && self.commit_next(Duration::ZERO).is_some() {}
+        while Instant::now() < deadline && self.commit_next(Duration::ZERO) {}
         let mut p = self.pending.lock().unwrap();
         while !p.queued.is_empty() || p.committing > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -635,16 +630,14 @@ impl DiskCache {
 
     /// Counts the whole directory and, when it holds more than the limit,
     /// frees the least recently used chunks (of any object no other
-    /// process has open) down to 90% of it. Returns this object's chunks
-    /// that went.
-    fn evict(&self) -> Vec<u64> {
+    /// process has open) down to 90% of it.
+    fn evict(&self) {
         let _one = self.evicting.lock().unwrap();
         self.since_scan.store(0, Ordering::Relaxed);
         // What the disk holds: chunks not yet committed (of any process)
         // count, though only committed ones can go, and so do the maps
         // and the file system's own blocks for the sparse files.
         let (mut held, mut total) = scan(&self.root);
-        let mut gone = Vec::new();
         if total > self.limit {
             let target = self.limit / 10 * 9;
             held.sort_by_key(|f| f.stamp);
@@ -676,12 +669,7 @@ impl DiskCache {
             }
             for (dir, slot) in picked {
                 match slot {
-                    Some((Victim::Open(obj), chunks)) => {
-                        let freed = obj.free_alone(&chunks);
-                        if Arc::ptr_eq(&obj, &self.obj) {
-                            gone = freed;
-                        }
-                    }
+                    Some((Victim::Open(obj), chunks)) => obj.free_alone(&chunks),
                     Some((Victim::Closed(map), chunks)) => {
                         if let Err(e) = free_closed(&dir, &map, &chunks) {
                             log::warn!("{}: cached chunks not freed: {e}", dir.display());
@@ -693,22 +681,19 @@ impl DiskCache {
         }
         self.used.store(total, Ordering::Relaxed);
         *self.over.lock().unwrap() = (total > self.limit).then(Instant::now);
-        gone
     }
 
     /// Evicts again if the last eviction left the directory over its limit
     /// and a while has passed (the process that held what it wanted may
-    /// have closed it since); returns this object's chunks that went.
-    pub fn tidy(&self) -> Vec<u64> {
+    /// have closed it since).
+    pub fn tidy(&self) {
         let due = self
             .over
             .lock()
             .unwrap()
             .is_some_and(|at| at.elapsed() >= RETRY_EVICT);
         if due {
-            self.evict()
-        } else {
-            Vec::new()
+            self.evict();
         }
     }
 }
@@ -922,10 +907,16 @@ mod tests {
     use super::*;
 
     /// Stores a chunk and commits it, as the committer does soon after.
-    fn put(c: &DiskCache, index: u64, data: &[u8]) -> Vec<u64> {
-        let gone = c.store(index, data);
+    fn put(c: &DiskCache, index: u64, data: &[u8]) {
+        c.store(index, data);
         assert!(c.settle(Duration::from_secs(10)));
-        gone
+    }
+
+    /// The chunks `c` holds.
+    fn held(c: &DiskCache) -> Vec<u64> {
+        (0..c.obj.stamps.len() as u64)
+            .filter(|&i| c.holds(i))
+            .collect()
     }
 
     fn entry(c: &DiskCache, index: u64) -> u32 {
@@ -940,8 +931,8 @@ mod tests {
     #[test]
     fn chunks_round_trip_and_survive_reopen() {
         let root = tempfile::tempdir().unwrap();
-        let (c, present) =
-            DiskCache::open(root.path(), "obj", "v1", 4096, 5 * 4096, Some(1 << 20)).unwrap();
+        let c = DiskCache::open(root.path(), "obj", "v1", 4096, 5 * 4096, Some(1 << 20)).unwrap();
+        let present = held(&c);
         assert!(present.is_empty());
         let data: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
         put(&c, 3, &data);
@@ -952,8 +943,8 @@ mod tests {
         assert_eq!(out[..], data[5..15]);
         assert!(!c.read(2, 0, &mut out));
         drop(c);
-        let (c, present) =
-            DiskCache::open(root.path(), "obj", "v1", 4096, 5 * 4096, Some(1 << 20)).unwrap();
+        let c = DiskCache::open(root.path(), "obj", "v1", 4096, 5 * 4096, Some(1 << 20)).unwrap();
+        let present = held(&c);
         assert_eq!(present, vec![3, 4]);
         assert!(c.read(3, 4086, &mut out));
         assert_eq!(out[..], data[4086..]);
@@ -962,21 +953,21 @@ mod tests {
     #[test]
     fn a_stored_chunk_is_read_at_once_and_entered_only_when_durable() {
         let root = tempfile::tempdir().unwrap();
-        let (c, _) = DiskCache::open(root.path(), "o", "v", 4096, 3 * 4096, None).unwrap();
+        let c = DiskCache::open(root.path(), "o", "v", 4096, 3 * 4096, None).unwrap();
         let data = vec![9u8; 4096];
         c.store(2, &data);
         assert_eq!(entry(&c, 2), 0, "entered before it is durable");
         let mut out = [0u8; 10];
         assert!(c.read(2, 40, &mut out));
         assert_eq!(out, [9; 10]);
-        assert_eq!(c.commit_next(Duration::ZERO), Some(Vec::new()));
+        assert!(c.commit_next(Duration::ZERO));
         assert!(entry(&c, 2) > PENDING);
-        assert_eq!(c.commit_next(Duration::ZERO), None);
+        assert!(!c.commit_next(Duration::ZERO));
         // A chunk stored twice before its commit is committed once.
         c.store(1, &[1; 4096]);
         c.store(1, &[2; 4096]);
-        assert_eq!(c.commit_next(Duration::ZERO), Some(Vec::new()));
-        assert_eq!(c.commit_next(Duration::ZERO), None);
+        assert!(c.commit_next(Duration::ZERO));
+        assert!(!c.commit_next(Duration::ZERO));
         assert!(c.read(1, 0, &mut out));
         assert_eq!(out, [2; 10]);
     }
@@ -984,7 +975,7 @@ mod tests {
     #[test]
     fn what_a_crash_left_unentered_is_not_served_and_its_blocks_are_freed() {
         let root = tempfile::tempdir().unwrap();
-        let (c, _) = DiskCache::open(root.path(), "o", "v", 64 << 10, 4 << 20, None).unwrap();
+        let c = DiskCache::open(root.path(), "o", "v", 64 << 10, 4 << 20, None).unwrap();
         put(&c, 0, &[1; 64 << 10]);
         let dir = c.obj.dir.clone();
         drop(c);
@@ -996,7 +987,8 @@ mod tests {
         data.write_all_at(&[7; 1 << 20], 2 << 20).unwrap();
         data.sync_all().unwrap();
         assert!(!hole(&data, 2 << 20));
-        let (c, present) = DiskCache::open(root.path(), "o", "v", 64 << 10, 4 << 20, None).unwrap();
+        let c = DiskCache::open(root.path(), "o", "v", 64 << 10, 4 << 20, None).unwrap();
+        let present = held(&c);
         assert_eq!(present, vec![0]);
         assert!(!c.read(32, 0, &mut [0; 4]));
         for off in (2 << 20..3 << 20).step_by(64 << 10) {
@@ -1016,24 +1008,26 @@ mod tests {
         let old = object.join(hex_digest("v\n4096\n2"));
         fs::create_dir_all(&old).unwrap();
         fs::write(old.join("0"), [1u8; 64]).unwrap();
-        let (c, present) = DiskCache::open(root.path(), "o", "v", 4096, 64, None).unwrap();
+        let c = DiskCache::open(root.path(), "o", "v", 4096, 64, None).unwrap();
+        let present = held(&c);
         assert!(present.is_empty());
         assert!(!old.exists());
         assert!(!c.read(0, 0, &mut [0; 4]));
         put(&c, 0, &[1; 64]);
-        let (c2, present) = DiskCache::open(root.path(), "o", "v2", 4096, 64, None).unwrap();
+        let c2 = DiskCache::open(root.path(), "o", "v2", 4096, 64, None).unwrap();
+        let present = held(&c2);
         assert!(present.is_empty());
         assert!(!c.obj.dir.exists());
         assert!(!c2.read(0, 0, &mut [0; 10]));
         // Another chunk size is another version too.
-        let (c3, _) = DiskCache::open(root.path(), "o", "v2", 8192, 64, None).unwrap();
+        let c3 = DiskCache::open(root.path(), "o", "v2", 8192, 64, None).unwrap();
         assert_ne!(c3.obj.dir, c2.obj.dir);
     }
 
     #[test]
     fn damaged_files_are_not_served() {
         let root = tempfile::tempdir().unwrap();
-        let (c, _) = DiskCache::open(root.path(), "o", "v", 4096, 3 * 4096, None).unwrap();
+        let c = DiskCache::open(root.path(), "o", "v", 4096, 3 * 4096, None).unwrap();
         for i in 0..3 {
             put(&c, i, &[7; 4096]);
         }
@@ -1051,13 +1045,15 @@ mod tests {
         drop(c);
         // Cut again while closed: the next open drops what it lost.
         data.set_len(4096 + 1).unwrap();
-        let (c, present) = DiskCache::open(root.path(), "o", "v", 4096, 3 * 4096, None).unwrap();
+        let c = DiskCache::open(root.path(), "o", "v", 4096, 3 * 4096, None).unwrap();
+        let present = held(&c);
         assert_eq!(present, vec![0]);
         assert!(!c.read(1, 0, &mut [0; 4]));
         drop(c);
         // A damaged map starts the version afresh.
         fs::write(dir.join("map"), b"foliofsC garbage").unwrap();
-        let (c, present) = DiskCache::open(root.path(), "o", "v", 4096, 3 * 4096, None).unwrap();
+        let c = DiskCache::open(root.path(), "o", "v", 4096, 3 * 4096, None).unwrap();
+        let present = held(&c);
         assert!(present.is_empty());
         assert!(!c.read(0, 0, &mut [0; 4]));
     }
@@ -1065,9 +1061,7 @@ mod tests {
     /// Opens `name`, 16 chunks of 4 KiB, with no limit to speak of until
     /// [`fit_ten`].
     fn small(root: &Path, name: &str) -> DiskCache {
-        DiskCache::open(root, name, "v", 4096, 16 * 4096, Some(1 << 30))
-            .unwrap()
-            .0
+        DiskCache::open(root, name, "v", 4096, 16 * 4096, Some(1 << 30)).unwrap()
     }
 
     /// Sets chunk `index`'s last use to `secs` after 1000 s before now.
@@ -1102,8 +1096,11 @@ mod tests {
     fn evict_to_nine(root: &Path, c: &mut DiskCache) -> Vec<u64> {
         let overhead = scan(root).1 - committed(root);
         c.limit = 10 * 4096 + overhead * 10 / 9 + 2048;
-        let gone = c.evict();
+        let before = held(c);
+        c.evict();
         c.limit = 1 << 30;
+        let after = held(c);
+        let gone: Vec<u64> = before.into_iter().filter(|i| !after.contains(i)).collect();
         assert_eq!(committed(root), 9 * 4096);
         gone
     }
@@ -1139,8 +1136,8 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let a = filled(root.path(), "a", 6);
         // A second open of the same files: to the locks, another process.
-        let (other, present) =
-            DiskCache::open(root.path(), "a", "v", 4096, 16 * 4096, Some(1 << 30)).unwrap();
+        let other = DiskCache::open(root.path(), "a", "v", 4096, 16 * 4096, Some(1 << 30)).unwrap();
+        let present = held(&other);
         assert_eq!(present.len(), 6);
         let mut b = small(root.path(), "b");
         for i in 0..5 {
@@ -1178,8 +1175,8 @@ mod tests {
         for i in 0..3 {
             assert!(b.read(i, 0, &mut [0; 1]));
         }
-        let (_, present) =
-            DiskCache::open(root.path(), "a", "v", 4096, 16 * 4096, Some(1 << 30)).unwrap();
+        let a = DiskCache::open(root.path(), "a", "v", 4096, 16 * 4096, Some(1 << 30)).unwrap();
+        let present = held(&a);
         assert_eq!(present, (2..8).collect::<Vec<_>>());
     }
 
@@ -1195,7 +1192,7 @@ mod tests {
         // The disk holds less than a's map says: its entries must not count
         // for more than what they free.
         b.limit = 4096;
-        assert!(b.evict().is_empty());
+        b.evict();
         assert!(!dir.exists());
         assert!(b.read(0, 0, &mut [0; 1]));
     }

@@ -110,10 +110,6 @@ struct Stream {
 }
 
 struct State {
-    /// Chunks believed to be in the disk cache (one may have gone since,
-    /// freed by this process's eviction or found damaged: then it is
-    /// fetched again).
-    present: Vec<u64>,
     inflight: HashMap<u64, Arc<Flight>>,
     demand: VecDeque<u64>,
     ahead: VecDeque<u64>,
@@ -124,23 +120,6 @@ struct State {
     streams: [Stream; STREAMS],
     tick: u64,
     shutdown: bool,
-}
-
-impl State {
-    fn is_present(&self, c: u64) -> bool {
-        self.present[(c / 64) as usize] & (1 << (c % 64)) != 0
-    }
-    fn set_present(&mut self, c: u64, on: bool) {
-        let w = &mut self.present[(c / 64) as usize];
-        if on {
-            *w |= 1 << (c % 64);
-        } else {
-            *w &= !(1 << (c % 64));
-        }
-    }
-    fn wanted(&self, c: u64) -> bool {
-        !self.is_present(c) && !self.inflight.contains_key(&c)
-    }
 }
 
 struct Shared {
@@ -307,7 +286,7 @@ impl RemoteObject {
             ));
         }
         let size = head.size;
-        let (cache, held) = DiskCache::open(
+        let cache = DiskCache::open(
             cache_dir,
             identity,
             &head.version(),
@@ -325,8 +304,7 @@ impl RemoteObject {
                 ),
             )
         })?;
-        let mut state = State {
-            present: vec![0; chunks.div_ceil(64) as usize],
+        let state = State {
             inflight: HashMap::new(),
             demand: VecDeque::new(),
             ahead: VecDeque::new(),
@@ -336,13 +314,10 @@ impl RemoteObject {
             tick: 0,
             shutdown: false,
         };
-        for i in held {
-            state.set_present(i, true);
-        }
         log::debug!(
             "{shown}: {size} bytes ({}), {} of {chunks} chunks of {chunk} cached in {} (limit {})",
             head.version(),
-            state.present.iter().map(|w| w.count_ones()).sum::<u32>(),
+            (0..chunks).filter(|&c| cache.holds(c)).count(),
             cache_dir.display(),
             cache.limit()
         );
@@ -395,8 +370,7 @@ impl RemoteObject {
 
     /// Whether every chunk is in the cache (as far as this process knows).
     pub fn fully_cached(&self) -> bool {
-        let st = self.shared.state.lock().unwrap();
-        (0..self.shared.chunks).all(|c| st.is_present(c))
+        (0..self.shared.chunks).all(|c| self.shared.cache.holds(c))
     }
 
     /// Fills `buf` from `offset`, up to the end of the object; returns the
@@ -426,11 +400,11 @@ impl RemoteObject {
         let mut st = s.state.lock().unwrap();
         let mut cached = Vec::new();
         for c in first..=last.min(first + AHEAD_QUEUE as u64) {
-            if st.wanted(c) {
+            if s.wanted(&st, c) {
                 if st.ahead.len() < AHEAD_QUEUE && !st.ahead.contains(&c) {
                     st.ahead.push_back(c);
                 }
-            } else if st.is_present(c) {
+            } else if s.cache.holds(c) {
                 cached.push(c);
             }
         }
@@ -456,6 +430,11 @@ impl Drop for RemoteObject {
 }
 
 impl Shared {
+    /// Whether chunk `c` is neither in the cache nor on its way.
+    fn wanted(&self, st: &State, c: u64) -> bool {
+        !self.cache.holds(c) && !st.inflight.contains_key(&c)
+    }
+
     fn chunk_len(&self, c: u64) -> usize {
         self.chunk.min(self.head.size - c * self.chunk) as usize
     }
@@ -486,18 +465,15 @@ impl Shared {
                 continue;
             }
             let mut st = self.state.lock().unwrap();
-            if st.is_present(c) && !st.inflight.contains_key(&c) {
-                // Stored between the look above and the lock, or gone from
-                // the disk since: one more look tells.
+            if self.cache.holds(c) && !st.inflight.contains_key(&c) {
+                // Stored between the look above and the lock: one more
+                // look (one found damaged is forgotten, and fetched).
                 drop(st);
                 if self.cache.read(c, within, &mut buf[range.clone()]) {
                     self.counters.add(Stat::CacheHits, 1);
                     continue;
                 }
                 st = self.state.lock().unwrap();
-                if !st.inflight.contains_key(&c) {
-                    st.set_present(c, false);
-                }
             }
             self.counters.add(Stat::CacheMisses, 1);
             let flight = match st.inflight.get(&c) {
@@ -578,7 +554,7 @@ impl Shared {
         st.streams[s].queued = to;
         let mut fetch = false;
         for c in from..to {
-            if st.wanted(c) && !st.ahead.contains(&c) {
+            if self.wanted(&st, c) && !st.ahead.contains(&c) {
                 if st.ahead.len() >= AHEAD_QUEUE {
                     st.ahead.pop_front();
                 }
@@ -603,7 +579,7 @@ impl Shared {
             return None;
         }
         while let Some(c) = st.ahead.pop_front() {
-            if st.wanted(c) {
+            if self.wanted(st, c) {
                 let f = Flight::new();
                 st.inflight.insert(c, f.clone());
                 return Some((c, Priority::Ahead, f));
@@ -611,7 +587,7 @@ impl Shared {
         }
         while let Some(c) = st.prefetch {
             st.prefetch = (c + 1 < self.chunks).then_some(c + 1);
-            if st.wanted(c) {
+            if self.wanted(st, c) {
                 let f = Flight::new();
                 st.inflight.insert(c, f.clone());
                 return Some((c, Priority::Prefetch, f));
@@ -635,21 +611,12 @@ impl Shared {
             }
             drop(st);
             let outcome = self.fetch(c);
-            let gone = match &outcome {
-                Ok(data) => {
-                    *flight.result.lock().unwrap() = Some(outcome.clone());
-                    flight.done.notify_all();
-                    self.cache.store(c, data)
-                }
-                Err(_) => Vec::new(),
-            };
+            if let Ok(data) = &outcome {
+                *flight.result.lock().unwrap() = Some(outcome.clone());
+                flight.done.notify_all();
+                self.cache.store(c, data);
+            }
             st = self.state.lock().unwrap();
-            for g in gone {
-                st.set_present(g, false);
-            }
-            if outcome.is_ok() {
-                st.set_present(c, true);
-            }
             st.inflight.remove(&c);
             if let Err(e) = outcome {
                 // Answered only once it is unlisted: a reader's next try
@@ -670,19 +637,16 @@ impl Shared {
     /// eviction found it shared and could not.
     fn commit_loop(&self) {
         loop {
-            let committed = self
+            if self
                 .cache
-                .commit_next(std::time::Duration::from_millis(100));
-            if committed.is_none() && self.state.lock().unwrap().shutdown {
+                .commit_next(std::time::Duration::from_millis(100))
+            {
+                continue;
+            }
+            if self.state.lock().unwrap().shutdown {
                 return;
             }
-            let gone = committed.unwrap_or_else(|| self.cache.tidy());
-            if !gone.is_empty() {
-                let mut st = self.state.lock().unwrap();
-                for g in gone {
-                    st.set_present(g, false);
-                }
-            }
+            self.cache.tidy();
         }
     }
 
