@@ -65,6 +65,9 @@ struct Weed {
     child: Child,
     s3: u16,
     https: Option<u16>,
+    /// Every port it listens on: killed, it leaves a Unix socket in /tmp
+    /// for each gRPC one, named by it.
+    ports: Vec<u16>,
     _dir: tempfile::TempDir,
 }
 
@@ -73,6 +76,18 @@ impl Drop for Weed {
         // SAFETY: kill with the negated pid of the group we made for it.
         unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
         let _ = self.child.wait();
+        for e in std::fs::read_dir("/tmp").into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("seaweedfs-")
+                && self
+                    .ports
+                    .iter()
+                    .any(|p| name.ends_with(&format!("-{p}.sock")))
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
 }
 
@@ -81,6 +96,7 @@ impl Weed {
         use std::os::unix::process::CommandExt;
         let dir = tempfile::tempdir().unwrap();
         let s3 = free_port();
+        let mut ports = vec![s3];
         let mut cmd = Command::new("weed");
         cmd.arg("mini")
             .arg(format!("-dir={}", dir.path().display()))
@@ -106,7 +122,9 @@ impl Weed {
             "s3.debug.port",
             "webdav.port",
         ] {
-            cmd.arg(format!("-{flag}={}", free_port()));
+            let port = free_port();
+            ports.push(port);
+            cmd.arg(format!("-{flag}={port}"));
         }
         cmd.args(["-s3.port.iceberg=0", "-s3.port.lance=0"]);
         cmd.arg(format!(
@@ -119,6 +137,7 @@ impl Weed {
         ));
         let https = tls.map(|(cert, key)| {
             let port = free_port();
+            ports.push(port);
             cmd.arg(format!("-s3.port.https={port}"))
                 .arg(format!("-s3.cert.file={}", cert.display()))
                 .arg(format!("-s3.key.file={}", key.display()));
@@ -137,6 +156,7 @@ impl Weed {
             child,
             s3,
             https,
+            ports,
             _dir: dir,
         };
         weed.wait_ready();
