@@ -169,6 +169,11 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         cold_cache: env.root,
         sections: Vec::new(),
     };
+    if let Some(r) = &report.host.proactive_reclaim {
+        eprintln!(
+            "foliofs bench: {r}; an image a row expects in the page cache can be partly on the disk again, so figures vary more"
+        );
+    }
     for w in &wanted {
         let s = match w {
             Which::Seq => sections::seq(&env, &cfg),

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -89,6 +89,9 @@ pub struct Host {
     pub cpus: usize,
     pub memory_bytes: u64,
     pub page_size: u32,
+    /// Proactive reclaim that pages out idle page cache (see
+    /// [`proactive_reclaim`]), which "already in the page cache" rows meet.
+    pub proactive_reclaim: Option<String>,
 }
 
 impl Host {
@@ -111,8 +114,54 @@ impl Host {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             memory_bytes,
             page_size: foliofs_block::page_size(),
+            proactive_reclaim: proactive_reclaim(Path::new(DAMON)),
         }
     }
+}
+
+/// Where DAMON's sysfs interface lives.
+const DAMON: &str = "/sys/kernel/mm/damon/admin/kdamonds";
+
+/// A running DAMON scheme that pages out memory left idle, described: such
+/// a machine evicts an image a run expects to find cached once it has sat
+/// unread for a while, so a "1st run" can read from the disk after all.
+pub fn proactive_reclaim(kdamonds: &Path) -> Option<String> {
+    let read = |p: PathBuf| std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned());
+    let dirs = |p: PathBuf| -> Vec<PathBuf> {
+        std::fs::read_dir(p)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for k in dirs(kdamonds.to_owned()) {
+        if read(k.join("state")).as_deref() != Some("on") {
+            continue;
+        }
+        for ctx in dirs(k.join("contexts")) {
+            let aggr_us: Option<u64> =
+                read(ctx.join("monitoring_attrs/intervals/aggr_us")).and_then(|v| v.parse().ok());
+            for scheme in dirs(ctx.join("schemes")) {
+                if read(scheme.join("action")).as_deref() != Some("pageout") {
+                    continue;
+                }
+                let min_age: Option<u64> =
+                    read(scheme.join("access_pattern/age/min")).and_then(|v| v.parse().ok());
+                let idle = match (min_age, aggr_us) {
+                    (Some(a), Some(us)) => format!(" after about {} s idle", a * us / 1_000_000),
+                    _ => String::new(),
+                };
+                return Some(format!(
+                    "DAMON proactive reclaim is on ({}): it pages out memory{idle}",
+                    k.display()
+                ));
+            }
+        }
+    }
+    None
 }
 
 fn fmt_num(v: f64) -> String {
@@ -343,6 +392,27 @@ mod tests {
         // runs has no pair line.
         assert!(t.contains("mount / image: dd 2.00 (best/best 2.00)"), "{t}");
         assert!(!t.contains("peer / image"), "{t}");
+    }
+
+    #[test]
+    fn proactive_reclaim_is_found_only_when_a_pageout_scheme_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = dir.path().join("0");
+        let ctx = k.join("contexts/0");
+        let scheme = ctx.join("schemes/0");
+        std::fs::create_dir_all(scheme.join("access_pattern/age")).unwrap();
+        std::fs::create_dir_all(ctx.join("monitoring_attrs/intervals")).unwrap();
+        std::fs::write(ctx.join("monitoring_attrs/intervals/aggr_us"), "5000000\n").unwrap();
+        std::fs::write(scheme.join("access_pattern/age/min"), "12\n").unwrap();
+        std::fs::write(scheme.join("action"), "pageout\n").unwrap();
+        std::fs::write(k.join("state"), "off\n").unwrap();
+        assert_eq!(proactive_reclaim(dir.path()), None);
+        std::fs::write(k.join("state"), "on\n").unwrap();
+        let found = proactive_reclaim(dir.path()).unwrap();
+        assert!(found.contains("after about 60 s idle"), "{found}");
+        std::fs::write(scheme.join("action"), "stat\n").unwrap();
+        assert_eq!(proactive_reclaim(dir.path()), None);
+        assert_eq!(proactive_reclaim(&dir.path().join("missing")), None);
     }
 
     #[test]
