@@ -92,6 +92,9 @@ struct Known {
     at: Instant,
 }
 
+/// How recent the last READ must be for a listing's files to be pushed.
+const READING: Duration = Duration::from_secs(1);
+
 /// The handlers' end: queues hints for the pusher thread.
 pub(crate) struct Pusher {
     tx: SyncSender<Known>,
@@ -99,6 +102,10 @@ pub(crate) struct Pusher {
     spent: Arc<AtomicBool>,
     profile: Option<Arc<Profile>>,
     read: Arc<ReadFilter>,
+    /// When the kernel last sent a READ, in milliseconds after `epoch`
+    /// (0: never).
+    last_read: AtomicU64,
+    epoch: Instant,
 }
 
 /// What the pusher thread works with.
@@ -138,12 +145,34 @@ impl Pusher {
             spent,
             profile,
             read,
+            last_read: AtomicU64::new(0),
+            epoch: Instant::now(),
         })
     }
 
     /// The kernel asked for data of `ino`: a reader is there already.
     pub(crate) fn reading(&self, ino: Ino) {
         self.read.set(ino);
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        if self.last_read.load(Ordering::Relaxed) != now {
+            self.last_read.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// As [`Pusher::known`], for an inode a listing gave the kernel. A
+    /// listing alone says nothing of reading: `find`, `ls -l` and `du` list
+    /// and stat every file of a tree and read none, and pushing to them
+    /// would read up to the budget of file data from the disk for nothing.
+    /// So a listed file is pushed only while the mount is being read (a
+    /// READ within [`READING`]), or when the profile says it will be.
+    pub(crate) fn listed(&self, ino: Ino) {
+        let profiled = self.profile.as_ref().is_some_and(|p| p.contains(ino));
+        let last = self.last_read.load(Ordering::Relaxed);
+        let reading = last != 0
+            && self.epoch.elapsed().as_millis() as u64 + 1 - last <= READING.as_millis() as u64;
+        if profiled || reading {
+            self.known(ino);
+        }
     }
 
     /// Whether a regular file of `size` bytes is worth a hint.

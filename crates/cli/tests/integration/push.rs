@@ -50,10 +50,12 @@ fn read_all(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 /// Lists every directory under `dir` (READDIRPLUS: the kernel gets every
-/// inode, and the server may push after each reply).
+/// inode, and the server may push after each reply) and stats every
+/// entry, as `find -ls` does.
 fn list_all(dir: &Path) {
     for e in fs::read_dir(dir).unwrap() {
         let e = e.unwrap();
+        fs::symlink_metadata(e.path()).unwrap();
         if e.file_type().unwrap().is_dir() {
             list_all(&e.path());
         }
@@ -96,13 +98,16 @@ fn get(c: &BTreeMap<String, u64>, k: &str) -> u64 {
     c.get(k).copied().unwrap_or(0)
 }
 
-/// Mounts `img` with `opts`, lists it, lets the pusher finish, reads every
-/// file; returns the bytes read and the counts.
+/// Mounts `img` with `opts`, reads the large file (through its path: no
+/// listing), lists the tree, lets the pusher finish, reads every file;
+/// returns the bytes read and the counts. A listing's small files are
+/// pushed only while the mount is being read, hence the first read.
 fn run(img: &Path, opts: &str) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<String, u64>) {
     // Pushed pages must stay until they are read for the counts to mean
     // anything: no other test may drop the caches meanwhile.
     let _kept = common::keeping_caches();
     let m = Mount::new(img, None, opts).unwrap_or_else(|e| panic!("-o {opts}: {e}"));
+    fs::read(m.path().join("d0/large")).unwrap();
     list_all(m.path());
     counts(m.path());
     let got = read_all(m.path());
@@ -185,6 +190,31 @@ fn pushed_pages_are_the_sources_bytes_and_save_reads() {
             run_until(&img, &opts(""), &want, |pushed| {
                 get(pushed, "push") >= 24 && get(pushed, "read") + 24 <= get(&plain, "read")
             });
+        }
+    }
+}
+
+/// A walk that lists and stats a tree and reads no file (`find -ls`,
+/// `du`, `ls -lR`) gets no file data pushed at it: pushing would only read
+/// from the disk what nobody asked for.
+#[test]
+fn a_walk_that_reads_nothing_gets_nothing_pushed() {
+    require!("fuse");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source(tmp.path());
+    for img in images(tmp.path(), &src) {
+        for io in ["", "directio"] {
+            let m = Mount::new(&img, None, io).unwrap_or_else(|e| panic!("-o {io}: {e}"));
+            list_all(m.path());
+            let c = counts(m.path());
+            m.unmount().unwrap();
+            assert!(
+                get(&c, "readdirplus") > 0,
+                "{} -o {io}: {c:?}",
+                img.display()
+            );
+            assert_eq!(get(&c, "push"), 0, "{} -o {io}: {c:?}", img.display());
+            assert_eq!(get(&c, "read"), 0, "{} -o {io}: {c:?}", img.display());
         }
     }
 }
