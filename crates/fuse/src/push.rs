@@ -159,19 +159,20 @@ impl Pusher {
         }
     }
 
-    /// As [`Pusher::known`], for an inode a listing gave the kernel. A
-    /// listing alone says nothing of reading: `find`, `ls -l` and `du` list
-    /// and stat every file of a tree and read none, and pushing to them
-    /// would read up to the budget of file data from the disk for nothing.
-    /// So a listed file is pushed only while the mount is being read (a
-    /// READ within [`READING`]), or when the profile says it will be.
-    pub(crate) fn listed(&self, ino: Ino) {
+    /// The reply giving the kernel `ino` (a LOOKUP's or a listing's) has
+    /// been sent: queues it for the pusher while the mount is being read (a
+    /// READ within [`READING`]), or when the profile says it will be read.
+    /// A lookup or a listing alone says nothing of reading: `find -ls`,
+    /// `du`, `ls -lR` and `git status` list or stat whole trees and read no
+    /// file, and pushing at them read up to the budget of file data from
+    /// the disk for nobody.
+    pub(crate) fn offer(&self, ino: Ino) {
         let profiled = self.profile.as_ref().is_some_and(|p| p.contains(ino));
         let last = self.last_read.load(Ordering::Relaxed);
         let reading = last != 0
             && self.epoch.elapsed().as_millis() as u64 + 1 - last <= READING.as_millis() as u64;
         if profiled || reading {
-            self.known(ino);
+            self.queue(ino);
         }
     }
 
@@ -186,8 +187,7 @@ impl Pusher {
         }
     }
 
-    /// Tells the pusher the kernel now holds `ino` (the reply is sent).
-    pub(crate) fn known(&self, ino: Ino) {
+    fn queue(&self, ino: Ino) {
         let k = Known {
             ino,
             at: Instant::now(),

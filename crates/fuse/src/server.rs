@@ -157,16 +157,11 @@ impl Server {
     }
 
     /// The reply giving the kernel inode `a` has been sent: a small file's
-    /// data (or what the profile read of it) may follow it in. `listed`
-    /// says it came in a listing rather than a lookup of its name.
-    fn known(&self, a: &Attr, listed: bool) {
+    /// data (or what the profile read of it) may follow it in.
+    fn known(&self, a: &Attr) {
         if let Some(p) = &self.pusher {
             if a.kind == vfs::FileType::RegularFile && p.wants(a.ino, a.size) {
-                if listed {
-                    p.listed(a.ino);
-                } else {
-                    p.known(a.ino);
-                }
+                p.offer(a.ino);
             }
         }
     }
@@ -332,7 +327,7 @@ impl fuser::Filesystem for Server {
                 if let Some(r) = &self.recorder {
                     r.lookup(a.ino);
                 }
-                self.known(&a, false);
+                self.known(&a);
             }
             r => self.reply_entry(r, reply),
         }
@@ -877,7 +872,7 @@ impl fuser::Filesystem for Server {
         }
         // The kernel makes an inode of every entry sent.
         for a in &known {
-            self.known(a, true);
+            self.known(a);
         }
     }
 

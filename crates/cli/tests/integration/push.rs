@@ -98,16 +98,17 @@ fn get(c: &BTreeMap<String, u64>, k: &str) -> u64 {
     c.get(k).copied().unwrap_or(0)
 }
 
-/// Mounts `img` with `opts`, reads the large file (through its path: no
+/// Mounts `img` with `opts`, reads one small file (through its path: no
 /// listing), lists the tree, lets the pusher finish, reads every file;
-/// returns the bytes read and the counts. A listing's small files are
-/// pushed only while the mount is being read, hence the first read.
+/// returns the bytes read and the counts. Files are pushed only while the
+/// mount is being read, hence the first read; it is not the large file,
+/// which a profile pushes.
 fn run(img: &Path, opts: &str) -> (BTreeMap<PathBuf, Vec<u8>>, BTreeMap<String, u64>) {
     // Pushed pages must stay until they are read for the counts to mean
     // anything: no other test may drop the caches meanwhile.
     let _kept = common::keeping_caches();
     let m = Mount::new(img, None, opts).unwrap_or_else(|e| panic!("-o {opts}: {e}"));
-    fs::read(m.path().join("d0/large")).unwrap();
+    fs::read(m.path().join("d0/f0")).unwrap();
     list_all(m.path());
     counts(m.path());
     let got = read_all(m.path());
@@ -195,26 +196,37 @@ fn pushed_pages_are_the_sources_bytes_and_save_reads() {
 }
 
 /// A walk that lists and stats a tree and reads no file (`find -ls`,
-/// `du`, `ls -lR`) gets no file data pushed at it: pushing would only read
-/// from the disk what nobody asked for.
+/// `du`, `ls -lR`), or stats every file by name (`git status`), gets no
+/// file data pushed at it: pushing would only read from the disk what
+/// nobody asked for.
 #[test]
 fn a_walk_that_reads_nothing_gets_nothing_pushed() {
     require!("fuse");
     let tmp = tempfile::tempdir().unwrap();
     let src = source(tmp.path());
+    let files: Vec<PathBuf> = read_all(&src).into_keys().collect();
     for img in images(tmp.path(), &src) {
         for io in ["", "directio"] {
-            let m = Mount::new(&img, None, io).unwrap_or_else(|e| panic!("-o {io}: {e}"));
+            let what = format!("{} -o {io}", img.display());
+            let m = Mount::new(&img, None, io).unwrap_or_else(|e| panic!("{what}: {e}"));
             list_all(m.path());
-            let c = counts(m.path());
+            let listed = counts(m.path());
             m.unmount().unwrap();
+            let m = Mount::new(&img, None, io).unwrap_or_else(|e| panic!("{what}: {e}"));
+            for f in &files {
+                fs::symlink_metadata(m.path().join(f)).unwrap();
+            }
+            let named = counts(m.path());
+            m.unmount().unwrap();
+            assert!(get(&listed, "readdirplus") > 0, "{what}: {listed:?}");
             assert!(
-                get(&c, "readdirplus") > 0,
-                "{} -o {io}: {c:?}",
-                img.display()
+                get(&named, "lookup") as usize > files.len(),
+                "{what}: {named:?}"
             );
-            assert_eq!(get(&c, "push"), 0, "{} -o {io}: {c:?}", img.display());
-            assert_eq!(get(&c, "read"), 0, "{} -o {io}: {c:?}", img.display());
+            for c in [&listed, &named] {
+                assert_eq!(get(c, "push"), 0, "{what}: {c:?}");
+                assert_eq!(get(c, "read"), 0, "{what}: {c:?}");
+            }
         }
     }
 }
