@@ -211,15 +211,6 @@ const WAYS: [(Way, &str); 3] = [
     (Way::Cold, "foliofs erofs, s3, cold cache"),
 ];
 
-/// A pause after each cold run. What it stored is synced, but the disk
-/// below a virtual machine can still be writing it back: here the run right
-/// after a cold read of the large file took 0.25 to 0.30 s against 0.15 to
-/// 0.17 s eight seconds later, whether it read the local image or the warm
-/// cache. A warm mount in real use comes long after the fetch. Warm and
-/// local also take turns at coming first, so what is left of the effect
-/// falls on both.
-const SETTLE_AFTER_COLD: Duration = Duration::from_secs(3);
-
 /// Bytes a cold workload fetched and read, summed over rounds.
 #[derive(Default, Clone, Copy)]
 struct Traffic {
@@ -336,9 +327,14 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
 
     for round in 0..cfg.runs {
         for (w, (key, work)) in works.iter().enumerate() {
-            // Cold first; then warm, with what cold left, and local, in turn
-            // first (see SETTLE_AFTER_COLD): each round measures the three
-            // back to back.
+            // Cold first; then warm, with what cold left, and local, taking
+            // turns at going first: each round measures the three back to
+            // back. Whichever read comes right after a cold run is slower:
+            // in a 9-round run of the large file it took 0.33 to 0.47 s
+            // and the read after it 0.18 to 0.23 s, whether that was the
+            // local file or the warm cache (not the disk's direct-read
+            // speed, which held; not SeaweedFS, which was idle; a 3 s pause
+            // did not help). With warm always first, that fell on it alone.
             let order = if round % 2 == 0 { [2, 1, 0] } else { [2, 0, 1] };
             for row in order {
                 let (way, label) = WAYS[row];
@@ -375,9 +371,6 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                     });
                     Ok((t, moved))
                 })();
-                if way == Way::Cold {
-                    std::thread::sleep(SETTLE_AFTER_COLD);
-                }
                 match r {
                     Ok((t, moved)) => {
                         rows[row].runs.entry(key).or_default().push(t);
@@ -399,12 +392,11 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     }
     let mb = |b: u64| b as f64 / 1e6;
     section.notes.push(format!(
-        "one EROFS image of {:.0} MB in a SeaweedFS on loopback (s3://, signed): a start-up set of {} files, {:.0} MB (about a tenth of the image), and one {} MiB file; chunk={CHUNK}; every run mounts afresh and drops the page cache first; cold runs empty the disk cache, warm runs find what the cold run before them fetched; after each cold run a {}-second pause lets the disk write back what it stored, then warm and local take turns at going first; ratios are to the local file",
+        "one EROFS image of {:.0} MB in a SeaweedFS on loopback (s3://, signed): a start-up set of {} files, {:.0} MB (about a tenth of the image), and one {} MiB file; chunk={CHUNK}; every run mounts afresh and drops the page cache first; cold runs empty the disk cache, warm runs find what the cold run before them fetched; after each cold run, warm and local take turns at going first; ratios are to the local file",
         mb(image_size),
         stats.files,
         mb(stats.bytes),
         cfg.seq_size >> 20,
-        SETTLE_AFTER_COLD.as_secs(),
     ));
     let moved: Vec<String> = works
         .iter()
