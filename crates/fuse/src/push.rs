@@ -92,7 +92,8 @@ struct Known {
     at: Instant,
 }
 
-/// How recent the last READ must be for a listing's files to be pushed.
+/// How recent the last READ must be for a file the kernel was just given
+/// to be pushed (see [`Pusher::offer`]).
 const READING: Duration = Duration::from_secs(1);
 
 /// The handlers' end: queues hints for the pusher thread.
@@ -169,8 +170,8 @@ impl Pusher {
     pub(crate) fn offer(&self, ino: Ino) {
         let profiled = self.profile.as_ref().is_some_and(|p| p.contains(ino));
         let last = self.last_read.load(Ordering::Relaxed);
-        let reading = last != 0
-            && self.epoch.elapsed().as_millis() as u64 + 1 - last <= READING.as_millis() as u64;
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        let reading = last != 0 && now.saturating_sub(last) <= READING.as_millis() as u64;
         if profiled || reading {
             self.queue(ino);
         }

@@ -73,7 +73,7 @@ pub(crate) struct Server {
     /// Records the start-up profile (`record=`).
     recorder: Option<Recorder>,
     /// The format can never change (`FsInfo::read_only`): it frees no
-    /// inodes, so it keeps no lookup counts (see [`Server::readdirplus`]).
+    /// inodes, so it keeps no lookup counts (see its `readdirplus`).
     immutable: bool,
 }
 
