@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use common::{is_mounted, listing, sh_as_user, FuseConf, Mount, TEST_USER};
+use common::{is_mounted, listing, server_pid, sh_as_user, FuseConf, Mount, TEST_USER};
 
 /// How long a killed server's mount may take to go away.
 const GONE: Duration = Duration::from_secs(15);
@@ -113,24 +113,6 @@ fn mount_line(dir: &Path) -> foliofs_fuse::MountInfo {
     foliofs_fuse::find_mount(&dir)
         .unwrap()
         .unwrap_or_else(|| panic!("{} is not mounted", dir.display()))
-}
-
-/// The server's pid, as `foliofs mounts` (run by `user`) shows it.
-fn server_pid(user: Option<&str>, dir: &Path) -> u32 {
-    let out = match user {
-        Some(u) => common::as_user(u, common::bin(), ["mounts"], Duration::from_secs(30)),
-        None => common::foliofs(["mounts"]),
-    };
-    let list = ok("foliofs mounts", out);
-    let dir = dir.to_str().unwrap();
-    let line = list
-        .lines()
-        .find(|l| l.split(' ').nth(1) == Some(dir))
-        .unwrap_or_else(|| panic!("{dir} is not in foliofs mounts:\n{list}"));
-    line.split([' ', ','])
-        .find_map(|o| o.strip_prefix("pid="))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {line}"))
 }
 
 /// Whether `pid` runs (a zombie does not).

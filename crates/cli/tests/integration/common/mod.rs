@@ -855,6 +855,32 @@ pub fn assert_same_tree(
     );
 }
 
+/// The pid of the server of the mount at `dir`, as `foliofs mounts` run by
+/// `user` (this process where `None`) lists it.
+pub fn server_pid(user: Option<&str>, dir: &Path) -> u32 {
+    let out = match user {
+        Some(u) => as_user(u, bin(), ["mounts"], Duration::from_secs(30)),
+        None => foliofs(["mounts"]),
+    };
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "foliofs mounts failed ({}):\n{list}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    let dir = dir.to_str().unwrap();
+    let line = list
+        .lines()
+        .find(|l| l.split(' ').nth(1) == Some(dir))
+        .unwrap_or_else(|| panic!("{dir} is not in foliofs mounts:\n{list}"));
+    line.split([' ', ','])
+        .find_map(|o| o.strip_prefix("pid="))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line}"))
+}
+
 /// Waits until `cond` holds, up to `timeout`; returns whether it did.
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();

@@ -215,7 +215,7 @@ fn a_server_killed_while_caching_leaves_a_cache_the_next_mount_reads_right() {
             &[],
         )
         .unwrap();
-        let pid = server_pid(m.path());
+        let pid = common::server_pid(None, m.path());
         // Some chunks written, and more on their way.
         let before = du(&cache);
         assert!(
@@ -224,8 +224,11 @@ fn a_server_killed_while_caching_leaves_a_cache_the_next_mount_reads_right() {
             "round {round}: the prefetch wrote nothing"
         );
         std::thread::sleep(Duration::from_millis(20 * round));
-        // SAFETY: kill(2) has no memory-safety preconditions.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
         // The mount of a dead server: taken down as any other.
         drop(m);
     }
@@ -236,19 +239,4 @@ fn a_server_killed_while_caching_leaves_a_cache_the_next_mount_reads_right() {
     let stats = remote_stats(m.path());
     assert!(stats["cache_hits"] > 0, "the cache was not used: {stats:?}");
     m.unmount().unwrap();
-}
-
-/// The pid of the server of the mount at `dir`, from `foliofs mounts`.
-pub fn server_pid(dir: &std::path::Path) -> i32 {
-    let out = String::from_utf8(common::foliofs_ok(["mounts"])).unwrap();
-    let dir = dir.canonicalize().unwrap();
-    let line = out
-        .lines()
-        .find(|l| l.split(' ').nth(1) == dir.to_str())
-        .unwrap_or_else(|| panic!("{} not listed:\n{out}", dir.display()));
-    line.split([',', ' '])
-        .find_map(|o| o.strip_prefix("pid="))
-        .unwrap_or_else(|| panic!("no pid in {line}"))
-        .parse()
-        .unwrap()
 }

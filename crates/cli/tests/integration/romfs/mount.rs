@@ -351,20 +351,6 @@ fn truncated_image_under_a_live_mount_gives_eio_and_keeps_serving() {
     }
 }
 
-fn server_pid(mnt: &Path) -> u32 {
-    let list = String::from_utf8(common::foliofs_ok(["mounts"])).unwrap();
-    let canon = mnt.canonicalize().unwrap();
-    let line = list
-        .lines()
-        .find(|l| l.split(' ').nth(1) == canon.to_str())
-        .unwrap_or_else(|| panic!("{} not listed:\n{list}", canon.display()));
-    let pid = line
-        .rsplit(',')
-        .find_map(|o| o.strip_prefix("pid="))
-        .unwrap_or_else(|| panic!("no pid in {line}"));
-    pid.trim().parse().unwrap()
-}
-
 fn signal(pid: u32, sig: i32) {
     let st = Command::new("kill")
         .arg(format!("-{sig}"))
@@ -387,7 +373,7 @@ fn sigterm_and_sigint_unmount_cleanly() {
     let fx = genromfs_fixture();
     for sig in [libc::SIGTERM, libc::SIGINT] {
         let m = Mount::new(&fx.img, None, "").unwrap();
-        let pid = server_pid(m.path());
+        let pid = common::server_pid(None, m.path());
         signal(pid, sig);
         assert!(
             common::wait_until(Duration::from_secs(20), || !common::is_mounted(m.path())),
@@ -406,7 +392,7 @@ fn killed_server_mount_is_cleared_by_foliofs_umount() {
     require!("fuse", "genromfs");
     let fx = genromfs_fixture();
     let m = Mount::new(&fx.img, None, "").unwrap();
-    let pid = server_pid(m.path());
+    let pid = common::server_pid(None, m.path());
     signal(pid, libc::SIGKILL);
     assert!(common::wait_until(Duration::from_secs(20), || !alive(pid)));
     assert!(
