@@ -345,6 +345,7 @@ mod tests {
             ("umask=022", "umask"),
             ("writeback", "writeback"),
             ("threads=2", "threads"),
+            ("spin=50", "spin"),
             ("suid", "suid"),
             ("defaults", "defaults"),
             ("size=1M", "size"),

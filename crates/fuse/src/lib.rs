@@ -22,6 +22,7 @@ pub mod profile;
 pub mod push;
 mod server;
 mod session;
+pub mod spin;
 mod stats;
 pub mod watch;
 

@@ -13,6 +13,8 @@ use std::time::Duration;
 use foliofs_block::remote::RemoteOptions;
 use foliofs_block::{check_block_size, BlockSizeChoice, IoMode, OpenOptions};
 
+use crate::spin::MAX_SPIN_US;
+
 // Sizes and ids are read by the rules every foliofs command shares, which
 // live in `foliofs_vfs::options` so that users without FUSE reach them too.
 pub use foliofs_vfs::options::{format_size, parse_size, OptionError};
@@ -76,6 +78,10 @@ pub struct MountOptions {
     pub block_size: BlockSizeChoice,
     /// Server threads (`threads=N`); the mount command's default when `None`.
     pub threads: Option<usize>,
+    /// How long a server thread keeps polling for the next request
+    /// (`spin=MICROSECONDS`, `nospin` for zero); the mount command's
+    /// default when `None`.
+    pub spin: Option<Duration>,
     /// Extra devices (`device=PATH`, repeatable), in order.
     pub devices: Vec<PathBuf>,
     /// How an image in object storage is fetched and cached (`chunk=`,
@@ -363,6 +369,26 @@ impl MountOptions {
                     })?;
                 self.threads = Some(n);
             }
+            "spin" => {
+                let v = need(key, value)?;
+                let us = v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n <= MAX_SPIN_US)
+                    .ok_or_else(|| {
+                        OptionError::bad(
+                            key,
+                            format!(
+                                "`{v}` is not a number of microseconds from 0 to {MAX_SPIN_US}"
+                            ),
+                        )
+                    })?;
+                self.spin = Some(Duration::from_micros(us));
+            }
+            "nospin" => {
+                flag(value)?;
+                self.spin = Some(Duration::ZERO);
+            }
             // mount.fuse3 adds `dev,suid` where fstab says neither; the mount
             // command takes those off again (see `strip_helper_defaults`),
             // so what is left here was asked for.
@@ -613,6 +639,16 @@ mod tests {
     }
 
     #[test]
+    fn spin_is_microseconds_and_nospin_is_zero() {
+        let spin = |s: &str| MountOptions::parse(s).unwrap().spin;
+        assert_eq!(spin(""), None);
+        assert_eq!(spin("spin=150"), Some(Duration::from_micros(150)));
+        assert_eq!(spin("spin=0"), Some(Duration::ZERO));
+        assert_eq!(spin("spin=10000"), Some(Duration::from_millis(10)));
+        assert_eq!(spin("spin=40,nospin"), Some(Duration::ZERO));
+    }
+
+    #[test]
     fn auto_unmount_is_an_option() {
         assert!(MountOptions::parse("auto_unmount").unwrap().auto_unmount);
         assert!(!MountOptions::parse("").unwrap().auto_unmount);
@@ -657,6 +693,11 @@ mod tests {
             ("fsname=", "fsname"),
             ("threads=0", "threads"),
             ("threads=many", "threads"),
+            ("spin=x", "spin"),
+            ("spin=10001", "spin"),
+            ("spin=-1", "spin"),
+            ("spin=", "spin"),
+            ("nospin=1", "nospin"),
         ] {
             let e = MountOptions::parse(s).unwrap_err();
             assert!(
@@ -785,6 +826,8 @@ mod tests {
             "writeback",
             "nowriteback",
             "threads=2",
+            "spin=50",
+            "nospin",
             "push=1M",
             "nopush",
             "record=/p",

@@ -20,6 +20,7 @@ use crate::convert::{ctx, errno, file_attr, fuser_kind, time_set, Overrides};
 use crate::ids::IdMap;
 use crate::profile::{ImageKey, Profile, Recorder};
 use crate::push::{PushSetup, Pusher};
+use crate::spin::SpinSlot;
 use crate::stats::{Op, RequestCounts};
 
 thread_local! {
@@ -72,6 +73,9 @@ pub(crate) struct Server {
     pusher: Option<Pusher>,
     /// Records the start-up profile (`record=`).
     recorder: Option<Recorder>,
+    /// Keeps a thread polling for the next request (`spin=`), once the
+    /// session exists (see [`Server::spin_slot`]).
+    spin: SpinSlot,
     /// The format can never change (`FsInfo::read_only`): it frees no
     /// inodes, so it keeps no lookup counts (see its `readdirplus`).
     immutable: bool,
@@ -153,6 +157,21 @@ impl Server {
             notifier,
             pusher,
             recorder,
+            spin: SpinSlot::default(),
+        }
+    }
+
+    /// Where the session puts the polling state once its descriptor exists.
+    pub(crate) fn spin_slot(&self) -> SpinSlot {
+        self.spin.clone()
+    }
+
+    /// Every request starts here: it is counted, and it keeps the polling
+    /// thread awake for the next one.
+    fn begin(&self, op: Op) {
+        self.requests.bump(op);
+        if let Some(s) = self.spin.get() {
+            s.touch();
         }
     }
 
@@ -309,7 +328,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.requests.bump(Op::Lookup);
+        self.begin(Op::Lookup);
         self.log(format_args!(
             "lookup({}, {name:?}) pid {}",
             parent.0,
@@ -347,12 +366,12 @@ impl fuser::Filesystem for Server {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.requests.bump(Op::Forget);
+        self.begin(Op::Forget);
         self.fs.forget(self.ino(ino), nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.requests.bump(Op::Getattr);
+        self.begin(Op::Getattr);
         self.log(format_args!("getattr({})", ino.0));
         match self.fs.getattr(self.ino(ino)) {
             Ok(a) => reply.attr(&self.cfg.ttl, &self.attr_out(a, a.ino)),
@@ -378,7 +397,7 @@ impl fuser::Filesystem for Server {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.requests.bump(Op::Setattr);
+        self.begin(Op::Setattr);
         self.log(format_args!(
             "setattr({}, mode {mode:?}, uid {uid:?}, gid {gid:?}, size {size:?})",
             ino.0
@@ -403,7 +422,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.requests.bump(Op::Readlink);
+        self.begin(Op::Readlink);
         self.log(format_args!("readlink({})", ino.0));
         match self.fs.readlink(self.ino(ino)) {
             Ok(t) => reply.data(&t),
@@ -421,7 +440,7 @@ impl fuser::Filesystem for Server {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.requests.bump(Op::Mknod);
+        self.begin(Op::Mknod);
         self.log(format_args!("mknod({}, {name:?}, {mode:o})", parent.0));
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
@@ -449,7 +468,7 @@ impl fuser::Filesystem for Server {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.requests.bump(Op::Mkdir);
+        self.begin(Op::Mkdir);
         self.log(format_args!("mkdir({}, {name:?}, {mode:o})", parent.0));
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
@@ -464,7 +483,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.requests.bump(Op::Unlink);
+        self.begin(Op::Unlink);
         self.log(format_args!("unlink({}, {name:?})", parent.0));
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
@@ -474,7 +493,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.requests.bump(Op::Rmdir);
+        self.begin(Op::Rmdir);
         self.log(format_args!("rmdir({}, {name:?})", parent.0));
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
@@ -491,7 +510,7 @@ impl fuser::Filesystem for Server {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.requests.bump(Op::Symlink);
+        self.begin(Op::Symlink);
         self.log(format_args!(
             "symlink({}, {link_name:?}, {target:?})",
             parent.0
@@ -518,7 +537,7 @@ impl fuser::Filesystem for Server {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.requests.bump(Op::Rename);
+        self.begin(Op::Rename);
         self.log(format_args!(
             "rename({}, {name:?}, {}, {newname:?}, {flags})",
             parent.0, newparent.0
@@ -545,7 +564,7 @@ impl fuser::Filesystem for Server {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.requests.bump(Op::Link);
+        self.begin(Op::Link);
         self.log(format_args!(
             "link({}, {}, {newname:?})",
             ino.0, newparent.0
@@ -560,7 +579,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.requests.bump(Op::Open);
+        self.begin(Op::Open);
         self.log(format_args!("open({}, {:#x})", ino.0, flags.0));
         if self.cfg.read_only {
             // An image never changes under its mount, and the mount is
@@ -587,7 +606,7 @@ impl fuser::Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.requests.bump(Op::Read);
+        self.begin(Op::Read);
         self.log(format_args!("read({}, {offset}, {size})", ino.0));
         let ino = self.ino(ino);
         if let Some(p) = &self.pusher {
@@ -622,7 +641,7 @@ impl fuser::Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.requests.bump(Op::Write);
+        self.begin(Op::Write);
         self.log(format_args!("write({}, {offset}, {})", ino.0, data.len()));
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
@@ -673,7 +692,7 @@ impl fuser::Filesystem for Server {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.requests.bump(Op::Flush);
+        self.begin(Op::Flush);
         // Nothing is buffered here between write(2) and close(2), and the
         // kernel writes its own dirty pages back before it would ask. ENOSYS
         // makes it stop sending a FLUSH round trip on every close.
@@ -690,7 +709,7 @@ impl fuser::Filesystem for Server {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.requests.bump(Op::Release);
+        self.begin(Op::Release);
         let r = self.fs.release(self.ino(ino), fh.0);
         self.reply_empty(r, reply);
     }
@@ -703,13 +722,13 @@ impl fuser::Filesystem for Server {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.requests.bump(Op::Fsync);
+        self.begin(Op::Fsync);
         let r = self.fs.fsync(self.ino(ino), datasync);
         self.reply_empty(r, reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.requests.bump(Op::Opendir);
+        self.begin(Op::Opendir);
         self.log(format_args!("opendir({})", ino.0));
         // No format keeps anything per directory handle (listings resume
         // at cookies), so ENOSYS: the kernel stops sending OPENDIR and
@@ -732,7 +751,7 @@ impl fuser::Filesystem for Server {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        self.requests.bump(Op::Readdir);
+        self.begin(Op::Readdir);
         self.log(format_args!("readdir({}, {offset})", ino.0));
         let dir = self.ino(ino);
         // Cookies 1 and 2 follow "." and ".."; the file system's own cookies
@@ -768,7 +787,7 @@ impl fuser::Filesystem for Server {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        self.requests.bump(Op::Readdirplus);
+        self.begin(Op::Readdirplus);
         self.log(format_args!("readdirplus({}, {offset})", ino.0));
         let dir = self.ino(ino);
         let ttl = self.cfg.ttl;
@@ -884,7 +903,7 @@ impl fuser::Filesystem for Server {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.requests.bump(Op::Releasedir);
+        self.begin(Op::Releasedir);
         reply.ok();
     }
 
@@ -898,7 +917,7 @@ impl fuser::Filesystem for Server {
     ) {
         // As fuser's default: ENOSYS, so the kernel stops asking (nothing
         // of a directory is buffered between it and here).
-        self.requests.bump(Op::Fsyncdir);
+        self.begin(Op::Fsyncdir);
         reply.error(Errno::ENOSYS);
     }
 
@@ -915,7 +934,7 @@ impl fuser::Filesystem for Server {
         reply: fuser::ReplyLock,
     ) {
         // ENOSYS: the kernel keeps POSIX locks itself, local to this mount.
-        self.requests.bump(Op::Other);
+        self.begin(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 
@@ -932,7 +951,7 @@ impl fuser::Filesystem for Server {
         _sleep: bool,
         reply: ReplyEmpty,
     ) {
-        self.requests.bump(Op::Other);
+        self.begin(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 
@@ -950,12 +969,12 @@ impl fuser::Filesystem for Server {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        self.requests.bump(Op::Ioctl);
+        self.begin(Op::Ioctl);
         reply.error(Errno::ENOTTY);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.requests.bump(Op::Statfs);
+        self.begin(Op::Statfs);
         match self.fs.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -974,7 +993,7 @@ impl fuser::Filesystem for Server {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.requests.bump(Op::Setxattr);
+        self.begin(Op::Setxattr);
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
         }
@@ -985,14 +1004,14 @@ impl fuser::Filesystem for Server {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.requests.bump(Op::Getxattr);
+        self.begin(Op::Getxattr);
         self.log(format_args!("getxattr({}, {name:?})", ino.0));
         let r = self.fs.getxattr(self.ino(ino), name);
         self.reply_xattr(r, size, reply);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.requests.bump(Op::Listxattr);
+        self.begin(Op::Listxattr);
         let r = self.fs.listxattr(self.ino(ino)).map(|names| {
             let mut out = Vec::new();
             for n in names {
@@ -1005,7 +1024,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.requests.bump(Op::Removexattr);
+        self.begin(Op::Removexattr);
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
         }
@@ -1014,7 +1033,7 @@ impl fuser::Filesystem for Server {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        self.requests.bump(Op::Access);
+        self.begin(Op::Access);
         // Only reached without default_permissions; check like the kernel's
         // generic_permission would, on the attributes the kernel sees.
         let a = match self.fs.getattr(self.ino(ino)) {
@@ -1061,7 +1080,7 @@ impl fuser::Filesystem for Server {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.requests.bump(Op::Create);
+        self.begin(Op::Create);
         self.log(format_args!("create({}, {name:?}, {mode:o})", parent.0));
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
@@ -1097,7 +1116,7 @@ impl fuser::Filesystem for Server {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.requests.bump(Op::Fallocate);
+        self.begin(Op::Fallocate);
         if self.cfg.read_only {
             return reply.error(Errno::EROFS);
         }
@@ -1114,7 +1133,7 @@ impl fuser::Filesystem for Server {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        self.requests.bump(Op::Lseek);
+        self.begin(Op::Lseek);
         let Ok(offset) = u64::try_from(offset) else {
             return reply.error(Errno::ENXIO);
         };

@@ -10,6 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use foliofs_vfs::FileSystem;
 use nix::mount::{MntFlags, MsFlags};
@@ -19,6 +20,7 @@ use crate::fusermount::{self, FusermountError};
 use crate::options::MountFlags;
 use crate::privilege;
 use crate::server::{Server, ServerConfig};
+use crate::spin::Spin;
 
 /// The file-system type every foliofs mount has (`fuse.<subtype>`).
 pub const FS_TYPE: &str = "fuse.foliofs";
@@ -96,6 +98,9 @@ pub struct MountConfig {
     pub allow_other: bool,
     /// Server threads (each with its own cloned `/dev/fuse` descriptor).
     pub threads: usize,
+    /// How long one server thread keeps polling for the next request after
+    /// each one (`spin=`, see [`crate::spin`]); zero sleeps at once.
+    pub spin: Duration,
     /// Readahead set on the mount's bdi once it is live, in KiB; `None`
     /// keeps the kernel's. (Only root may write the bdi's settings.)
     pub read_ahead_kb: Option<u32>,
@@ -333,9 +338,21 @@ pub fn mount(fs: Arc<dyn FileSystem>, cfg: &MountConfig) -> Result<Mounted, Moun
     fcfg.clone_fd = true;
     let server = Server::new(fs, cfg.server.clone());
     let notifier = server.notifier_slot();
+    let spin = server.spin_slot();
+    // The session reads on this descriptor with its first thread (the
+    // others clone their own); a duplicate shares its blocking flag.
+    let poll_fd = if cfg.spin.is_zero() {
+        None
+    } else {
+        dev.try_clone().ok()
+    };
     let session = fuser::Session::from_fd(server, dev, acl, fcfg)
         .map_err(|e| undo(MountError::Handshake(e)))?;
     let _ = notifier.set(session.notifier());
+    // After the handshake, which fuser reads expecting it to block.
+    if let Some(s) = poll_fd.and_then(|fd| Spin::start(fd, cfg.spin)) {
+        let _ = spin.set(s);
+    }
 
     // The INIT reply may only lower readahead, so it is raised after it.
     // Only root of the machine may write a bdi's settings; a user's mount

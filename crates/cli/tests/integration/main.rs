@@ -2,7 +2,8 @@
 //! the libraries against the source trees, the reference tools and the
 //! kernel's own drivers. One module per format, `remote` for images in
 //! object storage (a SeaweedFS per test), `user` for mounts by a user,
-//! `push` for data pushed ahead and start-up profiles; `common` holds what
+//! `push` for data pushed ahead and start-up profiles, `spin` for polling
+//! for the next request; `common` holds what
 //! they share (bounded runs, the mount guard,
 //! fixtures, walks, the romfs oracle).
 
@@ -17,4 +18,5 @@ mod push;
 mod ramfs;
 mod remote;
 mod romfs;
+mod spin;
 mod user;
