@@ -103,6 +103,27 @@ struct Pending {
     listed: HashSet<u64>,
     /// Taken by a committer and not yet in the map.
     committing: usize,
+    /// Fetched and already handed to readers, not yet stored: `settle`
+    /// waits for these too, or a chunk a reader just got could miss it.
+    arriving: usize,
+}
+
+/// A chunk on its way into the cache, counted by [`DiskCache::settle`]
+/// from before its readers are answered until it is stored.
+pub struct Arriving<'a>(&'a DiskCache);
+
+impl Arriving<'_> {
+    /// Stores the chunk (see [`DiskCache::store`]).
+    pub fn store(self, index: u64, bytes: &[u8]) {
+        self.0.store(index, bytes);
+    }
+}
+
+impl Drop for Arriving<'_> {
+    fn drop(&mut self) {
+        self.0.pending.lock().unwrap().arriving -= 1;
+        self.0.pending_changed.notify_all();
+    }
 }
 
 /// One object's files, shared with the process's other caches so that
@@ -530,6 +551,12 @@ impl DiskCache {
         }
     }
 
+    /// Announces a chunk that will be stored once its readers have it.
+    pub fn arriving(&self) -> Arriving<'_> {
+        self.pending.lock().unwrap().arriving += 1;
+        Arriving(self)
+    }
+
     /// Writes chunk `index`, readable by this process at once;
     /// [`DiskCache::commit_next`] makes it durable and enters it in the
     /// map, and evicts to make room. A failure to write only costs a later
@@ -618,7 +645,7 @@ impl DiskCache {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline && self.commit_next(Duration::ZERO) {}
         let mut p = self.pending.lock().unwrap();
-        while !p.queued.is_empty() || p.committing > 0 {
+        while !p.queued.is_empty() || p.committing > 0 || p.arriving > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;

@@ -612,9 +612,12 @@ impl Shared {
             drop(st);
             let outcome = self.fetch(c);
             if let Ok(data) = &outcome {
+                // Readers first (the disk write can wait), but counted
+                // from now on, so that settling waits for it.
+                let arriving = self.cache.arriving();
                 *flight.result.lock().unwrap() = Some(outcome.clone());
                 flight.done.notify_all();
-                self.cache.store(c, data);
+                arriving.store(c, data);
             }
             st = self.state.lock().unwrap();
             st.inflight.remove(&c);
