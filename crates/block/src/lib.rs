@@ -19,7 +19,7 @@ mod store;
 use std::sync::Arc;
 
 pub use cache::{Block, BlockCache};
-pub use error::{Corrupt, Incompatible};
+pub use error::Corrupt;
 pub use store::{IoMode, Store};
 
 use foliofs_vfs::{Error, Result, Scratch};
@@ -140,13 +140,6 @@ impl BlockDev {
     /// 1 KiB to 2 MiB) and a cache of about `cache_bytes`.
     pub fn new(store: Store, block_size: u32, cache_bytes: usize) -> Result<BlockDev> {
         check_block_size(block_size)?;
-        if store.mode() == IoMode::Direct && block_size < store.dio_align() {
-            return Err(Error::incompatible(Incompatible::BlockSizeBelowDirectIo {
-                path: store.path().to_owned(),
-                block_size,
-                align: store.dio_align(),
-            }));
-        }
         let blocks = (cache_bytes / block_size as usize).max(8);
         Ok(BlockDev {
             align: (store.dio_align() as usize).max(64),
@@ -190,8 +183,9 @@ impl BlockDev {
         self.size().div_ceil(u64::from(self.block_size))
     }
 
-    /// Block `index` through the cache. The last block of the image may be
-    /// shorter than the block size.
+    /// Block `index` through the cache, read through the page cache in
+    /// either I/O mode: blocks hold metadata. The last block of the image
+    /// may be shorter than the block size.
     pub fn block(&self, index: u64) -> Result<Arc<Block>> {
         if let Some(b) = self.cache.get(index) {
             return Ok(b);
@@ -201,25 +195,16 @@ impl BlockDev {
             return Err(self.beyond_end(start, 1));
         }
         let len = (self.size() - start).min(u64::from(self.block_size)) as usize;
-        let io_len = if self.store.mode() == IoMode::Direct {
-            self.block_size as usize
-        } else {
-            len
-        };
-        let mut block = self.cache.take_spare(io_len, self.align);
-        let n = self.store.read_at(block.io_buf(), start)?;
+        let mut block = self.cache.take_spare(len, self.align);
+        let n = self.store.read_meta_at(block.io_buf(), start)?;
         block.set_len(n.min(len));
         Ok(self.cache.insert(index, block))
     }
 
     /// Starts reading, in the background, the uncached blocks holding the
-    /// bytes at `offsets` (a hint for buffered stores; nothing in direct
-    /// mode). Blocks close together go out as one request of a bounded
+    /// bytes at `offsets` (a hint: see [`Store::will_need`]). Blocks close together go out as one request of a bounded
     /// size: reading a few unneeded blocks costs less than another seek.
     pub fn prefetch(&self, offsets: impl IntoIterator<Item = u64>) {
-        if self.store.mode() != IoMode::Buffered {
-            return;
-        }
         let mut blocks: Vec<u64> = offsets
             .into_iter()
             .filter(|&o| o < self.size())
@@ -273,11 +258,14 @@ impl BlockDev {
     /// cache.
     ///
     /// Reads of [`STREAM_READ`] bytes or more skip the blocks altogether and
-    /// read the range asked for with one I/O (rounded out only to the
-    /// `O_DIRECT` alignment in direct mode): rounding a large request out to
+    /// read the range asked for with one I/O: rounding a large request out to
     /// large blocks, or copying whole cached edge blocks, would move up to
     /// twice the block size more than the request for nothing, and would
     /// read a block twice when two threads miss it at once.
+    ///
+    /// This reads through the page cache in either I/O mode: it is for
+    /// metadata and directories. File data goes through
+    /// [`BlockDev::read_data`].
     pub fn read<'a>(&self, offset: u64, len: usize, scratch: &'a mut Scratch) -> Result<&'a [u8]> {
         let size = self.size();
         if offset >= size || len == 0 {
@@ -285,17 +273,7 @@ impl BlockDev {
         }
         let len = (len as u64).min(size - offset) as usize;
         if len >= STREAM_READ {
-            // Direct I/O needs only its own alignment, not whole blocks.
-            let a = u64::from(self.store.dio_align());
-            let start = offset / a * a;
-            let stop = (offset + len as u64).div_ceil(a) * a;
-            let buf = scratch.aligned((stop - start) as usize, self.align);
-            let got = self.store.read_at(buf, start)?;
-            let need = (offset - start) as usize + len;
-            if got < need {
-                return Err(self.beyond_end(start + got as u64, 1));
-            }
-            return Ok(&buf[need - len..need]);
+            return self.read_span(offset, len, scratch, false);
         }
         let end = offset + len as u64;
         let bs = u64::from(self.block_size);
@@ -311,12 +289,7 @@ impl BlockDev {
         }
         let base = first << self.shift;
         let span = ((last + 1) << self.shift).min(size) - base;
-        let io_span = if self.store.mode() == IoMode::Direct {
-            (last + 1 - first) << self.shift
-        } else {
-            span
-        };
-        let buf = scratch.aligned(io_span as usize, self.align);
+        let buf = scratch.aligned(span as usize, self.align);
         // Edge blocks the request only partly covers come from the cache: a
         // sequential reader's next request starts in the same block.
         let head_partial = !offset.is_multiple_of(bs);
@@ -345,19 +318,69 @@ impl BlockDev {
         }
         if full_first <= full_last {
             let at = ((full_first - first) << self.shift) as usize;
-            let to = if self.store.mode() == IoMode::Direct {
-                ((full_last + 1 - first) << self.shift) as usize
-            } else {
-                (((full_last + 1) << self.shift).min(size) - base) as usize
-            };
-            let want = ((((full_last + 1) << self.shift).min(size)) - base) as usize - at;
-            let got = self.store.read_at(&mut buf[at..to], base + at as u64)?;
+            let to = (((full_last + 1) << self.shift).min(size) - base) as usize;
+            let want = to - at;
+            let got = self
+                .store
+                .read_meta_at(&mut buf[at..to], base + at as u64)?;
             if got < want {
                 return Err(self.beyond_end(base + (at + got) as u64, 1));
             }
         }
         let within = (offset - base) as usize;
         Ok(&buf[within..within + len])
+    }
+
+    /// Reads `len` bytes of file data at `offset` (clipped at the image
+    /// end), as [`BlockDev::read`] does when buffered. In direct mode the
+    /// range is read with `O_DIRECT`, rounded out only to its alignment,
+    /// and never enters a cache, as the kernel's file-backed EROFS reads
+    /// data with `directio` (and metadata through the page cache).
+    pub fn read_data<'a>(
+        &self,
+        offset: u64,
+        len: usize,
+        scratch: &'a mut Scratch,
+    ) -> Result<&'a [u8]> {
+        if self.store.mode() != IoMode::Direct {
+            return self.read(offset, len, scratch);
+        }
+        let size = self.size();
+        if offset >= size || len == 0 {
+            return Ok(&[]);
+        }
+        let len = (len as u64).min(size - offset) as usize;
+        self.read_span(offset, len, scratch, true)
+    }
+
+    /// One read of `[offset, offset + len)` (inside the image), rounded
+    /// out to the direct-I/O alignment when `data` asks for the data
+    /// handle (`O_DIRECT` in direct mode), past the cached blocks.
+    fn read_span<'a>(
+        &self,
+        offset: u64,
+        len: usize,
+        scratch: &'a mut Scratch,
+        data: bool,
+    ) -> Result<&'a [u8]> {
+        let a = if data {
+            u64::from(self.store.dio_align())
+        } else {
+            1
+        };
+        let start = offset / a * a;
+        let stop = (offset + len as u64).div_ceil(a) * a;
+        let buf = scratch.aligned((stop - start) as usize, self.align);
+        let got = if data {
+            self.store.read_at(buf, start)?
+        } else {
+            self.store.read_meta_at(buf, start)?
+        };
+        let need = (offset - start) as usize + len;
+        if got < need {
+            return Err(self.beyond_end(start + got as u64, 1));
+        }
+        Ok(&buf[need - len..need])
     }
 
     /// Fails unless `[offset, offset+len)` lies inside the image.

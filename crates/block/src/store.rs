@@ -28,7 +28,12 @@ pub enum IoMode {
 /// What a store reads.
 #[derive(Debug)]
 enum Backing {
-    File(File),
+    /// The file for data, and, in direct mode, a second buffered handle for
+    /// metadata (the first one when buffered).
+    File {
+        data: File,
+        meta: Option<File>,
+    },
     Remote(Arc<RemoteObject>),
 }
 
@@ -79,7 +84,10 @@ impl Store {
             });
         };
         let mut store = Store {
-            backing: Backing::File(plain),
+            backing: Backing::File {
+                data: plain,
+                meta: None,
+            },
             path: path.to_owned(),
             size,
             mode: IoMode::Buffered,
@@ -89,7 +97,13 @@ impl Store {
         if mode == IoMode::Direct {
             match Self::open_direct(path, size) {
                 Ok((file, align)) => {
-                    store.backing = Backing::File(file);
+                    // Metadata keeps the buffered handle, as the kernel's
+                    // file-backed EROFS reads its metadata through the
+                    // image's page cache whatever `directio` says.
+                    let Backing::File { data, meta } = &mut store.backing else {
+                        unreachable!("a local store")
+                    };
+                    *meta = Some(std::mem::replace(data, file));
                     store.mode = IoMode::Direct;
                     store.dio_align = align;
                 }
@@ -137,7 +151,7 @@ impl Store {
     pub fn remote(&self) -> Option<&Arc<RemoteObject>> {
         match &self.backing {
             Backing::Remote(o) => Some(o),
-            Backing::File(_) => None,
+            Backing::File { .. } => None,
         }
     }
 
@@ -184,15 +198,30 @@ impl Store {
         self.dio_align
     }
 
-    /// Fills `buf` from `offset`. Short reads (the file shrank under us) are
-    /// an I/O error naming the offset, never silent zeroes. In direct mode the
-    /// caller passes aligned offset, length and memory; the end of the file
-    /// may fall inside `buf`, and only then does this return fewer bytes.
+    /// Fills `buf` from `offset` with file data (`O_DIRECT` in direct
+    /// mode). Short reads (the file shrank under us) are an I/O error naming
+    /// the offset, never silent zeroes. In direct mode the caller passes
+    /// aligned offset, length and memory; the end of the file may fall
+    /// inside `buf`, and only then does this return fewer bytes.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let file = match &self.backing {
-            Backing::File(f) => f,
-            Backing::Remote(o) => return o.read_at(buf, offset),
-        };
+        match &self.backing {
+            Backing::File { data, .. } => self.read_file_at(data, buf, offset),
+            Backing::Remote(o) => o.read_at(buf, offset),
+        }
+    }
+
+    /// As [`Store::read_at`], for metadata: always through the page cache,
+    /// with no alignment asked of the caller.
+    pub fn read_meta_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        match &self.backing {
+            Backing::File { data, meta } => {
+                self.read_file_at(meta.as_ref().unwrap_or(data), buf, offset)
+            }
+            Backing::Remote(o) => o.read_at(buf, offset),
+        }
+    }
+
+    fn read_file_at(&self, file: &File, buf: &mut [u8], offset: u64) -> Result<usize> {
         let mut done = 0;
         while done < buf.len() {
             match file.read_at(&mut buf[done..], offset + done as u64) {
@@ -225,21 +254,21 @@ impl Store {
         Ok(done)
     }
 
-    /// Asks the kernel to start reading `[offset, offset + len)` into the
-    /// page cache. The kernel submits the reads without waiting for them
-    /// (it may still wait for a free slot in a full device queue): later
-    /// reads of the range then find it there, or in flight. Many such hints at once keep the
-    /// device busy with several requests where one reader would wait for
-    /// each in turn. Buffered stores only: direct reads bypass the page
-    /// cache, so there is nothing to fill. A remote store queues the chunks
+    /// Asks the kernel to start reading the metadata in `[offset, offset +
+    /// len)` into the page cache ([`Store::read_meta_at`] reads through it
+    /// in either mode). The kernel submits the reads without waiting for
+    /// them (it may still wait for a free slot in a full device queue):
+    /// later reads of the range then find it there, or in flight. Many such
+    /// hints at once keep the device busy with several requests where one
+    /// reader would wait for each in turn. A remote store queues the chunks
     /// of the range for its fetch threads (after the reads someone waits
     /// for).
     pub fn will_need(&self, offset: u64, len: u64) {
         let file = match &self.backing {
-            Backing::File(f) => f,
+            Backing::File { data, meta } => meta.as_ref().unwrap_or(data),
             Backing::Remote(o) => return o.will_need(offset, len),
         };
-        if self.mode != IoMode::Buffered || len == 0 || offset >= self.size {
+        if len == 0 || offset >= self.size {
             return;
         }
         let len = len.min(self.size - offset);
@@ -257,7 +286,7 @@ impl Store {
     /// like); `None` for a remote one.
     pub fn raw_fd(&self) -> Option<i32> {
         match &self.backing {
-            Backing::File(f) => Some(f.as_raw_fd()),
+            Backing::File { data, .. } => Some(data.as_raw_fd()),
             Backing::Remote(_) => None,
         }
     }

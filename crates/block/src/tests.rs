@@ -73,6 +73,12 @@ fn check_reads(dev: &BlockDev, data: &[u8]) {
             let got = dev.read(off, len, &mut scratch).unwrap();
             let end = (off + len as u64).min(size) as usize;
             assert_eq!(got, &data[off as usize..end], "bs {bs} off {off} len {len}");
+            let got = dev.read_data(off, len, &mut scratch).unwrap();
+            assert_eq!(
+                got,
+                &data[off as usize..end],
+                "data: bs {bs} off {off} len {len}"
+            );
             if off + len as u64 <= size {
                 let mut buf = vec![0u8; len];
                 dev.read_exact(off, &mut buf).unwrap();
@@ -98,7 +104,8 @@ fn reads_match_the_file_at_every_block_size() {
 #[test]
 fn direct_reads_match_or_fall_back() {
     let (f, data) = image(2 * 1024 * 1024 + 4096);
-    for bs in [4096, 65536, MAX_BLOCK_SIZE] {
+    // Blocks are metadata, read through the page cache: any size will do.
+    for bs in [MIN_BLOCK_SIZE, 4096, 65536, MAX_BLOCK_SIZE] {
         let store = Store::open(f.path(), &direct()).unwrap();
         if let Some(why) = store.direct_fallback() {
             eprintln!("O_DIRECT refused here ({why}); checking the buffered fallback");
@@ -172,11 +179,11 @@ fn resident(f: &std::fs::File, len: usize) -> Vec<bool> {
     vec.iter().map(|b| b & 1 == 1).collect()
 }
 
-#[test]
-fn prefetch_fills_the_page_cache_with_the_blocks_asked_for() {
+/// A file of `len` bytes on a disk (not in a tmpfs /tmp, whose pages
+/// cannot be dropped) with none of its pages cached; `None` where the file
+/// system keeps them.
+fn uncached_file(len: usize) -> Option<(tempfile::NamedTempFile, Vec<u8>)> {
     use std::os::unix::io::AsRawFd;
-    let len = 4 << 20;
-    // On disk, not in a tmpfs /tmp, whose pages cannot be dropped.
     let target = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target");
     let dir = std::path::Path::new(target);
     let data = pattern(len);
@@ -191,8 +198,17 @@ fn prefetch_fills_the_page_cache_with_the_blocks_asked_for() {
     unsafe { libc::posix_fadvise(f.as_file().as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     if resident(f.as_file(), len).iter().any(|&r| r) {
         eprintln!("skipped: this file system keeps pages after POSIX_FADV_DONTNEED");
-        return;
+        return None;
     }
+    Some((f, data))
+}
+
+#[test]
+fn prefetch_fills_the_page_cache_with_the_blocks_asked_for() {
+    let len = 4 << 20;
+    let Some((f, data)) = uncached_file(len) else {
+        return;
+    };
     let dev = BlockDev::open(f.path(), &OpenOptions::default(), 4096).unwrap();
     // Two blocks close together, one far away; nothing else.
     dev.prefetch([4096 + 10, 3 * 4096, (3 << 20) + 5]);
@@ -223,16 +239,56 @@ fn prefetch_fills_the_page_cache_with_the_blocks_asked_for() {
 }
 
 #[test]
-fn prefetch_does_nothing_in_direct_mode_or_past_the_end() {
+fn prefetch_past_the_end_does_nothing() {
     let (f, data) = image(1 << 20);
-    let opts = OpenOptions {
-        io_mode: IoMode::Direct,
-        ..OpenOptions::default()
+    for opts in [direct(), OpenOptions::default()] {
+        let dev = BlockDev::open(f.path(), &opts, 4096).unwrap();
+        dev.prefetch([1 << 20, 1 << 30, u64::MAX]);
+        check_reads(&dev, &data);
+    }
+}
+
+/// With `directio`, file data bypasses the page cache while metadata (the
+/// cached blocks, and their read-ahead) goes through it, as on the
+/// kernel's file-backed EROFS.
+#[test]
+fn direct_mode_reads_data_past_the_page_cache_and_metadata_through_it() {
+    let len = 4 << 20;
+    let Some((f, data)) = uncached_file(len) else {
+        return;
     };
-    let dev = BlockDev::open(f.path(), &opts, 4096).unwrap();
-    dev.prefetch([0, 1 << 30, u64::MAX]);
-    check_reads(&dev, &data);
-    let dev = BlockDev::open(f.path(), &OpenOptions::default(), 4096).unwrap();
-    dev.prefetch([1 << 20, 1 << 30, u64::MAX]);
-    check_reads(&dev, &data);
+    let dev = BlockDev::open(f.path(), &direct(), 4096).unwrap();
+    if let Some(why) = dev.store().direct_fallback() {
+        eprintln!("skipped: O_DIRECT refused here ({why})");
+        return;
+    }
+    let page = page_size() as usize;
+    let mut scratch = Scratch::new();
+    // Data: small, unaligned, and large reads.
+    for (off, n) in [(1 << 20, 100), ((2 << 20) + 5, 10_000), (3 << 20, 1 << 20)] {
+        let got = dev.read_data(off as u64, n, &mut scratch).unwrap();
+        assert_eq!(got, &data[off..off + n]);
+    }
+    // Metadata: one block read, one prefetched.
+    let mut buf = [0u8; 64];
+    dev.read_exact(4096 + 7, &mut buf).unwrap();
+    assert_eq!(buf, data[4096 + 7..4096 + 71]);
+    dev.prefetch([5 * 4096]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let r = resident(f.as_file(), len);
+        // Data was read at 1 MiB and beyond, metadata below.
+        let data_pages: Vec<usize> = (0..r.len())
+            .filter(|&i| r[i] && i >= (1 << 20) / page)
+            .collect();
+        assert!(data_pages.is_empty(), "data pages cached: {data_pages:?}");
+        if r[1] && r[5] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "metadata pages never arrived"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

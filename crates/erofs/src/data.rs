@@ -20,6 +20,10 @@ pub(crate) enum Phys {
     /// Byte position in the metabox inode's data (the inline tail of an
     /// inode kept there).
     Metabox(u64),
+    /// Byte position of an inline tail in the primary image's metadata,
+    /// read as metadata (through the page cache) whatever `directio` says,
+    /// as the kernel reads it.
+    Tail(u64),
 }
 
 /// A run of uncompressed file data starting at logical offset `la`.
@@ -150,7 +154,7 @@ impl Erofs {
                     phys: if inode.in_metabox {
                         Phys::Metabox(pos)
                     } else {
-                        Phys::At(0, pos)
+                        Phys::Tail(pos)
                     },
                 })
             }
@@ -232,16 +236,35 @@ impl Erofs {
         ))
     }
 
-    /// Reads `len` bytes at `pos` of device `dev`, all or an error.
-    pub(crate) fn read_phys<'a>(
+    /// Reads `len` bytes of file data at `pos` of device `dev`, all or an
+    /// error: with `directio`, read with `O_DIRECT` and kept in no cache,
+    /// as the kernel reads it.
+    pub(crate) fn read_phys_data<'a>(
         &self,
         dev: usize,
         pos: u64,
         len: usize,
         scratch: &'a mut Scratch,
     ) -> Result<&'a [u8]> {
+        self.read_phys_via(dev, pos, len, scratch, true)
+    }
+
+    /// As [`Erofs::read_phys_data`]; through the page cache and the block
+    /// cache unless `data` (directories, the metabox, the packed inode).
+    fn read_phys_via<'a>(
+        &self,
+        dev: usize,
+        pos: u64,
+        len: usize,
+        scratch: &'a mut Scratch,
+        data: bool,
+    ) -> Result<&'a [u8]> {
         let d = self.device(dev);
-        let got = d.read(pos, len, scratch)?;
+        let got = if data {
+            d.read_data(pos, len, scratch)?
+        } else {
+            d.read(pos, len, scratch)?
+        };
         if got.len() != len {
             return Err(Error::corrupt(
                 pos,
@@ -256,13 +279,38 @@ impl Erofs {
         Ok(got)
     }
 
-    /// Reads file data of `inode` at `offset`, up to `size` bytes.
+    /// Reads the data of `inode` at `offset`, up to `size` bytes, through
+    /// the caches: for directories and the inodes that hold metadata.
     pub fn read_inode<'a>(
         &self,
         inode: &Inode,
         offset: u64,
         size: u32,
         scratch: &'a mut Scratch,
+    ) -> Result<&'a [u8]> {
+        self.read_inode_via(inode, offset, size, scratch, false)
+    }
+
+    /// Reads a file's data at `offset`, up to `size` bytes, for a reader:
+    /// as [`Erofs::read_inode`], but with `directio` uncompressed data is
+    /// read with `O_DIRECT`.
+    pub fn read_file<'a>(
+        &self,
+        inode: &Inode,
+        offset: u64,
+        size: u32,
+        scratch: &'a mut Scratch,
+    ) -> Result<&'a [u8]> {
+        self.read_inode_via(inode, offset, size, scratch, true)
+    }
+
+    fn read_inode_via<'a>(
+        &self,
+        inode: &Inode,
+        offset: u64,
+        size: u32,
+        scratch: &'a mut Scratch,
+        data: bool,
     ) -> Result<&'a [u8]> {
         if offset >= inode.size || size == 0 {
             return Ok(&[]);
@@ -276,10 +324,15 @@ impl Erofs {
         if run.la + run.len >= end {
             let within = offset - run.la;
             return match run.phys {
-                Phys::At(dev, p) => self.read_phys(dev, p + within, total, scratch),
+                Phys::At(dev, p) => self.read_phys_via(dev, p + within, total, scratch, data),
                 Phys::Metabox(p) => {
                     let out = scratch.get(total);
                     self.metabox_bytes(inode.nid, p + within, out)?;
+                    Ok(out)
+                }
+                Phys::Tail(p) => {
+                    let out = scratch.get(total);
+                    self.meta(p + within, out)?;
                     Ok(out)
                 }
                 Phys::Hole => {
@@ -300,8 +353,9 @@ impl Erofs {
                 Phys::Metabox(p) => {
                     self.metabox_bytes(inode.nid, p + (pos - run.la), &mut out[at..at + n])?
                 }
+                Phys::Tail(p) => self.meta(p + (pos - run.la), &mut out[at..at + n])?,
                 Phys::At(dev, p) => with_scratch(&PIECE, |piece| -> Result<()> {
-                    let got = self.read_phys(dev, p + (pos - run.la), n, piece)?;
+                    let got = self.read_phys_via(dev, p + (pos - run.la), n, piece, data)?;
                     out[at..at + n].copy_from_slice(got);
                     Ok(())
                 })?,

@@ -53,7 +53,7 @@ impl Erofs {
                 .map_flat(dir, start, start + 1)
                 .ok()
                 .and_then(|r| match r.phys {
-                    Phys::At(_, p) | Phys::Metabox(p) => Some(p + (start - r.la)),
+                    Phys::At(_, p) | Phys::Metabox(p) | Phys::Tail(p) => Some(p + (start - r.la)),
                     Phys::Hole => None,
                 })
                 .unwrap_or(dir.pos),
@@ -136,9 +136,7 @@ impl Erofs {
     pub(crate) fn prefetch_dir_inner(&self, ino: Ino, offset: u64) {
         let bs = u64::from(self.sb.block_size());
         let window = PREFETCH_DIR_BLOCKS * bs;
-        if !offset.is_multiple_of(window)
-            || self.dev.store().mode() != foliofs_block::IoMode::Buffered
-        {
+        if !offset.is_multiple_of(window) {
             return;
         }
         let Ok(dir) = self.dir_inode(ino) else { return };

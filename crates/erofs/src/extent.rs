@@ -72,10 +72,9 @@ impl Erofs {
             let physical = match r.phys {
                 Phys::Hole | Phys::Metabox(_) => None,
                 Phys::At(d, p) => Some((d, p)),
+                Phys::Tail(p) => Some((0, p)),
             };
-            let inline = matches!(r.phys, Phys::Metabox(_))
-                || (inode.layout == Layout::FlatInline
-                    && physical == Some((0, inode.trailer_pos())));
+            let inline = matches!(r.phys, Phys::Metabox(_) | Phys::Tail(_));
             out.push(Extent {
                 logical: r.la,
                 length: r.len,

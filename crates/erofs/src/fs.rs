@@ -72,7 +72,7 @@ impl FileSystem for Erofs {
         match inode.kind {
             FileType::Directory => Err(Error::IsDir),
             FileType::RegularFile | FileType::Symlink => {
-                self.read_inode(&inode, offset, size, scratch)
+                self.read_file(&inode, offset, size, scratch)
             }
             _ => Err(Error::Invalid),
         }

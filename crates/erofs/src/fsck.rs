@@ -106,13 +106,17 @@ impl Erofs {
                 Phys::At(dev, p) => {
                     while pos < end {
                         let n = (end - pos).min(1 << 20) as usize;
-                        self.read_phys(dev, p + (pos - run.la), n, scratch)?;
+                        self.read_phys_data(dev, p + (pos - run.la), n, scratch)?;
                         pos += n as u64;
                     }
                 }
                 Phys::Metabox(p) => {
                     let mut tail = vec![0u8; (end - pos) as usize];
                     self.metabox_bytes(inode.nid, p + (pos - run.la), &mut tail)?;
+                }
+                Phys::Tail(p) => {
+                    let mut tail = vec![0u8; (end - pos) as usize];
+                    self.meta(p + (pos - run.la), &mut tail)?;
                 }
                 Phys::Hole => {}
             }

@@ -82,11 +82,8 @@ impl Erofs {
             .map_err(too_small)?;
         let sb = Superblock::parse(&raw[..size])?;
         // The cache's blocks follow the image's, but never below what the
-        // block layer or direct I/O can do.
-        let default_bs = sb
-            .block_size()
-            .max(probe.store().dio_align())
-            .clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
+        // block layer can do.
+        let default_bs = sb.block_size().clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
         drop(probe);
         let dev = BlockDev::open(path, opts, default_bs)?;
         let mut fs = Erofs {

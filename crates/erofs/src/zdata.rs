@@ -184,7 +184,7 @@ impl Erofs {
         let len: u64 = run.iter().map(|(ext, _)| ext.plen).sum();
         let codec = self.codec();
         with_scratch(&PIECE, |piece| -> Result<u64> {
-            let src = self.read_phys(dev, p, len as usize, piece)?;
+            let src = self.read_phys_data(dev, p, len as usize, piece)?;
             let mut done = 0u64;
             let mut from = 0usize;
             for (ext, _) in run {
@@ -295,7 +295,7 @@ impl Erofs {
         }
         let (dev, p) = self.resolve(0, ext.pa, inode.pos)?;
         with_scratch(&PIECE, |piece| -> Result<()> {
-            let src = self.read_phys(dev, p, ext.plen as usize, piece)?;
+            let src = self.read_phys_data(dev, p, ext.plen as usize, piece)?;
             decompress::decompress_into(ext, src, &codec, out, ext.partial)
         })
     }

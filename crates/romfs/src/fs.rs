@@ -494,10 +494,11 @@ impl FileSystem for RomFs {
     /// subdirectories' entry chains, side by side (see
     /// `RomFs::read_subdirs`): a walker such as `find` lists them next.
     /// This directory's own entries need nothing more, since a header holds
-    /// all of an entry's attributes. Only with buffered I/O, where the
-    /// kernel can have many reads in flight for one thread.
+    /// all of an entry's attributes. Headers are read through the page
+    /// cache in either I/O mode, where the kernel can have many reads in
+    /// flight for one thread.
     fn prefetch_dir(&self, ino: Ino, offset: u64) {
-        if offset != 0 || self.dev.store().mode() != foliofs_block::IoMode::Buffered {
+        if offset != 0 {
             return;
         }
         if let Ok(dir) = self.dir(ino) {
@@ -523,7 +524,9 @@ impl FileSystem for RomFs {
             return Ok(&[]);
         }
         let len = (fsize - offset).min(u64::from(size)) as usize;
-        let data = self.dev.read(inode.data_offset + offset, len, scratch)?;
+        let data = self
+            .dev
+            .read_data(inode.data_offset + offset, len, scratch)?;
         if data.len() < len {
             return Err(Error::corrupt(
                 inode.data_offset + offset + data.len() as u64,
