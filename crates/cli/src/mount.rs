@@ -28,6 +28,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// Server threads: enough for the kernel's parallel readahead and a
 /// metadata walk at once on a small machine.
 const THREADS: usize = 4;
+
+/// Pusher threads of a `directio` image mount: each reads a file while the
+/// others' reads are in the device's queue.
+const PUSH_READERS_DIRECT: usize = 4;
 /// Server threads of a ramfs: no more than the machine has cores, one
 /// fewer while a thread polls. Its requests are a few microseconds of work
 /// in memory, with no reads to overlap, so threads past that only add
@@ -634,6 +638,14 @@ fn serve(
             writeback: opts.writeback,
             requests: Default::default(),
             push_budget: opened.push_budget,
+            // Direct reads wait for the device, whose queue serves several
+            // at once; buffered ones come from the page cache, where more
+            // threads would only take the CPU the reader needs.
+            push_readers: if opts.io_mode == IoMode::Direct {
+                PUSH_READERS_DIRECT
+            } else {
+                1
+            },
             record: opened.record.clone(),
             profile: opened.profile.clone(),
         },

@@ -18,7 +18,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use foliofs_vfs::{FileSystem, Ino, Scratch};
@@ -117,6 +117,11 @@ pub(crate) struct PushSetup {
     pub budget: u64,
     pub profile: Option<Arc<Profile>>,
     pub counts: Arc<RequestCounts>,
+    /// Files read at once (each by a pusher thread of its own). More than
+    /// one pays where a read waits for the device (`directio`), whose queue
+    /// serves several while the reader waits for one: the pushers then keep
+    /// ahead of it. A profile's preload stays on one thread.
+    pub readers: usize,
 }
 
 impl Pusher {
@@ -127,20 +132,37 @@ impl Pusher {
         let spent = Arc::new(AtomicBool::new(false));
         let profile = setup.profile.clone();
         let read = Arc::new(ReadFilter::new());
-        let worker = Worker {
+        let readers = if profile.is_some() {
+            1
+        } else {
+            setup.readers.max(1)
+        };
+        let shared = Arc::new(Shared {
             read: read.clone(),
-            left: setup.budget,
-            preload: setup.profile.as_ref().map(|p| Preload::new(p.clone())),
+            state: Mutex::new(Budget {
+                left: setup.budget,
+                done: HashSet::new(),
+            }),
             setup,
             spent: spent.clone(),
-            done: HashSet::new(),
-            scratch: Scratch::new(),
-        };
-        std::thread::Builder::new()
-            .name("foliofs-push".into())
-            .spawn(move || worker.run(rx))
-            .map_err(|e| log::warn!("cannot start the pusher thread: {e}"))
-            .ok()?;
+            rx: Mutex::new(rx),
+        });
+        for i in 0..readers {
+            let worker = Worker {
+                preload: (i == 0)
+                    .then(|| profile.as_ref().map(|p| Preload::new(p.clone())))
+                    .flatten(),
+                shared: shared.clone(),
+                scratch: Scratch::new(),
+            };
+            let started = std::thread::Builder::new()
+                .name("foliofs-push".into())
+                .spawn(move || worker.run())
+                .map_err(|e| log::warn!("cannot start a pusher thread: {e}"));
+            if started.is_err() && i == 0 {
+                return None;
+            }
+        }
         Some(Pusher {
             tx,
             spent,
@@ -200,43 +222,81 @@ impl Pusher {
     }
 }
 
-struct Worker {
+/// What the pusher threads share.
+struct Shared {
     setup: PushSetup,
-    left: u64,
     spent: Arc<AtomicBool>,
+    read: Arc<ReadFilter>,
+    state: Mutex<Budget>,
+    rx: Mutex<Receiver<Known>>,
+}
+
+struct Budget {
+    /// Bytes (whole pages) the mount may still push.
+    left: u64,
     /// Inodes pushed already: the kernel keeps their pages.
     done: HashSet<Ino>,
+}
+
+impl Shared {
+    /// Takes `cost` bytes from the budget; false, and the budget spent,
+    /// when it does not hold them.
+    fn take(&self, cost: u64) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if cost > st.left {
+            st.left = 0;
+            self.spent.store(true, Ordering::Relaxed);
+            log::debug!("push budget spent");
+            return false;
+        }
+        st.left -= cost;
+        true
+    }
+
+    fn give_back(&self, bytes: u64) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.left += bytes;
+    }
+}
+
+struct Worker {
+    shared: Arc<Shared>,
     preload: Option<Preload>,
     scratch: Scratch,
-    read: Arc<ReadFilter>,
 }
 
 impl Worker {
-    fn run(mut self, rx: Receiver<Known>) {
+    fn run(mut self) {
         loop {
             // Reading a profile's data ahead goes on only while no hint
             // waits: a hint means a reader is about to ask.
             let preloading = self.preload.as_ref().is_some_and(|p| !p.finished());
-            let k = if preloading {
-                match rx.try_recv() {
-                    Ok(k) => k,
-                    Err(mpsc::TryRecvError::Empty) => {
-                        let fs = self.setup.fs.clone();
-                        if let Some(p) = self.preload.as_mut() {
-                            p.step(&*fs, &mut self.scratch);
+            let k = {
+                // One thread waits on the queue at a time; the others wait
+                // for their turn here.
+                let rx = self.shared.rx.lock().unwrap_or_else(|e| e.into_inner());
+                if preloading {
+                    match rx.try_recv() {
+                        Ok(k) => k,
+                        Err(mpsc::TryRecvError::Empty) => {
+                            drop(rx);
+                            let fs = self.shared.setup.fs.clone();
+                            if let Some(p) = self.preload.as_mut() {
+                                p.step(&*fs, &mut self.scratch);
+                            }
+                            continue;
                         }
-                        continue;
+                        Err(mpsc::TryRecvError::Disconnected) => return,
                     }
-                    Err(mpsc::TryRecvError::Disconnected) => return,
-                }
-            } else {
-                match rx.recv_timeout(Duration::from_secs(3600)) {
-                    Ok(k) => k,
-                    Err(RecvTimeoutError::Timeout) => continue,
-                    Err(RecvTimeoutError::Disconnected) => return,
+                } else {
+                    match rx.recv_timeout(Duration::from_secs(3600)) {
+                        Ok(k) => k,
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    }
                 }
             };
-            if self.left == 0 {
+            if self.shared.spent.load(Ordering::Relaxed) {
                 continue;
             }
             let wait = SETTLE.saturating_sub(k.at.elapsed());
@@ -250,62 +310,69 @@ impl Worker {
     /// Pushes what is worth pushing of `ino`: the profile's ranges, or the
     /// whole file if it is small.
     fn push(&mut self, ino: Ino) {
-        if !self.done.insert(ino) {
+        let sh = &*self.shared;
+        if !sh
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .done
+            .insert(ino)
+        {
             return;
         }
         // The reader got here first: its READs are on their way, and the
         // files after this one are where a push still saves one.
-        if self.read.get(ino) {
+        if sh.read.get(ino) {
             if let Some(p) = self.preload.as_mut() {
                 p.forget(ino);
             }
             return;
         }
-        let ranges = match self.setup.profile.as_ref().and_then(|p| p.ranges(ino)) {
+        let ranges = match sh.setup.profile.as_ref().and_then(|p| p.ranges(ino)) {
             Some(r) => r.to_vec(),
-            None => match self.setup.fs.getattr(ino) {
+            None => match sh.setup.fs.getattr(ino) {
                 Ok(a) if a.size > 0 && a.size <= PUSH_FILE_MAX => vec![(0, a.size)],
                 _ => return,
             },
         };
-        let Some(notifier) = self.setup.notifier.get() else {
+        let Some(notifier) = sh.setup.notifier.get() else {
             return;
         };
-        let node = fuser::INodeNo(self.setup.ids.to_fuse(ino));
+        let node = fuser::INodeNo(sh.setup.ids.to_fuse(ino));
         for (start, len) in ranges {
             let mut off = start;
             let end = start + len;
             while off < end {
                 let want = (end - off).min(STORE_MAX);
                 let cost = want.div_ceil(PAGE) * PAGE;
-                if cost > self.left {
-                    self.left = 0;
-                    self.spent.store(true, Ordering::Relaxed);
-                    log::debug!("push budget spent");
+                if !sh.take(cost) {
                     return;
                 }
                 let stashed = self.preload.as_mut().and_then(|p| p.take(ino, off, want));
                 let data: &[u8] = match &stashed {
                     Some(d) => d,
-                    None => match self.setup.fs.read(ino, off, want as u32, &mut self.scratch) {
+                    None => match sh.setup.fs.read(ino, off, want as u32, &mut self.scratch) {
                         Ok(d) => d,
                         Err(e) => {
                             log::debug!("push of inode {ino} at {off}: {e}");
+                            sh.give_back(cost);
                             return;
                         }
                     },
                 };
                 if data.is_empty() {
+                    sh.give_back(cost);
                     break;
                 }
                 let n = data.len() as u64;
                 if let Err(e) = notifier.store(node, off, data) {
                     log::debug!("store of inode {ino} at {off}: {e}");
+                    sh.give_back(cost);
                     return;
                 }
-                let cost = n.div_ceil(PAGE) * PAGE;
-                self.left -= cost.min(self.left);
-                self.setup.counts.pushed(cost);
+                let used = n.div_ceil(PAGE) * PAGE;
+                sh.give_back(cost - used.min(cost));
+                sh.setup.counts.pushed(used);
                 off += n;
             }
         }

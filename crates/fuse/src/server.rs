@@ -50,6 +50,9 @@ pub struct ServerConfig {
     /// are asked for (`push=`); 0 pushes nothing. Only read-only mounts
     /// push (see [`crate::push`]).
     pub push_budget: u64,
+    /// Pusher threads, each reading one file at a time (see
+    /// [`crate::push::PushSetup::readers`]).
+    pub push_readers: usize,
     /// `record=FILE`: the file the start-up profile is written to at
     /// unmount, and the key of the image it is recorded on.
     pub record: Option<(PathBuf, ImageKey)>,
@@ -143,6 +146,7 @@ impl Server {
                     budget: cfg.push_budget,
                     profile: cfg.profile.clone(),
                     counts: cfg.requests.clone(),
+                    readers: cfg.push_readers,
                 })
             })
             .flatten();
