@@ -353,6 +353,33 @@ impl BlockDev {
         self.read_span(offset, len, scratch, true)
     }
 
+    /// Reads file data at `offset` into `out`, as [`BlockDev::read_data`]
+    /// would return it, and returns how many bytes there were (fewer only
+    /// at the image end). A buffered store reads straight into `out`, with
+    /// no copy out of a cache; direct I/O needs aligned buffers, so there
+    /// the bytes pass through `scratch`.
+    pub fn read_data_into(
+        &self,
+        offset: u64,
+        out: &mut [u8],
+        scratch: &mut Scratch,
+    ) -> Result<usize> {
+        if self.store.mode() == IoMode::Direct {
+            let got = self.read_data(offset, out.len(), scratch)?;
+            out[..got.len()].copy_from_slice(got);
+            return Ok(got.len());
+        }
+        let n = (out.len() as u64).min(self.size().saturating_sub(offset)) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        let got = self.store.read_at(&mut out[..n], offset)?;
+        if got < n {
+            return Err(self.beyond_end(offset + got as u64, 1));
+        }
+        Ok(n)
+    }
+
     /// One read of `[offset, offset + len)` (inside the image), rounded
     /// out to the direct-I/O alignment when `data` asks for the data
     /// handle (`O_DIRECT` in direct mode), past the cached blocks.

@@ -79,6 +79,13 @@ fn check_reads(dev: &BlockDev, data: &[u8]) {
                 &data[off as usize..end],
                 "data: bs {bs} off {off} len {len}"
             );
+            let mut out = vec![0u8; len];
+            let n = dev.read_data_into(off, &mut out, &mut scratch).unwrap();
+            assert_eq!(
+                &out[..n],
+                &data[off as usize..end],
+                "into: bs {bs} off {off} len {len}"
+            );
             if off + len as u64 <= size {
                 let mut buf = vec![0u8; len];
                 dev.read_exact(off, &mut buf).unwrap();
@@ -268,6 +275,10 @@ fn direct_mode_reads_data_past_the_page_cache_and_metadata_through_it() {
     for (off, n) in [(1 << 20, 100), ((2 << 20) + 5, 10_000), (3 << 20, 1 << 20)] {
         let got = dev.read_data(off as u64, n, &mut scratch).unwrap();
         assert_eq!(got, &data[off..off + n]);
+        let mut out = vec![0u8; n];
+        dev.read_data_into(off as u64, &mut out, &mut scratch)
+            .unwrap();
+        assert_eq!(out, &data[off..off + n]);
     }
     // Metadata: one block read, one prefetched.
     let mut buf = [0u8; 64];

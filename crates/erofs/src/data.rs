@@ -249,6 +249,26 @@ impl Erofs {
         self.read_phys_via(dev, pos, len, scratch, true)
     }
 
+    /// Reads file data at `pos` of device `dev` into `out`, all or an
+    /// error: a file's body beside its inline tail goes straight into the
+    /// reply, not through a scratch buffer and a copy.
+    fn read_phys_into(&self, dev: usize, pos: u64, out: &mut [u8]) -> Result<()> {
+        let d = self.device(dev);
+        let got = with_scratch(&PIECE, |piece| d.read_data_into(pos, out, piece))?;
+        if got != out.len() {
+            return Err(Error::corrupt(
+                pos,
+                Corrupt::DataOutOfImage {
+                    len: out.len(),
+                    pos,
+                    device: d.store().path().to_owned(),
+                    size: d.size(),
+                },
+            ));
+        }
+        Ok(())
+    }
+
     /// As [`Erofs::read_phys_data`]; through the page cache and the block
     /// cache unless `data` (directories, the metabox, the packed inode).
     fn read_phys_via<'a>(
@@ -354,8 +374,11 @@ impl Erofs {
                     self.metabox_bytes(inode.nid, p + (pos - run.la), &mut out[at..at + n])?
                 }
                 Phys::Tail(p) => self.meta(p + (pos - run.la), &mut out[at..at + n])?,
+                Phys::At(dev, p) if data => {
+                    self.read_phys_into(dev, p + (pos - run.la), &mut out[at..at + n])?
+                }
                 Phys::At(dev, p) => with_scratch(&PIECE, |piece| -> Result<()> {
-                    let got = self.read_phys_via(dev, p + (pos - run.la), n, piece, data)?;
+                    let got = self.read_phys_via(dev, p + (pos - run.la), n, piece, false)?;
                     out[at..at + n].copy_from_slice(got);
                     Ok(())
                 })?,
