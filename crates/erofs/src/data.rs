@@ -51,6 +51,19 @@ pub(crate) fn with_scratch<R>(
     })
 }
 
+/// `len` bytes of data at `pos` run past the end of device `d`.
+fn data_out_of_image(d: &BlockDev, pos: u64, len: usize) -> Error {
+    Error::corrupt(
+        pos,
+        Corrupt::DataOutOfImage {
+            len,
+            pos,
+            device: d.store().path().to_owned(),
+            size: d.size(),
+        },
+    )
+}
+
 impl Erofs {
     /// Resolves (device id, byte position) to an opened device and position.
     pub(crate) fn resolve(&self, device_id: u16, pos: u64, at: u64) -> Result<(usize, u64)> {
@@ -256,15 +269,7 @@ impl Erofs {
         let d = self.device(dev);
         let got = with_scratch(&PIECE, |piece| d.read_data_into(pos, out, piece))?;
         if got != out.len() {
-            return Err(Error::corrupt(
-                pos,
-                Corrupt::DataOutOfImage {
-                    len: out.len(),
-                    pos,
-                    device: d.store().path().to_owned(),
-                    size: d.size(),
-                },
-            ));
+            return Err(data_out_of_image(d, pos, out.len()));
         }
         Ok(())
     }
@@ -286,15 +291,7 @@ impl Erofs {
             d.read(pos, len, scratch)?
         };
         if got.len() != len {
-            return Err(Error::corrupt(
-                pos,
-                Corrupt::DataOutOfImage {
-                    len,
-                    pos,
-                    device: d.store().path().to_owned(),
-                    size: d.size(),
-                },
-            ));
+            return Err(data_out_of_image(d, pos, len));
         }
         Ok(got)
     }
