@@ -116,6 +116,41 @@ fn build_tree(dir: &Path) {
     }
     let owned = dir.join("r10000");
     std::os::unix::fs::lchown(&owned, Some(1234), Some(4321)).unwrap();
+    set_times(dir, &mut 0);
+}
+
+/// Gives every entry a distinct mtime in the past with nanoseconds, as an
+/// unpacked archive has. Left as made, the tree's mtimes fall in the second
+/// of the build, which mkfs.erofs 1.8 and later store in the compact inode
+/// form (the superblock's time, no nanoseconds) whatever `--preserve-mtime`
+/// says; the tests would then depend on which mkfs.erofs is on PATH.
+fn set_times(path: &Path, n: &mut i64) {
+    if std::fs::symlink_metadata(path).unwrap().is_dir() {
+        let mut names: Vec<_> = std::fs::read_dir(path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        for name in names {
+            set_times(&path.join(name), n);
+        }
+    }
+    *n += 1;
+    let t = libc::timespec {
+        tv_sec: 1_500_000_000 + *n * 3_601,
+        tv_nsec: 123_456_789 + *n,
+    };
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path and two live timespecs.
+    let rc = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            [t, t].as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    assert_eq!(rc, 0, "utimensat {}", path.display());
 }
 
 #[derive(Debug, PartialEq)]
