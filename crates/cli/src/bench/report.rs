@@ -17,6 +17,8 @@ pub enum Unit {
     Seconds,
     /// Gigabytes (10^9 bytes) per second (higher is better).
     GBps,
+    /// Microseconds per operation (lower is better).
+    Micros,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -177,6 +179,7 @@ fn fmt_value(v: f64, unit: Unit) -> String {
         Unit::Seconds if v < 10.0 => format!("{v:.3} s"),
         Unit::Seconds => format!("{v:.1} s"),
         Unit::GBps => format!("{v:.2} GB/s"),
+        Unit::Micros => format!("{v:.2} µs"),
     }
 }
 
@@ -311,6 +314,7 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<std::path::PathBuf
             let unit = match c.unit {
                 Unit::Seconds => "seconds (lower is better)",
                 Unit::GBps => "GB/s (higher is better)",
+                Unit::Micros => "µs per operation (lower is better)",
             };
             let mut chart = ChartBuilder::on(&root)
                 .caption(format!("{}: {}", s.title, c.label), ("sans-serif", 18))

@@ -74,6 +74,63 @@ fn unlink_half(dir: &Path, n: u64) -> Result<f64> {
     Ok(start.elapsed().as_secs_f64())
 }
 
+/// Writes of one byte to one place in a new write-only file in `dir`;
+/// returns microseconds per write. On a foliofs ramfs each is one WRITE
+/// request and its reply with next to no work between: the cost of a
+/// round trip, which bounds from below what a FUSE file system can do.
+fn one_byte_writes(dir: &Path, n: u64) -> Result<f64> {
+    use std::os::unix::fs::FileExt;
+    let p = dir.join("trip");
+    let f = File::create(&p).with_context(|| format!("creating {}", p.display()))?;
+    let write = || {
+        f.write_at(b"x", 0)
+            .with_context(|| format!("writing {}", p.display()))
+    };
+    // The first write allocates the file's block.
+    for _ in 0..10 {
+        write()?;
+    }
+    let start = Instant::now();
+    for _ in 0..n {
+        write()?;
+    }
+    Ok(start.elapsed().as_secs_f64() * 1e6 / n as f64)
+}
+
+/// Requests of `counts` whose caller waits for the reply: all but those
+/// the kernel sends without waiting (FORGET has no reply; a file's RELEASE
+/// goes in the background).
+fn waited(counts: &Counts) -> u64 {
+    counts
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "forget" | "release" | "interrupt"))
+        .filter(|(k, _)| !foliofs_fuse::PUSH_NAMES.contains(&k.as_str()))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// What round trips alone cost a workload, against the reference's whole
+/// time: the requests that waited times one round trip. A FUSE server
+/// cannot go below it however little it does per request.
+fn floor_line(label: &str, trip_us: f64, trips: &Trips, reference: &Row) -> Option<String> {
+    let parts: Vec<String> = trips
+        .iter()
+        .filter(|(key, _)| *key != "trip")
+        .filter_map(|(key, counts)| {
+            let t = summarize(reference.runs.get(key)?)?.median;
+            let floor = waited(counts) as f64 * trip_us * 1e-6;
+            (t > 0.0).then(|| format!("{key} {:.1}x", floor / t))
+        })
+        .collect();
+    (!parts.is_empty()).then(|| {
+        format!(
+            "round-trip floor of {label} / {}: {} (the requests each workload waited on, times one round trip of {trip_us:.2} µs, the 1-byte write's median)",
+            reference.label,
+            parts.join(", ")
+        )
+    })
+}
+
 /// The live mount id of a foliofs mount at `dir`, to find its counts.
 pub(super) fn mount_id(dir: &Path) -> Option<u64> {
     let dir = dir.canonicalize().ok()?;
@@ -186,8 +243,14 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         label: "unlinks",
         unit: Unit::Seconds,
     });
+    columns.push(Column {
+        key: "trip",
+        label: "1-byte write",
+        unit: Unit::Micros,
+    });
+    let writes = n / 5;
     notes.push(format!(
-        "creates: {n} files of 100 bytes in one directory (open, write, close); unlinks: every other one of them"
+        "creates: {n} files of 100 bytes in one directory (open, write, close); unlinks: every other one of them; 1-byte write: {writes} pwrites of one byte to one place in a write-only file (on foliofs one round trip each)"
     ));
 
     let plans = [
@@ -298,6 +361,8 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                 measure("create", t, row);
                 let t = unlink_half(&dir, n)?;
                 measure("unlink", t, row);
+                let t = one_byte_writes(&m.dir, writes)?;
+                measure("trip", t, row);
                 Ok(())
             })();
             if let Err(e) = r {
@@ -316,12 +381,21 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             }
         }
     }
+    if rows[0].note.is_none() {
+        let trip = rows[0].runs.get("trip").and_then(|v| summarize(v));
+        if let Some(l) =
+            trip.and_then(|t| floor_line(&rows[0].label, t.median, &trips, &rows[reference]))
+        {
+            notes.push(l);
+        }
+    }
     let entries = tree.as_ref().map(|t| t.2);
     for (key, counts) in &trips {
         let total: u64 = counts.values().sum();
         let per = match *key {
             "untar" | "read" | "rm" => entries,
             "create" => Some(n),
+            "trip" => Some(writes),
             _ => Some(n / 2),
         };
         let per = per
@@ -367,6 +441,40 @@ mod tests {
         );
         b.runs.clear();
         assert!(ratio_line(&a, &b, &cols).is_none());
+    }
+
+    #[test]
+    fn the_floor_counts_only_requests_that_wait() {
+        let counts: Counts = [
+            ("lookup", 100),
+            ("create", 100),
+            ("write", 100),
+            ("getattr", 100),
+            ("release", 100),
+            ("forget", 7),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        assert_eq!(waited(&counts), 400);
+        let mut tmpfs = Row::new("kernel tmpfs", "kernel");
+        tmpfs.runs.insert("create", vec![0.002, 0.001, 0.003]);
+        // 400 waits of 10 µs = 4 ms against tmpfs's median of 2 ms.
+        let trips: Trips = vec![("create", counts), ("trip", Counts::new())];
+        assert_eq!(
+            floor_line("foliofs ramfs", 10.0, &trips, &tmpfs).unwrap(),
+            "round-trip floor of foliofs ramfs / kernel tmpfs: create 2.0x (the requests each workload waited on, times one round trip of 10.00 µs, the 1-byte write's median)"
+        );
+        tmpfs.runs.clear();
+        assert!(floor_line("foliofs ramfs", 10.0, &trips, &tmpfs).is_none());
+    }
+
+    #[test]
+    fn one_byte_writes_time_each_write() {
+        let d = tempfile::tempdir().unwrap();
+        let us = one_byte_writes(d.path(), 100).unwrap();
+        assert!(us > 0.0 && us.is_finite());
+        assert_eq!(fs::read(d.path().join("trip")).unwrap(), b"x");
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub fn paired_ratio(a: &[f64], b: &[f64], unit: Unit) -> Option<Paired> {
         return None;
     }
     let time = |x: f64| match unit {
-        Unit::Seconds => x,
+        Unit::Seconds | Unit::Micros => x,
         Unit::GBps => 1.0 / x,
     };
     let rounds: Vec<f64> = a.iter().zip(b).map(|(x, y)| time(*x) / time(*y)).collect();
