@@ -8,7 +8,6 @@
 //! per contiguous range and only cache the partial blocks at their edges, so a
 //! sequential reader costs one copy per byte at any block size.
 
-#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 mod cache;

@@ -1,8 +1,6 @@
 //! `foliofs`: mount, build, check and benchmark romfs, EROFS and ramfs file
 //! systems in userspace.
 
-#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
-
 mod bench;
 mod cat;
 mod completions;

@@ -10,7 +10,7 @@
 
 // One descriptor received over a socket needs `unsafe` to be owned
 // (`fusermount.rs`); nothing else may use it.
-#![deny(unsafe_code, clippy::undocumented_unsafe_blocks)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod convert;

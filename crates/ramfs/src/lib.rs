@@ -30,7 +30,6 @@
 //!
 //! [`FileSystem`]: foliofs_vfs::FileSystem
 
-#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 mod block;
