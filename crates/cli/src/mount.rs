@@ -20,8 +20,8 @@ use foliofs_block::IoMode;
 use foliofs_fuse::{format_size, MountConfig, MountOptions, Overrides, ServerConfig};
 use foliofs_vfs::FileSystem;
 
-use crate::mount_state::{self, MountState};
 use crate::open::{self, Image};
+use foliofs_fuse::records::{self as mount_state, MountState};
 
 /// How long the command waits for its server to report the mount live.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -48,9 +48,6 @@ fn ramfs_threads(polling: bool) -> usize {
         cores
     }
 }
-/// Readahead of a read-only mount's bdi, in KiB (the kernel's FUSE default
-/// is 128).
-pub(crate) const READ_AHEAD_KB: u32 = 4096;
 /// Lifetime of cached entries and attributes. An image cannot change under
 /// the mount, and a ramfs changes only through it: the kernel updates or
 /// drops its cached entries and attributes itself on every change it sends
@@ -613,7 +610,7 @@ fn serve(
             THREADS
         }),
         spin,
-        read_ahead_kb: read_only.then_some(READ_AHEAD_KB),
+        read_ahead_kb: read_only.then_some(foliofs_fuse::IMAGE_READ_AHEAD_KB),
         server: ServerConfig {
             ttl: TTL,
             read_only,
@@ -692,7 +689,8 @@ fn serve(
         log::warn!("cannot record the mount for `foliofs mounts`: {e}");
     }
     let remote = is_remote(source) || opts.devices.iter().any(|d| is_remote(d));
-    let stats = crate::mount_stats::publish(info.mount_id, cfg.server.requests.clone(), remote);
+    let stats =
+        foliofs_fuse::published::publish(info.mount_id, cfg.server.requests.clone(), remote);
     if let Some(mut r) = ready {
         let _ = writeln!(r, "ready");
     }

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use crate::mount_state::{process_alive, MountState};
+use foliofs_fuse::records::{process_alive, MountState};
 
 /// List live foliofs mounts.
 #[derive(clap::Args, Debug)]
@@ -35,7 +35,7 @@ pub fn run(args: MountsArgs) -> anyhow::Result<i32> {
         .collect();
     let live: Vec<u64> = all.iter().map(|m| m.mount_id).collect();
     MountState::prune(&live);
-    crate::mount_stats::prune(&live);
+    foliofs_fuse::published::prune(&live);
     let uid = nix::unistd::getuid().as_raw();
     let everyone = foliofs_fuse::privilege::has_cap_sys_admin();
     let ours: Vec<_> = all
@@ -70,10 +70,10 @@ pub fn run(args: MountsArgs) -> anyhow::Result<i32> {
             opts
         )?;
         if args.stats {
-            let published = crate::mount_stats::read_all(m);
+            let published = foliofs_fuse::published::read_all(m);
             let counts = published
                 .as_ref()
-                .map(|(c, _)| match crate::mount_stats::line(c) {
+                .map(|(c, _)| match foliofs_fuse::published::line(c) {
                     l if l.is_empty() => "none".to_owned(),
                     l => l,
                 })

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::mount_state::{process_alive, MountState};
+use foliofs_fuse::records::{process_alive, MountState};
 
 /// How long to wait for the server to exit once its mount is gone.
 const SERVER_EXIT_WAIT: Duration = Duration::from_secs(10);

@@ -5,7 +5,8 @@
 //! user who may not, see [`privilege`]), completes the FUSE handshake and
 //! tunes the mount's bdi; [`Mounted::run`] serves requests on several threads
 //! until the mount goes away; [`watch`] takes a mount down after a server
-//! that died (`auto_unmount`). The file system's root is node 1 to the kernel,
+//! that died (`auto_unmount`); [`records`] keeps what each live server
+//! resolved for `foliofs mounts`, and [`published`] its request counts. The file system's root is node 1 to the kernel,
 //! while `st_ino` stays the format's own inode number.
 
 // One descriptor received over a socket needs `unsafe` to be owned
@@ -19,7 +20,9 @@ mod ids;
 pub mod options;
 pub mod privilege;
 pub mod profile;
+pub mod published;
 pub mod push;
+pub mod records;
 mod server;
 mod session;
 pub mod spin;
@@ -34,6 +37,6 @@ pub use profile::{ImageKey, Profile, ProfileError};
 pub use server::ServerConfig;
 pub use session::{
     find_mount, mount, mount_table, unmount, MountConfig, MountError, MountInfo, MountMethod,
-    Mounted, FS_TYPE,
+    Mounted, FS_TYPE, IMAGE_READ_AHEAD_KB,
 };
 pub use stats::{Op, RequestCounts, PUSH_NAMES};

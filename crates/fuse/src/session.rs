@@ -81,6 +81,11 @@ pub enum MountMethod {
     Fusermount,
 }
 
+/// Readahead an image mount asks for on its bdi, in KiB (the kernel's
+/// FUSE default is 128): a large sequential read then has several
+/// requests in flight.
+pub const IMAGE_READ_AHEAD_KB: u32 = 4096;
+
 /// Everything about one mount besides the file system itself.
 #[derive(Clone, Debug)]
 pub struct MountConfig {

@@ -112,6 +112,26 @@ pub enum Error {
 /// Result with the file-system [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// `e` and its causes on one line, each cause once, as a command prints an
+/// error. Many errors (ours and the libraries') put their source in their
+/// own message as well as returning it from `source()`, so joining every
+/// message in the chain would print that source twice.
+pub fn chain_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if line.is_empty() {
+            line = text;
+        } else if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = c.source();
+    }
+    line
+}
+
 impl Error {
     /// The image is damaged at `offset`, as `kind` (a format's own
     /// corruption type) says.

@@ -18,7 +18,7 @@ pub mod options;
 mod types;
 
 pub use defect::{CheckReport, Defect};
-pub use error::{Corruption, Error, Incompatibility, Result};
+pub use error::{chain_line, Corruption, Error, Incompatibility, Result};
 pub use types::*;
 
 use std::ffi::OsStr;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::stats::{paired_ratio, ratio, summarize, Summary};
+use crate::stats::{paired_ratio, ratio, summarize, Summary};
 
 /// What a column measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

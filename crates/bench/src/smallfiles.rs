@@ -11,17 +11,18 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use foliofs_vfs::chain_line;
 
-use super::env::{have, time_cmd, BenchEnv, How, Mounted};
-use super::report::{Column, Row, Section, Unit};
-use super::sections::progress;
-use super::stats::summarize;
-use super::Config;
-use crate::mount_stats::{self, Counts};
+use crate::env::{have, time_cmd, BenchEnv, How, Mounted};
+use crate::report::{Column, Row, Section, Unit};
+use crate::sections::progress;
+use crate::stats::summarize;
+use crate::Config;
+use foliofs_fuse::published::{self as mount_stats, Counts};
 
 /// The tree to unpack: the newest Python standard library under /usr/lib
 /// (many small source files, a few large ones, a few hundred directories).
-pub(super) fn python_stdlib() -> Option<PathBuf> {
+pub(crate) fn python_stdlib() -> Option<PathBuf> {
     let mut found: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib")
         .ok()?
         .flatten()
@@ -132,7 +133,7 @@ fn floor_line(label: &str, trip_us: f64, trips: &Trips, reference: &Row) -> Opti
 }
 
 /// The live mount id of a foliofs mount at `dir`, to find its counts.
-pub(super) fn mount_id(dir: &Path) -> Option<u64> {
+pub(crate) fn mount_id(dir: &Path) -> Option<u64> {
     let dir = dir.canonicalize().ok()?;
     foliofs_fuse::find_mount(&dir)
         .ok()
@@ -366,7 +367,7 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                 Ok(())
             })();
             if let Err(e) = r {
-                row.note = Some(crate::error_line(&e));
+                row.note = Some(chain_line(e.as_ref()));
                 row.failed = true;
             } else if i == 0 && !these.is_empty() {
                 // The requests are the same with or without polling.

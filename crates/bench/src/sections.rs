@@ -5,15 +5,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Result};
+use foliofs_vfs::chain_line;
 use foliofs_vfs::options::{format_size, OptionError};
 
-use super::data;
-use super::env::{extra_dir, remove_extra_dir, user_read_ahead_kb};
-use super::env::{have, run, time_cmd, time_md5, time_read, time_write_zeros};
-use super::env::{BenchEnv, Cooling, How, MkfsErofs, Mounted};
-use super::report::{Column, Row, Section, Unit};
-use super::Config;
-use crate::open;
+use crate::data;
+use crate::env::{extra_dir, remove_extra_dir, user_read_ahead_kb};
+use crate::env::{have, run, time_cmd, time_md5, time_read, time_write_zeros};
+use crate::env::{BenchEnv, Cooling, How, MkfsErofs, Mounted};
+use crate::report::{Column, Row, Section, Unit};
+use crate::Config;
 
 /// Prints progress on one line of stderr.
 pub fn progress(cfg: &Config, msg: &str) {
@@ -26,7 +26,7 @@ pub fn progress(cfg: &Config, msg: &str) {
 
 /// What "cold" means in this run, where it is not root's dropped page
 /// cache.
-pub(super) fn cold_note(env: &BenchEnv) -> Option<String> {
+pub(crate) fn cold_note(env: &BenchEnv) -> Option<String> {
     if env.cooling() == Cooling::DropCaches {
         return None;
     }
@@ -67,7 +67,7 @@ fn cold_phrase(env: &BenchEnv) -> &'static str {
 
 /// What a user's foliofs mounts read ahead, for the sections that read
 /// files through them.
-pub(super) fn read_ahead_note(env: &BenchEnv) -> Option<String> {
+pub(crate) fn read_ahead_note(env: &BenchEnv) -> Option<String> {
     if env.root {
         return None;
     }
@@ -77,12 +77,12 @@ pub(super) fn read_ahead_note(env: &BenchEnv) -> Option<String> {
     };
     Some(format!(
         "not running as root, so foliofs mounts read ahead {kb}the kernel's FUSE default: raising it to {} KiB, as root's mounts do, is writing /sys/class/bdi, which needs root, so large sequential reads may be slower than root's",
-        crate::mount::READ_AHEAD_KB
+        foliofs_fuse::IMAGE_READ_AHEAD_KB
     ))
 }
 
 /// Why a row cannot run here, if it cannot.
-pub(super) fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
+pub(crate) fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
     match how {
         How::KernelFile { fstype, .. } if !env.root => Some(format!(
             "needs root: mounting the kernel's {fstype} (mount(2) of the image file)"
@@ -108,54 +108,59 @@ pub(super) fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
 /// Why a ramfs row's options cannot be had here (`huge=always` without
 /// transparent huge pages), if so: `foliofs mount -t ramfs`'s own answer.
 fn ramfs_options_refused(opts: &str) -> Option<String> {
-    let refused = open::parse_mount_options("ramfs", &[opts.to_owned()])
-        .map_err(anyhow::Error::from)
-        .and_then(|o| open::ramfs_options(&o))
-        .err()?;
+    let items: Vec<(String, Option<String>)> = opts
+        .split(',')
+        .filter(|i| !i.is_empty())
+        .map(|i| match i.split_once('=') {
+            Some((k, v)) => (k.to_owned(), Some(v.to_owned())),
+            None => (i.to_owned(), None),
+        })
+        .collect();
+    let refused = foliofs_ramfs::Options::from_mount_options(&items).err()?;
     // A row's options are written here and are fine on their own; what is
     // left is why this machine cannot have them, which is the note.
-    Some(match refused.downcast_ref::<OptionError>() {
-        Some(OptionError::Conflict(why)) => why.clone(),
-        _ => crate::error_line(&refused),
+    Some(match refused {
+        OptionError::Conflict(why) => why,
+        e => e.to_string(),
     })
 }
 
 /// Why a row has no image: a tool this machine lacks (the row is skipped)
 /// or a build that went wrong (the row failed).
 #[derive(Clone, Debug)]
-pub(super) struct NoImage {
-    pub(super) why: String,
-    pub(super) failed: bool,
+pub(crate) struct NoImage {
+    pub(crate) why: String,
+    pub(crate) failed: bool,
 }
 
 impl NoImage {
-    pub(super) fn skip(why: impl Into<String>) -> NoImage {
+    pub(crate) fn skip(why: impl Into<String>) -> NoImage {
         NoImage {
             why: why.into(),
             failed: false,
         }
     }
 
-    pub(super) fn failed(e: &anyhow::Error) -> NoImage {
+    pub(crate) fn failed(e: &anyhow::Error) -> NoImage {
         NoImage {
-            why: crate::error_line(e),
+            why: chain_line(e.as_ref()),
             failed: true,
         }
     }
 }
 
-pub(super) type Image = Result<PathBuf, NoImage>;
+pub(crate) type Image = Result<PathBuf, NoImage>;
 
-pub(super) const NO_MKFS_EROFS: &str = "mkfs.erofs is not installed (erofs-utils)";
+pub(crate) const NO_MKFS_EROFS: &str = "mkfs.erofs is not installed (erofs-utils)";
 
 /// The images a read section compares, built from one source tree.
-pub(super) struct Images {
-    pub(super) romfs: Image,
-    pub(super) erofs: Image,
-    pub(super) squashfs: Image,
+pub(crate) struct Images {
+    pub(crate) romfs: Image,
+    pub(crate) erofs: Image,
+    pub(crate) squashfs: Image,
 }
 
-pub(super) fn build_images(env: &BenchEnv, src: &Path, cfg: &Config) -> Images {
+pub(crate) fn build_images(env: &BenchEnv, src: &Path, cfg: &Config) -> Images {
     progress(cfg, "building images");
     let romfs = env.dir.join("image.romfs");
     let romfs = run(Command::new(&env.exe)
@@ -352,7 +357,7 @@ fn measure_rows(
                 Ok(())
             })();
             if let Err(e) = result {
-                row.note = Some(crate::error_line(&e));
+                row.note = Some(chain_line(e.as_ref()));
                 row.failed = true;
             }
         }
@@ -513,7 +518,7 @@ fn compressed_image(
 }
 
 /// Source tree for `tree` and `startup`: the user's, or one made here.
-pub(super) fn source_tree(
+pub(crate) fn source_tree(
     env: &BenchEnv,
     cfg: &Config,
     name: &str,
@@ -742,7 +747,7 @@ fn shm_dir(bytes: u64) -> Result<(PathBuf, String), NoImage> {
                     format_size(bytes)
                 )));
             }
-            let dir = extra_dir(&shm).map_err(|e| NoImage::skip(crate::error_line(&e)))?;
+            let dir = extra_dir(&shm).map_err(|e| NoImage::skip(chain_line(e.as_ref())))?;
             Ok((dir, m.super_options))
         }
         Some(m) => Err(NoImage::skip(format!(

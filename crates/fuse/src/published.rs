@@ -1,6 +1,6 @@
 //! A live mount's request counts, published for `foliofs mounts --stats`
 //! and `foliofs bench` in `stats/<mount id>` of the mounting user's record
-//! directory (`/run/foliofs` for root; see [`crate::mount_state`]). A mount
+//! directory (`/run/foliofs` for root; see [`crate::records`]). A mount
 //! of an image in object storage adds its server's remote counters
 //! (`foliofs_block::remote::stats`) as `remote.NAME=N` lines: one mount is
 //! one process, so the process's counters are the mount's.
@@ -21,9 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use foliofs_fuse::{MountInfo, RequestCounts};
-
-use crate::mount_state;
+use crate::records as mount_state;
+use crate::{MountInfo, RequestCounts};
 
 /// How often the server looks for changed counts.
 pub const INTERVAL: Duration = Duration::from_millis(100);

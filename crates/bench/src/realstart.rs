@@ -11,12 +11,12 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use super::counted::{measure, trip_notes, Plan, Prime, Step};
-use super::env::{have, run, time_cmd, BenchEnv, How};
-use super::report::{Column, Section, Unit};
-use super::sections::{build_images, progress};
-use super::smallfiles::python_stdlib;
-use super::Config;
+use crate::counted::{measure, trip_notes, Plan, Prime, Step};
+use crate::env::{have, run, time_cmd, BenchEnv, How};
+use crate::report::{Column, Section, Unit};
+use crate::sections::{build_images, progress};
+use crate::smallfiles::python_stdlib;
+use crate::Config;
 
 /// The modules imported, widely used ones that load many others; a name
 /// this Python does not have is skipped (and counted in the note).
@@ -269,7 +269,7 @@ pub fn realstart(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         .map(|i| (i, reference))
         .collect();
     let (found, loaded) = printed.split_once(' ').unwrap_or((&printed, "?"));
-    let files = super::data::measure_tree(&src)?;
+    let files = crate::data::measure_tree(&src)?;
     notes.push(format!(
         "{} -I -S importing {found} of {} modules ({}), which loads {loaded} modules; the image holds the interpreter and {} ({} files, {} MB); 1st run = a fresh mount of an image already in the page cache (as right after unpacking or fetching it; the shared libraries the interpreter and its extension modules link come from the machine, as the host's page cache has them), warm = the same command again; ratios are to the kernel's file-backed EROFS mount{}",
         exe.display(),

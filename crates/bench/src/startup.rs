@@ -9,13 +9,13 @@ use std::process::Command;
 
 use anyhow::Result;
 
-use super::counted::{measure, trip_notes, Plan, Prime, Step};
-use super::env::{time_cmd, time_read_tree, BenchEnv, How, Mounted};
-use super::report::{Column, Section, Unit};
-use super::sections::{
+use crate::counted::{measure, trip_notes, Plan, Prime, Step};
+use crate::env::{time_cmd, time_read_tree, BenchEnv, How, Mounted};
+use crate::report::{Column, Section, Unit};
+use crate::sections::{
     cold_note, progress, read_ahead_note, source_tree, unavailable, Image, NoImage, NO_MKFS_EROFS,
 };
-use super::Config;
+use crate::Config;
 
 /// Builds an image with `cmd` into `img`; the build time goes in `built`.
 fn build(cmd: &mut Command, img: PathBuf, what: &str, built: &mut Vec<String>) -> Image {

@@ -1,5 +1,13 @@
 //! `foliofs bench`: the kernel patches' tables, measured on this machine,
 //! foliofs beside the kernel's own file systems and FUSE peers.
+//!
+//! The bench drives the `foliofs` binary it runs in (`current_exe`), as a
+//! user would, so it is a library only to keep it out of the product: the
+//! binary links it behind its default `bench` feature and hands it
+//! [`BenchArgs`]; [`run`] does the rest. It measures mounts through the
+//! same public surfaces anyone has: the mount table, the records and
+//! request counts a server publishes (`foliofs_fuse::published`), and the
+//! option grammar of each layer.
 
 mod bigdir;
 mod counted;
@@ -79,7 +87,7 @@ pub struct BenchArgs {
 
 /// Sizes and switches every section reads.
 #[derive(Clone, Debug)]
-pub struct Config {
+pub(crate) struct Config {
     pub runs: usize,
     pub seq_size: u64,
     pub tree: Option<PathBuf>,
@@ -98,7 +106,7 @@ pub struct Config {
 }
 
 impl Config {
-    pub fn from_args(a: &BenchArgs) -> Result<Config> {
+    pub(crate) fn from_args(a: &BenchArgs) -> Result<Config> {
         let q = a.quick;
         let runs = a.runs.unwrap_or(if q { 2 } else { 3 });
         if runs == 0 {

@@ -14,7 +14,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use foliofs_fuse::MountInfo;
+use crate::MountInfo;
 
 /// Root's records.
 pub const ROOT_STATE_DIR: &str = "/run/foliofs";
@@ -22,9 +22,13 @@ pub const ROOT_STATE_DIR: &str = "/run/foliofs";
 /// One mount's record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountState {
+    /// The kernel's id of the mount (`/proc/self/mountinfo`).
     pub mount_id: u64,
+    /// The serving process.
     pub pid: u32,
+    /// The image (or `ramfs`) as the mount names it.
     pub source: String,
+    /// Where it is mounted.
     pub mountpoint: PathBuf,
     /// Inner format: romfs, erofs, ramfs.
     pub format: String,

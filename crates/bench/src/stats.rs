@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::report::Unit;
+use crate::report::Unit;
 
 /// Median, minimum and maximum of a set of runs.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]

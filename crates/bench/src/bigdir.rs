@@ -9,12 +9,12 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use super::counted::{measure, trip_notes, Plan, Prime, Step};
-use super::env::{run, time_cmd, BenchEnv, How};
-use super::report::{Column, Section, Unit};
-use super::sections::{cold_note, progress, unavailable, Image, NoImage, NO_MKFS_EROFS};
-use super::stats::summarize;
-use super::Config;
+use crate::counted::{measure, trip_notes, Plan, Prime, Step};
+use crate::env::{run, time_cmd, BenchEnv, How};
+use crate::report::{Column, Section, Unit};
+use crate::sections::{cold_note, progress, unavailable, Image, NoImage, NO_MKFS_EROFS};
+use crate::stats::summarize;
+use crate::Config;
 
 /// `n` empty files `f0000000`.. in a new directory `dir`.
 fn flat_dir(dir: &Path, n: u64) -> Result<()> {

@@ -16,12 +16,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use foliofs_vfs::chain_line;
 
-use super::data;
-use super::env::{have, run, time_cmd, time_read, time_read_tree, BenchEnv, How, Mounted};
-use super::report::{Column, Row, Section, Unit};
-use super::sections::progress;
-use super::Config;
+use crate::data;
+use crate::env::{have, run, time_cmd, time_read, time_read_tree, BenchEnv, How, Mounted};
+use crate::report::{Column, Row, Section, Unit};
+use crate::sections::progress;
+use crate::Config;
 
 /// The key pair of the run's server: made up, and known only to it.
 const KEY: &str = "foliofs-bench";
@@ -379,7 +380,7 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                             traffic[w].read += read;
                         }
                     }
-                    Err(e) => failed[row] = Some(crate::error_line(&e)),
+                    Err(e) => failed[row] = Some(chain_line(e.as_ref())),
                 }
             }
         }
@@ -444,6 +445,6 @@ fn remote_counts(dir: &Path) -> Option<(u64, u64)> {
         .into_iter()
         .rev()
         .find(|m| m.mountpoint == dir)?;
-    let c = crate::mount_stats::read_remote_settled(m.mount_id)?;
+    let c = foliofs_fuse::published::read_remote_settled(m.mount_id)?;
     Some((*c.get("bytes_fetched")?, *c.get("bytes_read")?))
 }

@@ -7,16 +7,17 @@ use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use foliofs_vfs::chain_line;
 
-use super::env::{BenchEnv, How, Mounted};
-use super::report::Row;
-use super::sections::{progress, unavailable, Image};
-use super::smallfiles::mount_id;
-use super::Config;
-use crate::mount_stats::{self, Counts};
+use crate::env::{BenchEnv, How, Mounted};
+use crate::report::Row;
+use crate::sections::{progress, unavailable, Image};
+use crate::smallfiles::mount_id;
+use crate::Config;
+use foliofs_fuse::published::{self as mount_stats, Counts};
 
 /// One row: a label, how to mount, and which image.
-pub(super) struct Plan {
+pub(crate) struct Plan {
     pub label: String,
     pub kind: &'static str,
     pub how: How,
@@ -25,7 +26,7 @@ pub(super) struct Plan {
 
 /// What the page cache holds of the image before a fresh mount.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Prime {
+pub(crate) enum Prime {
     /// Nothing: dropped (root) or evicted (a user), as cold runs elsewhere.
     Cold,
     /// All of it: the image was just written or fetched, so only the
@@ -36,14 +37,14 @@ pub(super) enum Prime {
 /// A timed workload: a column key, whether it gets a fresh mount (else it
 /// runs on the mount the previous step used), and a function of the mount
 /// point giving seconds.
-pub(super) struct Step<'a> {
+pub(crate) struct Step<'a> {
     pub key: &'static str,
     pub fresh: bool,
     pub run: &'a dyn Fn(&Path) -> Result<f64>,
 }
 
 /// Requests one foliofs row's server saw during one step of the last round.
-pub(super) struct Trips {
+pub(crate) struct Trips {
     pub row: String,
     pub key: &'static str,
     pub counts: Counts,
@@ -60,7 +61,7 @@ fn read_through(path: &Path) -> Result<()> {
 /// Measures every plan with every step, `cfg.runs` rounds; a round
 /// visits every plan once, so drift in the machine spreads over all rows.
 /// The first step of a row must be `fresh`.
-pub(super) fn measure(
+pub(crate) fn measure(
     env: &BenchEnv,
     cfg: &Config,
     section: &str,
@@ -133,7 +134,7 @@ pub(super) fn measure(
                 Ok(())
             })();
             if let Err(e) = r {
-                row.note = Some(crate::error_line(&e));
+                row.note = Some(chain_line(e.as_ref()));
                 row.failed = true;
             }
         }
@@ -143,7 +144,7 @@ pub(super) fn measure(
 
 /// One note per row and step: "foliofs erofs, 1st run: lookup=3 read=5
 /// (8, 0.4 per file)", `per` naming what the total is divided by.
-pub(super) fn trip_notes(trips: &[Trips], per: Option<(u64, &str)>) -> Vec<String> {
+pub(crate) fn trip_notes(trips: &[Trips], per: Option<(u64, &str)>) -> Vec<String> {
     trips
         .iter()
         .map(|t| {
