@@ -11,7 +11,6 @@
 
 mod bigdir;
 mod counted;
-mod data;
 mod env;
 mod realstart;
 mod remote;

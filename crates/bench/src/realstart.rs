@@ -269,7 +269,7 @@ pub fn realstart(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         .map(|i| (i, reference))
         .collect();
     let (found, loaded) = printed.split_once(' ').unwrap_or((&printed, "?"));
-    let files = crate::data::measure_tree(&src)?;
+    let files = foliofs_testkit::data::measure_tree(&src)?;
     notes.push(format!(
         "{} -I -S importing {found} of {} modules ({}), which loads {loaded} modules; the image holds the interpreter and {} ({} files, {} MB); 1st run = a fresh mount of an image already in the page cache (as right after unpacking or fetching it; the shared libraries the interpreter and its extension modules link come from the machine, as the host's page cache has them), warm = the same command again; ratios are to the kernel's file-backed EROFS mount{}",
         exe.display(),

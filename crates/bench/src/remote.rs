@@ -9,194 +9,22 @@
 //! tenth of it, and one large file: a cold start-up should fetch little
 //! more than it reads, however large the image.
 
-use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use foliofs_vfs::chain_line;
 
-use crate::data;
 use crate::env::{have, run, time_cmd, time_read, time_read_tree, BenchEnv, How, Mounted};
 use crate::report::{Column, Row, Section, Unit};
 use crate::sections::progress;
 use crate::Config;
+use foliofs_testkit::data;
+use foliofs_testkit::weed::{self, Weed};
 
-/// The key pair of the run's server: made up, and known only to it.
-const KEY: &str = "foliofs-bench";
-const SECRET: &str = "foliofs-bench-secret";
 const BUCKET: &str = "bench";
-/// How long the server may take to start.
-const START: Duration = Duration::from_secs(60);
 /// Chunk of the remote rows: the default.
 const CHUNK: &str = "1M";
-
-/// A SeaweedFS server of this run's own on loopback, killed when dropped
-/// (and with this process, should it die first).
-struct Seaweed {
-    child: Child,
-    s3: u16,
-    filer: u16,
-    /// Every port it listens on: its Unix sockets in /tmp are named by them.
-    ports: Vec<u16>,
-    agent: ureq::Agent,
-}
-
-/// `n` loopback ports free now, different from each other.
-fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let held: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<_>>()
-        .context("finding free ports")?;
-    held.iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect::<std::io::Result<_>>()
-        .context("finding free ports")
-}
-
-impl Seaweed {
-    fn start(dir: &Path) -> Result<Seaweed> {
-        let data = dir.join("data");
-        std::fs::create_dir_all(&data)?;
-        let config = dir.join("s3.json");
-        std::fs::write(
-            &config,
-            format!(
-                r#"{{"identities":[{{"name":"bench","credentials":[{{"accessKey":"{KEY}","secretKey":"{SECRET}"}}],"actions":["Admin","Read","Write","List"]}}]}}"#
-            ),
-        )?;
-        let p = free_ports(8)?;
-        // The admin server's gRPC port is its HTTP port plus 10000, which
-        // the mini server's worker dials whatever it is told.
-        let admin = (0..100)
-            .find_map(|_| {
-                let p = free_ports(1).ok()?[0];
-                (p < 55536 && TcpListener::bind(("127.0.0.1", p + 10000)).is_ok()).then_some(p)
-            })
-            .context("finding a free admin port")?;
-        let log = std::fs::File::create(dir.join("weed.log"))?;
-        let mut cmd = Command::new("weed");
-        cmd.arg("mini")
-            .arg(format!("-dir={}", data.display()))
-            .args([
-                "-ip=127.0.0.1",
-                "-ip.bind=127.0.0.1",
-                "-admin.ui=false",
-                "-webdav=false",
-                "-s3.port.iceberg=0",
-                "-s3.port.lance=0",
-                "-master.telemetry=false",
-            ])
-            .arg(format!("-bucket={BUCKET}"))
-            .arg(format!("-s3.config={}", config.display()))
-            .arg(format!("-master.port={}", p[0]))
-            .arg(format!("-master.port.grpc={}", p[1]))
-            .arg(format!("-volume.port={}", p[2]))
-            .arg(format!("-volume.port.grpc={}", p[3]))
-            .arg(format!("-filer.port={}", p[4]))
-            .arg(format!("-filer.port.grpc={}", p[5]))
-            .arg(format!("-s3.port={}", p[6]))
-            .arg(format!("-s3.port.grpc={}", p[7]))
-            .arg(format!("-admin.port={admin}"))
-            .arg(format!("-admin.port.grpc={}", admin + 10000))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .current_dir(dir);
-        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches
-        // no memory of this process.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(300)))
-            .build()
-            .into();
-        let mut ports = p.clone();
-        ports.extend([admin, admin + 10000]);
-        let mut w = Seaweed {
-            child: cmd.spawn().context("starting weed mini")?,
-            s3: p[6],
-            filer: p[4],
-            ports,
-            agent,
-        };
-        let start = Instant::now();
-        loop {
-            if let Some(status) = w.child.try_wait()? {
-                bail!(
-                    "weed mini exited ({status}); its log is {}",
-                    dir.join("weed.log").display()
-                );
-            }
-            // Up once the filer takes a file and S3 answers at all (a 403
-            // for an unsigned request is an answer).
-            let s3_up = match w.agent.get(&w.endpoint()).call() {
-                Ok(_) | Err(ureq::Error::StatusCode(_)) => true,
-                Err(_) => false,
-            };
-            if s3_up && w.put_bytes(".probe", b"x").is_ok() {
-                return Ok(w);
-            }
-            if start.elapsed() > START {
-                bail!("weed mini did not serve within {}s", START.as_secs());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.s3)
-    }
-
-    /// Through the filer, which takes unsigned uploads: what lands in its
-    /// `/buckets/NAME/` is the S3 bucket's.
-    fn filer_url(&self, key: &str) -> String {
-        format!("http://127.0.0.1:{}/buckets/{BUCKET}/{key}", self.filer)
-    }
-
-    fn put_bytes(&self, key: &str, data: &[u8]) -> Result<()> {
-        self.agent.put(&self.filer_url(key)).send(data)?;
-        Ok(())
-    }
-
-    fn put_file(&self, key: &str, path: &Path) -> Result<()> {
-        let mut f = std::fs::File::open(path).with_context(|| path.display().to_string())?;
-        self.agent
-            .put(&self.filer_url(key))
-            .send(ureq::SendBody::from_reader(&mut f))
-            .with_context(|| format!("uploading {}", path.display()))?;
-        Ok(())
-    }
-}
-
-impl Drop for Seaweed {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        // Killed, it leaves one Unix socket per listener behind.
-        let Ok(entries) = std::fs::read_dir("/tmp") else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with("seaweedfs-")
-                && self
-                    .ports
-                    .iter()
-                    .any(|p| name.ends_with(&format!("-{p}.sock")))
-            {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
-}
 
 /// The three ways the image is read, in table order.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -290,8 +118,12 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     let image_size = std::fs::metadata(&image)?.len();
 
     progress(cfg, "[remote] starting SeaweedFS and uploading the image");
-    let weed = Seaweed::start(&env.subdir("remote-weed")?)?;
-    weed.put_file("remote.erofs", &image)?;
+    let weed = Weed::start(weed::Options {
+        parent: Some(env.dir.clone()),
+        ..weed::Options::buckets(&[BUCKET])
+    })
+    .context("starting SeaweedFS")?;
+    weed.put_file(BUCKET, "remote.erofs", &image)?;
     let url = PathBuf::from(format!("s3://{BUCKET}/remote.erofs"));
     let cache = env.subdir("remote-cache")?;
     let remote_opts = format!(
@@ -300,8 +132,8 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         cache.display()
     );
     let creds = [
-        ("AWS_ACCESS_KEY_ID", KEY),
-        ("AWS_SECRET_ACCESS_KEY", SECRET),
+        ("AWS_ACCESS_KEY_ID", weed::ACCESS_KEY),
+        ("AWS_SECRET_ACCESS_KEY", weed::SECRET_KEY),
     ];
     let how = |way: Way| How::Foliofs {
         fstype: "erofs",

@@ -8,12 +8,12 @@ use anyhow::{bail, Result};
 use foliofs_vfs::chain_line;
 use foliofs_vfs::options::{format_size, OptionError};
 
-use crate::data;
 use crate::env::{extra_dir, remove_extra_dir, user_read_ahead_kb};
 use crate::env::{have, run, time_cmd, time_md5, time_read, time_write_zeros};
 use crate::env::{BenchEnv, Cooling, How, MkfsErofs, Mounted};
 use crate::report::{Column, Row, Section, Unit};
 use crate::Config;
+use foliofs_testkit::data;
 
 /// Prints progress on one line of stderr.
 pub fn progress(cfg: &Config, msg: &str) {

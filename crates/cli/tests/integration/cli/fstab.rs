@@ -541,12 +541,13 @@ fn a_user_fstab_line_mounts_as_the_user() {
 fn an_s3_image_from_fstab_and_mount_t() {
     require!("weed");
     let Some(s) = Setup::new() else { return };
-    let weed = crate::remote::Weed::start();
-    weed.put_file(crate::remote::BUCKET, "tree.romfs", &s.image);
+    let weed = crate::remote::start_weed();
+    weed.put_file(crate::remote::BUCKET, "tree.romfs", &s.image)
+        .unwrap();
     s.install(&["--binary", bin()]);
     let url = format!("s3://{}/tree.romfs", crate::remote::BUCKET);
     let cache = s.base.join("cache");
-    let opts = format!("ro,{},cache={}", weed.options(), cache.display());
+    let opts = format!("ro,{},cache={}", weed.mount_options(), cache.display());
     let env = [
         ("AWS_ACCESS_KEY_ID", crate::remote::ACCESS_KEY),
         ("AWS_SECRET_ACCESS_KEY", crate::remote::SECRET_KEY),

@@ -14,8 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rand::rngs::StdRng;
-use rand::{RngCore, SeedableRng};
 use sha2::{Digest, Sha256};
 
 pub mod oracle;
@@ -596,33 +594,13 @@ pub fn drop_caches() -> bool {
     fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
 }
 
-/// The seeded generator of fixtures: rand's `StdRng`, whose stream
-/// Cargo.lock pins, so a fixture is the same on every run.
-pub fn rng(seed: u64) -> StdRng {
-    StdRng::seed_from_u64(seed)
-}
-
-/// `n` bytes from `rng`.
-pub fn random_bytes(rng: &mut impl RngCore, n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    rng.fill_bytes(&mut v);
-    v
-}
+pub use foliofs_testkit::data::{random_bytes, rng};
+pub use foliofs_testkit::find_program;
 
 /// Writes a file of `size` pseudo-random bytes (seeded), streaming, so large
 /// files cost no memory.
 pub fn write_random_file(path: &Path, size: u64, seed: u64) {
-    let mut rng = rng(seed);
-    let mut f = std::io::BufWriter::new(fs::File::create(path).unwrap());
-    let mut buf = vec![0u8; 1 << 20];
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        rng.fill_bytes(&mut buf[..n]);
-        f.write_all(&buf[..n]).unwrap();
-        left -= n as u64;
-    }
-    f.flush().unwrap();
+    foliofs_testkit::data::random_file(path, size, seed).unwrap();
 }
 
 /// Makes a device node, fifo or socket with `mknod(2)` (needs root for devices).
@@ -910,20 +888,6 @@ pub fn mkfs_erofs<S: AsRef<OsStr>>(args: &[S], img: &Path, src: &Path) {
         args.iter().map(|a| a.as_ref()).collect::<Vec<_>>(),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// A program on PATH, or one `cargo install` put in ~/.cargo/bin
-/// (pjdfstest, fsx) when that is not on PATH.
-pub fn find_program(name: &str) -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join(name))
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
-    let home = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo/bin").join(name));
-    on_path.into_iter().chain(home).find(|p| p.is_file())
 }
 
 /// A tool installed with `cargo install` (pjdfstest, fsx); the test has

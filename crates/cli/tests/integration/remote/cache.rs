@@ -6,24 +6,28 @@
 use std::fs;
 use std::time::Duration;
 
-use super::{cache_dir, du, mount_url, remote_stats, Creds, Images, Weed, BUCKET};
+use super::{cache_dir, du, mount_url, remote_stats, start_weed, Creds, Images, Weed, BUCKET};
 use crate::common::{self, Mount};
 use crate::erofs::walk::{assert_same, walk_mounted, Tree};
 
 #[test]
 fn a_warm_cache_serves_a_second_mount_without_fetching() {
     require!("fuse", "weed", "mkfs.erofs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
     let img = images.erofs_lz4();
-    weed.put_file(BUCKET, "tree.erofs", &img);
+    weed.put_file(BUCKET, "tree.erofs", &img).unwrap();
     let want = {
         let m = Mount::new(&img, None, "").unwrap();
         walk_mounted(m.path())
     };
     let cache = cache_dir(&images, "cache");
     let url = format!("s3://{BUCKET}/tree.erofs");
-    let opts = format!("{},cache={},chunk=64K", weed.options(), cache.display());
+    let opts = format!(
+        "{},cache={},chunk=64K",
+        weed.mount_options(),
+        cache.display()
+    );
 
     let m = mount_url(None, &Creds::Env, &url, &opts, &[]).unwrap();
     assert_same("cold", &want, &walk_mounted(m.path()));
@@ -55,7 +59,7 @@ fn a_warm_cache_serves_a_second_mount_without_fetching() {
 #[test]
 fn a_replaced_object_is_read_anew() {
     require!("fuse", "weed", "genromfs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
     let first = images.romfs();
     // A second image of another tree at the same key.
@@ -68,18 +72,22 @@ fn a_replaced_object_is_read_anew() {
 
     let cache = cache_dir(&images, "cache");
     let url = format!("s3://{BUCKET}/img");
-    let opts = format!("{},cache={},chunk=64K", weed.options(), cache.display());
+    let opts = format!(
+        "{},cache={},chunk=64K",
+        weed.mount_options(),
+        cache.display()
+    );
     let walk_of = |img: &std::path::Path| {
         let m = Mount::new(img, None, "").unwrap();
         walk_mounted(m.path())
     };
 
-    weed.put_file(BUCKET, "img", &first);
+    weed.put_file(BUCKET, "img", &first).unwrap();
     let m = mount_url(None, &Creds::Env, &url, &opts, &[]).unwrap();
     assert_same("first", &walk_of(&first), &walk_mounted(m.path()));
     m.unmount().unwrap();
 
-    weed.put_file(BUCKET, "img", &second);
+    weed.put_file(BUCKET, "img", &second).unwrap();
     common::drop_caches();
     let m = mount_url(None, &Creds::Env, &url, &opts, &[]).unwrap();
     assert_same("replaced", &walk_of(&second), &walk_mounted(m.path()));
@@ -106,14 +114,14 @@ impl Bounded {
     const LIMIT: u64 = 1 << 20;
 
     fn new() -> Bounded {
-        let weed = Weed::start();
+        let weed = start_weed();
         let images = Images::new();
         let img = images.romfs();
-        weed.put_file(BUCKET, "tree.romfs", &img);
+        weed.put_file(BUCKET, "tree.romfs", &img).unwrap();
         let cache = cache_dir(&images, "cache");
         let opts = format!(
             "{},cache={},chunk=64K,cache_size=1M",
-            weed.options(),
+            weed.mount_options(),
             cache.display()
         );
         let want = {
@@ -192,19 +200,23 @@ fn two_mounts_of_one_object_share_its_cache_and_neither_frees_it_under_the_other
 #[test]
 fn a_server_killed_while_caching_leaves_a_cache_the_next_mount_reads_right() {
     require!("fuse", "weed", "genromfs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
     // Big enough that the whole-image prefetch is still writing when killed.
     common::write_random_file(&images.src.join("big-random"), 48 << 20, 5);
     let img = images.romfs();
-    weed.put_file(BUCKET, "tree.romfs", &img);
+    weed.put_file(BUCKET, "tree.romfs", &img).unwrap();
     let want = {
         let m = Mount::new(&img, None, "").unwrap();
         walk_mounted(m.path())
     };
     let cache = cache_dir(&images, "cache");
     let url = format!("s3://{BUCKET}/tree.romfs");
-    let opts = format!("{},cache={},chunk=64K", weed.options(), cache.display());
+    let opts = format!(
+        "{},cache={},chunk=64K",
+        weed.mount_options(),
+        cache.display()
+    );
 
     for round in 0..3 {
         let m = mount_url(

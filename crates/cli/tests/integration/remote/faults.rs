@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 use super::{
-    assert_no_panic, cache_dir, foliofs_with, lines, mount_url, Creds, Images, Weed, BUCKET,
+    assert_no_panic, cache_dir, foliofs_with, lines, mount_url, start_weed, Creds, Images, BUCKET,
 };
 use crate::common::{self, Mount};
 use crate::erofs::walk::{assert_same, walk_mounted};
@@ -17,15 +17,15 @@ use crate::erofs::walk::{assert_same, walk_mounted};
 #[test]
 fn a_dead_server_gives_eio_within_the_timeout_and_a_restart_heals() {
     require!("fuse", "weed", "genromfs");
-    let mut weed = Weed::start();
+    let mut weed = start_weed();
     let images = Images::new();
     common::write_random_file(&images.src.join("big-random"), 32 << 20, 9);
     let img = images.romfs();
-    weed.put_file(BUCKET, "tree.romfs", &img);
+    weed.put_file(BUCKET, "tree.romfs", &img).unwrap();
     let cache = cache_dir(&images, "cache");
     let opts = format!(
         "{},cache={},chunk=64K,timeout=3",
-        weed.options(),
+        weed.mount_options(),
         cache.display()
     );
     let m = mount_url(
@@ -55,7 +55,7 @@ fn a_dead_server_gives_eio_within_the_timeout_and_a_restart_heals() {
     assert!(common::is_mounted(m.path()), "the mount went away");
     fs::metadata(m.path().join("many")).unwrap();
 
-    weed.run();
+    weed.run().unwrap();
     f.read_exact_at(&mut buf, at).unwrap();
     assert_eq!(buf, want[at as usize..at as usize + 4096]);
     let mut all = Vec::new();
@@ -73,15 +73,15 @@ fn a_dead_server_gives_eio_within_the_timeout_and_a_restart_heals() {
 #[test]
 fn truncated_and_corrupt_objects_give_clear_errors() {
     require!("fuse", "weed", "genromfs", "mkfs.erofs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
     let cache = cache_dir(&images, "cache");
-    let opts = format!("{},cache={}", weed.options(), cache.display());
+    let opts = format!("{},cache={}", weed.mount_options(), cache.display());
     for (name, img) in [("romfs", images.romfs()), ("erofs", images.erofs_lz4())] {
         let data = fs::read(&img).unwrap();
         // Cut in the middle: the superblock is fine, much of the rest gone.
         let key = format!("{name}-truncated");
-        weed.put(BUCKET, &key, &data[..data.len() / 2]);
+        weed.put(BUCKET, &key, &data[..data.len() / 2]).unwrap();
         let url = format!("s3://{BUCKET}/{key}");
         let (ok, out, err) = foliofs_with(&Creds::Env, &["fsck", "-o", &opts, &url]);
         assert!(!ok, "{name}: fsck of a truncated image passed:\n{out}");
@@ -109,7 +109,7 @@ fn truncated_and_corrupt_objects_give_clear_errors() {
             *b ^= 0x5a;
         }
         let key = format!("{name}-corrupt");
-        weed.put(BUCKET, &key, &bad);
+        weed.put(BUCKET, &key, &bad).unwrap();
         let url = format!("s3://{BUCKET}/{key}");
         let (_, _, err) = foliofs_with(&Creds::Env, &["fsck", "-o", &opts, &url]);
         assert_no_panic(&key, &err);
@@ -121,8 +121,9 @@ fn truncated_and_corrupt_objects_give_clear_errors() {
         }
     }
     // Not an image at all, and an empty object: one line each.
-    weed.put(BUCKET, "text", b"just some text, not an image\n");
-    weed.put(BUCKET, "empty", b"");
+    weed.put(BUCKET, "text", b"just some text, not an image\n")
+        .unwrap();
+    weed.put(BUCKET, "empty", b"").unwrap();
     for (key, want) in [("text", "not a romfs or EROFS image"), ("empty", "")] {
         let url = format!("s3://{BUCKET}/{key}");
         let e = mount_url(None, &Creds::Env, &url, &opts, &[])
@@ -178,11 +179,12 @@ fn read_everything(dir: &std::path::Path) -> usize {
 #[test]
 fn wrong_or_missing_credentials_and_missing_objects_are_refused_in_one_line() {
     require!("fuse", "weed", "genromfs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
-    weed.put_file(BUCKET, "tree.romfs", &images.romfs());
+    weed.put_file(BUCKET, "tree.romfs", &images.romfs())
+        .unwrap();
     let cache = cache_dir(&images, "cache");
-    let opts = format!("{},cache={}", weed.options(), cache.display());
+    let opts = format!("{},cache={}", weed.mount_options(), cache.display());
     let url = format!("s3://{BUCKET}/tree.romfs");
     for (creds, url, what) in [
         (
@@ -216,10 +218,10 @@ fn wrong_or_missing_credentials_and_missing_objects_are_refused_in_one_line() {
 #[test]
 fn credentials_come_from_the_aws_files_of_home() {
     require!("fuse", "weed", "genromfs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
     let img = images.romfs();
-    weed.put_file(BUCKET, "tree.romfs", &img);
+    weed.put_file(BUCKET, "tree.romfs", &img).unwrap();
     let home = images.path("home");
     fs::create_dir_all(home.join(".aws")).unwrap();
     fs::write(
@@ -238,7 +240,7 @@ fn credentials_come_from_the_aws_files_of_home() {
     )
     .unwrap();
     let cache = cache_dir(&images, "cache");
-    let opts = format!("{},cache={}", weed.options(), cache.display());
+    let opts = format!("{},cache={}", weed.mount_options(), cache.display());
     let url = format!("s3://{BUCKET}/tree.romfs");
     let want = {
         let m = Mount::new(&img, None, "").unwrap();

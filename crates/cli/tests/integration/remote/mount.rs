@@ -7,7 +7,7 @@ use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{cache_dir, foliofs_with, mount_url, Creds, Images, Weed, BUCKET, PUBLIC};
+use super::{cache_dir, foliofs_with, mount_url, start_weed, Creds, Images, BUCKET, PUBLIC};
 use crate::common::{self, Mount};
 use crate::erofs::walk::{assert_same, walk_mounted};
 
@@ -30,13 +30,17 @@ fn same_as_local(local: &Path, local_opts: &str, url: &str, opts: &str) -> Mount
 #[test]
 fn romfs_from_s3_walks_like_its_local_copy() {
     require!("fuse", "weed", "genromfs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
     let img = images.romfs();
-    weed.put_file(BUCKET, "images/tree.romfs", &img);
+    weed.put_file(BUCKET, "images/tree.romfs", &img).unwrap();
     let url = format!("s3://{BUCKET}/images/tree.romfs");
     let cache = cache_dir(&images, "cache");
-    let opts = format!("{},cache={},chunk=256K", weed.options(), cache.display());
+    let opts = format!(
+        "{},cache={},chunk=256K",
+        weed.mount_options(),
+        cache.display()
+    );
     let m = same_as_local(&img, "", &url, &opts);
 
     // The source is the URL, in the kernel's table and in `foliofs mounts`.
@@ -62,12 +66,16 @@ fn romfs_from_s3_walks_like_its_local_copy() {
 #[test]
 fn erofs_lz4_from_s3_walks_like_its_local_copy() {
     require!("fuse", "weed", "mkfs.erofs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
     let img = images.erofs_lz4();
-    weed.put_file(BUCKET, "tree-lz4.erofs", &img);
+    weed.put_file(BUCKET, "tree-lz4.erofs", &img).unwrap();
     let cache = cache_dir(&images, "cache");
-    let opts = format!("{},cache={},chunk=64K", weed.options(), cache.display());
+    let opts = format!(
+        "{},cache={},chunk=64K",
+        weed.mount_options(),
+        cache.display()
+    );
     same_as_local(&img, "", &format!("s3://{BUCKET}/tree-lz4.erofs"), &opts)
         .unmount()
         .unwrap();
@@ -76,17 +84,17 @@ fn erofs_lz4_from_s3_walks_like_its_local_copy() {
 #[test]
 fn chunked_erofs_with_its_blob_in_s3_walks_like_its_local_copy() {
     require!("fuse", "weed", "mkfs.erofs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
     let (img, blob) = images.erofs_chunked();
     assert!(fs::metadata(&blob).unwrap().len() > 1 << 20, "no blob");
-    weed.put_file(BUCKET, "chunked.erofs", &img);
-    weed.put_file(BUCKET, "chunked.blob", &blob);
+    weed.put_file(BUCKET, "chunked.erofs", &img).unwrap();
+    weed.put_file(BUCKET, "chunked.blob", &blob).unwrap();
     let cache = cache_dir(&images, "cache");
     // The image from S3 and its blob from S3.
     let opts = format!(
         "{},cache={},device=s3://{BUCKET}/chunked.blob",
-        weed.options(),
+        weed.mount_options(),
         cache.display()
     );
     let local = format!("device={}", blob.display());
@@ -105,13 +113,17 @@ fn chunked_erofs_with_its_blob_in_s3_walks_like_its_local_copy() {
 #[test]
 fn random_reads_from_eight_threads_return_the_source_bytes() {
     require!("fuse", "weed", "mkfs.erofs", "genromfs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
     let want = Arc::new(fs::read(images.src.join("mixed")).unwrap());
     for (name, img) in [("romfs", images.romfs()), ("lz4", images.erofs_lz4())] {
-        weed.put_file(BUCKET, name, &img);
+        weed.put_file(BUCKET, name, &img).unwrap();
         let cache = cache_dir(&images, &format!("cache-{name}"));
-        let opts = format!("{},cache={},chunk=64K", weed.options(), cache.display());
+        let opts = format!(
+            "{},cache={},chunk=64K",
+            weed.mount_options(),
+            cache.display()
+        );
         let m = mount_url(
             None,
             &Creds::Env,
@@ -128,12 +140,14 @@ fn random_reads_from_eight_threads_return_the_source_bytes() {
 #[test]
 fn inspection_commands_take_urls() {
     require!("weed", "mkfs.erofs", "genromfs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
-    weed.put_file(BUCKET, "tree.romfs", &images.romfs());
-    weed.put_file(BUCKET, "tree.erofs", &images.erofs_lz4());
+    weed.put_file(BUCKET, "tree.romfs", &images.romfs())
+        .unwrap();
+    weed.put_file(BUCKET, "tree.erofs", &images.erofs_lz4())
+        .unwrap();
     let cache = cache_dir(&images, "cache");
-    let opts = format!("{},cache={}", weed.options(), cache.display());
+    let opts = format!("{},cache={}", weed.mount_options(), cache.display());
     for (key, format) in [("tree.romfs", "romfs"), ("tree.erofs", "erofs")] {
         let url = format!("s3://{BUCKET}/{key}");
         let run = |args: &[&str]| {
@@ -176,16 +190,19 @@ fn inspection_commands_take_urls() {
 #[test]
 fn a_plain_url_mounts_and_its_query_string_is_never_shown() {
     require!("fuse", "weed", "genromfs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
     let img = images.romfs();
-    weed.put_file(PUBLIC, "tree.romfs", &img);
+    weed.put_file(PUBLIC, "tree.romfs", &img).unwrap();
     // A query string stands for a presigned URL's signature; the server
     // ignores what it does not know.
     let secret = "sekrit-signature-0123456789";
-    let url = format!("{}?X-Amz-Signature={secret}", weed.public_url("tree.romfs"));
+    let url = format!(
+        "{}?X-Amz-Signature={secret}",
+        weed.url(PUBLIC, "tree.romfs")
+    );
     let cache = cache_dir(&images, "cache");
-    let plain = weed.public_url("tree.romfs");
+    let plain = weed.url(PUBLIC, "tree.romfs");
 
     // http:// only with insecure_http, and then without credentials.
     let (ok, _, err) = foliofs_with(

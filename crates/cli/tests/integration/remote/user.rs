@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{file_count, mount_url, Creds, Images, Weed, BUCKET};
+use super::{file_count, mount_url, start_weed, Creds, Images, Weed, BUCKET};
 use crate::common::{self, listing, Mount, TEST_USER};
 
 /// Mounts the romfs image as the user with `opts` and `env`, and checks
@@ -17,8 +17,8 @@ fn user_mount(weed: &Weed, images: &Images, opts: &str, env: &[(&str, &Path)]) {
         let m = Mount::new(&img, None, "").unwrap();
         listing(None, m.path())
     };
-    weed.put_file(BUCKET, "tree.romfs", &img);
-    let opts = format!("{},{opts}", weed.options());
+    weed.put_file(BUCKET, "tree.romfs", &img).unwrap();
+    let opts = format!("{},{opts}", weed.mount_options());
     let m = mount_url(
         Some(TEST_USER),
         &Creds::Env,
@@ -50,7 +50,7 @@ fn user_mount(weed: &Weed, images: &Images, opts: &str, env: &[(&str, &Path)]) {
 #[test]
 fn a_user_mounts_from_s3_with_a_cache_of_their_own() {
     require!("user-fuse", "weed", "genromfs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
     let home = common::user_tempdir(TEST_USER);
     let cache = home.path().join("cache");
@@ -65,7 +65,7 @@ fn a_user_mounts_from_s3_with_a_cache_of_their_own() {
 #[test]
 fn a_users_default_cache_is_under_their_xdg_cache_home() {
     require!("user-fuse", "weed", "genromfs");
-    let weed = Weed::start();
+    let weed = start_weed();
     let images = Images::new();
     let home = common::user_tempdir(TEST_USER);
     let xdg = home.path().join("xdg-cache");

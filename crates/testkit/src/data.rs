@@ -1,25 +1,37 @@
-//! Deterministic benchmark data: one large file, and a tree with a realistic
-//! mix of file sizes.
+//! Seeded data: files and trees that are the same bytes on every machine
+//! and every run, so a test's fixture or a bench's image can be made again
+//! rather than stored.
 
 use std::fs::{self, File};
-use std::io::{BufWriter, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
-use anyhow::{Context, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 
-/// The seeded generator: rand's `StdRng`, whose stream Cargo.lock pins,
-/// so the data is the same on every machine.
-fn rng(seed: u64) -> StdRng {
+/// The seeded generator: rand's `StdRng`, whose stream Cargo.lock pins.
+pub fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)
 }
 
-/// Writes `size` pseudo-random (incompressible) bytes to `path`.
-pub fn random_file(path: &Path, size: u64, seed: u64) -> Result<()> {
+/// `n` bytes from `rng`.
+pub fn random_bytes(rng: &mut impl RngCore, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    rng.fill_bytes(&mut v);
+    v
+}
+
+fn create(path: &Path) -> io::Result<BufWriter<File>> {
+    let f = File::create(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", path.display())))?;
+    Ok(BufWriter::with_capacity(1 << 20, f))
+}
+
+/// Writes `size` pseudo-random (incompressible) bytes to `path`,
+/// streaming, so a large file costs no memory.
+pub fn random_file(path: &Path, size: u64, seed: u64) -> io::Result<()> {
     let mut rng = rng(seed);
-    let f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut w = BufWriter::with_capacity(1 << 20, f);
+    let mut w = create(path)?;
     let mut buf = vec![0u8; 1 << 20];
     let mut left = size;
     while left > 0 {
@@ -28,16 +40,14 @@ pub fn random_file(path: &Path, size: u64, seed: u64) -> Result<()> {
         w.write_all(&buf[..n])?;
         left -= n as u64;
     }
-    w.flush()?;
-    Ok(())
+    w.flush()
 }
 
 /// Writes `size` bytes to `path` that LZ4 halves: each 64 KiB is half
 /// random, half one repeated byte.
-pub fn compressible_file(path: &Path, size: u64, seed: u64) -> Result<()> {
+pub fn compressible_file(path: &Path, size: u64, seed: u64) -> io::Result<()> {
     let mut rng = rng(seed);
-    let f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut w = BufWriter::with_capacity(1 << 20, f);
+    let mut w = create(path)?;
     let mut buf = vec![0u8; 64 << 10];
     let mut left = size;
     while left > 0 {
@@ -48,15 +58,17 @@ pub fn compressible_file(path: &Path, size: u64, seed: u64) -> Result<()> {
         w.write_all(&buf[..n])?;
         left -= n as u64;
     }
-    w.flush()?;
-    Ok(())
+    w.flush()
 }
 
-/// What [`tree`] made.
+/// What [`tree`] made, or [`measure_tree`] found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TreeStats {
+    /// Files (anything but a directory).
     pub files: u64,
+    /// Directories below the top.
     pub dirs: u64,
+    /// Bytes of the files.
     pub bytes: u64,
 }
 
@@ -65,7 +77,7 @@ pub struct TreeStats {
 /// assets), spread over directories of 5 to 30 entries, as a root file
 /// system or an application image has. Half of each file is random and half
 /// repeats, so compressing formats get something to do.
-pub fn tree(dir: &Path, files: u64, bytes: u64, seed: u64) -> Result<TreeStats> {
+pub fn tree(dir: &Path, files: u64, bytes: u64, seed: u64) -> io::Result<TreeStats> {
     let mut rng = rng(seed);
     // Size classes: (share of files in per-mille, min, max). Their mean
     // gives the scale factor that hits the byte target.
@@ -128,9 +140,11 @@ pub fn tree(dir: &Path, files: u64, bytes: u64, seed: u64) -> Result<TreeStats> 
 }
 
 /// Counts files, directories and bytes of an existing tree.
-pub fn measure_tree(dir: &Path) -> Result<TreeStats> {
+pub fn measure_tree(dir: &Path) -> io::Result<TreeStats> {
     let mut s = TreeStats::default();
-    for e in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+    let entries = fs::read_dir(dir)
+        .map_err(|e| io::Error::new(e.kind(), format!("listing {}: {e}", dir.display())))?;
+    for e in entries {
         let e = e?;
         let md = e.metadata()?;
         if md.is_dir() {
@@ -146,7 +160,6 @@ pub fn measure_tree(dir: &Path) -> Result<TreeStats> {
     }
     Ok(s)
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

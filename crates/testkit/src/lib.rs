@@ -1,0 +1,32 @@
+//! What foliofs's tests and its bench share, so that each is written once:
+//!
+//! - [`weed`]: a SeaweedFS (`weed mini`) of the caller's own on loopback,
+//!   every port its own, with objects put in it signed or through its
+//!   filer;
+//! - [`data`]: seeded files and trees, the same bytes on every machine.
+//!
+//! Not published: it exists for this workspace's tests and `foliofs bench`.
+
+#![warn(missing_docs)]
+
+pub mod data;
+pub mod weed;
+
+use std::path::{Path, PathBuf};
+
+/// A program on `PATH`, or one that `cargo install` put in `~/.cargo/bin`
+/// (pjdfstest, fsx) when that is not on `PATH`.
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let homes = home
+        .iter()
+        .map(|h| Path::new(h).join(".cargo/bin").join(name));
+    on_path.into_iter().chain(homes).find(|p| p.is_file())
+}
