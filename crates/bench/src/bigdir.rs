@@ -10,10 +10,12 @@ use std::process::Command;
 use anyhow::{Context, Result};
 
 use crate::counted::{measure, trip_notes, Plan, Prime, Step};
-use crate::env::{run, time_cmd, BenchEnv, How};
+use crate::env::{run, BenchEnv};
+use crate::mount::How;
 use crate::report::{Column, Section, Unit};
-use crate::sections::{cold_note, progress, unavailable, Image, NoImage, NO_MKFS_EROFS};
+use crate::rows::{cold_note, progress, unavailable, Image, NoImage, NO_MKFS_EROFS};
 use crate::stats::summarize;
+use crate::timing::time_cmd;
 use crate::Config;
 
 /// `n` empty files `f0000000`.. in a new directory `dir`.

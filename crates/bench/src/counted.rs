@@ -9,9 +9,10 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use foliofs_vfs::chain_line;
 
-use crate::env::{BenchEnv, How, Mounted};
+use crate::env::BenchEnv;
+use crate::mount::{How, Mounted};
 use crate::report::Row;
-use crate::sections::{progress, unavailable, Image};
+use crate::rows::{progress, unavailable, Image};
 use crate::smallfiles::mount_id;
 use crate::Config;
 use foliofs_fuse::published::{self as mount_stats, Counts};

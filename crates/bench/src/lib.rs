@@ -12,13 +12,21 @@
 mod bigdir;
 mod counted;
 mod env;
+mod evict;
+mod images;
+mod mkfs;
+mod mount;
+mod ramfs;
 mod realstart;
 mod remote;
 mod report;
-mod sections;
+mod rows;
+mod seq;
 mod smallfiles;
 mod startup;
 mod stats;
+mod timing;
+mod tree;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -183,9 +191,9 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     }
     for w in &wanted {
         let s = match w {
-            Which::Seq => sections::seq(&env, &cfg),
-            Which::Tree => sections::tree(&env, &cfg),
-            Which::Ramfs => sections::ramfs(&env, &cfg),
+            Which::Seq => seq::seq(&env, &cfg),
+            Which::Tree => tree::tree(&env, &cfg),
+            Which::Ramfs => ramfs::ramfs(&env, &cfg),
             Which::Startup => startup::startup(&env, &cfg),
             Which::Smallfiles => smallfiles::smallfiles(&env, &cfg),
             Which::Realstart => realstart::realstart(&env, &cfg),

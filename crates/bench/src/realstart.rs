@@ -12,10 +12,13 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 
 use crate::counted::{measure, trip_notes, Plan, Prime, Step};
-use crate::env::{have, run, time_cmd, BenchEnv, How};
+use crate::env::{have, run, BenchEnv};
+use crate::images::build_images;
+use crate::mount::How;
 use crate::report::{Column, Section, Unit};
-use crate::sections::{build_images, progress};
+use crate::rows::progress;
 use crate::smallfiles::python_stdlib;
+use crate::timing::time_cmd;
 use crate::Config;
 
 /// The modules imported, widely used ones that load many others; a name

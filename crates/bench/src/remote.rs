@@ -15,9 +15,11 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use foliofs_vfs::chain_line;
 
-use crate::env::{have, run, time_cmd, time_read, time_read_tree, BenchEnv, How, Mounted};
+use crate::env::{have, run, BenchEnv};
+use crate::mount::{How, Mounted};
 use crate::report::{Column, Row, Section, Unit};
-use crate::sections::progress;
+use crate::rows::progress;
+use crate::timing::{time_cmd, time_read, time_read_tree};
 use crate::Config;
 use foliofs_testkit::data;
 use foliofs_testkit::weed::{self, Weed};

@@ -13,10 +13,12 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use foliofs_vfs::chain_line;
 
-use crate::env::{have, time_cmd, BenchEnv, How, Mounted};
+use crate::env::{have, BenchEnv};
+use crate::mount::{How, Mounted};
 use crate::report::{Column, Row, Section, Unit};
-use crate::sections::progress;
+use crate::rows::progress;
 use crate::stats::summarize;
+use crate::timing::time_cmd;
 use crate::Config;
 use foliofs_fuse::published::{self as mount_stats, Counts};
 

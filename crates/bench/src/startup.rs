@@ -10,11 +10,14 @@ use std::process::Command;
 use anyhow::Result;
 
 use crate::counted::{measure, trip_notes, Plan, Prime, Step};
-use crate::env::{time_cmd, time_read_tree, BenchEnv, How, Mounted};
+use crate::env::BenchEnv;
+use crate::images::source_tree;
+use crate::mount::{How, Mounted};
 use crate::report::{Column, Section, Unit};
-use crate::sections::{
-    cold_note, progress, read_ahead_note, source_tree, unavailable, Image, NoImage, NO_MKFS_EROFS,
+use crate::rows::{
+    cold_note, progress, read_ahead_note, unavailable, Image, NoImage, NO_MKFS_EROFS,
 };
+use crate::timing::{time_cmd, time_read_tree};
 use crate::Config;
 
 /// Builds an image with `cmd` into `img`; the build time goes in `built`.

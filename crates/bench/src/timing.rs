@@ -1,0 +1,83 @@
+//! The timed workloads: reads, writes, commands.
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use crate::env::run;
+
+/// Reads `path` to the end with 1 MiB reads (what `dd bs=1M of=/dev/null`
+/// does); returns seconds and bytes.
+pub fn time_read(path: &Path) -> Result<(f64, u64)> {
+    let mut buf = vec![0u8; 1 << 20];
+    let start = Instant::now();
+    let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut total = 0u64;
+    loop {
+        let n = f
+            .read(&mut buf)
+            .with_context(|| format!("reading {} at {total}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+    }
+    Ok((start.elapsed().as_secs_f64(), total))
+}
+
+/// Seconds `md5sum PATH` takes (the romfs seed's own workload).
+pub fn time_md5(path: &Path) -> Result<f64> {
+    let start = Instant::now();
+    run(Command::new("md5sum").arg(path))?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Seconds a command takes, with its output discarded.
+pub fn time_cmd(cmd: &mut Command) -> Result<f64> {
+    let start = Instant::now();
+    run(cmd)?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Writes `total` zero bytes to a new file in `bs`-byte writes (what
+/// `dd if=/dev/zero bs=BS` does), closing it; returns seconds.
+pub fn time_write_zeros(path: &Path, total: u64, bs: usize) -> Result<f64> {
+    let buf = vec![0u8; bs];
+    let start = Instant::now();
+    let mut f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut left = total;
+    while left > 0 {
+        let n = left.min(bs as u64) as usize;
+        f.write_all(&buf[..n])
+            .with_context(|| format!("writing {}", path.display()))?;
+        left -= n as u64;
+    }
+    drop(f);
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Reads every regular file under `dir` (the container start-up set).
+pub fn time_read_tree(dir: &Path) -> Result<f64> {
+    let start = Instant::now();
+    let mut buf = vec![0u8; 1 << 20];
+    read_tree(dir, &mut buf)?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+fn read_tree(dir: &Path, buf: &mut [u8]) -> Result<()> {
+    for e in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let e = e?;
+        let t = e.file_type()?;
+        if t.is_dir() {
+            read_tree(&e.path(), buf)?;
+        } else if t.is_file() {
+            let mut f = File::open(e.path())?;
+            while f.read(buf)? > 0 {}
+        }
+    }
+    Ok(())
+}
