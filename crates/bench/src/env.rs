@@ -24,6 +24,7 @@ pub(crate) static STOPPING: AtomicBool = AtomicBool::new(false);
 /// by the Ctrl-C handler and at the end of a run. Taking the mount list's
 /// lock waits for a mount in progress, so none can slip past the cleanup.
 pub fn emergency_cleanup() {
+    crate::readahead::restore_all();
     let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
     STOPPING.store(true, Ordering::SeqCst);
     for m in live.iter().rev() {

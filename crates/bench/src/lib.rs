@@ -17,6 +17,7 @@ mod images;
 mod mkfs;
 mod mount;
 mod ramfs;
+mod readahead;
 mod realstart;
 mod remote;
 mod report;
