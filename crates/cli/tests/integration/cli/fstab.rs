@@ -29,6 +29,36 @@ fn install_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install")
 }
 
+/// The manual pages the binary writes, by file name.
+fn man_pages() -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    crate::common::foliofs_ok([
+        OsStr::new("man"),
+        OsStr::new("--out-dir"),
+        dir.path().as_os_str(),
+    ]);
+    let mut pages: Vec<String> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    pages.sort();
+    assert!(pages.contains(&"foliofs.1".to_owned()), "{pages:?}");
+    assert!(
+        pages.contains(&"foliofs-mkfs-romfs.1".to_owned()),
+        "{pages:?}"
+    );
+    pages
+}
+
+/// Where the install puts the bash, zsh and fish completions.
+fn completion_files(prefix: &str) -> [String; 3] {
+    [
+        format!("{prefix}/share/bash-completion/completions/foliofs"),
+        format!("{prefix}/share/zsh/site-functions/_foliofs"),
+        format!("{prefix}/share/fish/vendor_completions.d/foliofs.fish"),
+    ]
+}
+
 fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
@@ -158,12 +188,14 @@ impl Namespace {
         // (Run inside it: through /proc/PID/root an absolute symlink would
         // lead back to this namespace's files.)
         self.check(
-            "rm",
+            "sh",
             &[
-                "-f",
-                "/usr/local/bin/foliofs",
-                "/usr/local/sbin/foliofs",
-                "/sbin/mount.fuse.foliofs",
+                "-c",
+                "rm -f /usr/local/bin/foliofs /usr/local/sbin/foliofs /sbin/mount.fuse.foliofs \
+                 /usr/local/share/man/man1/foliofs*.1 \
+                 /usr/local/share/bash-completion/completions/foliofs \
+                 /usr/local/share/zsh/site-functions/_foliofs \
+                 /usr/local/share/fish/vendor_completions.d/foliofs.fish",
             ],
         )?;
         Ok(())
@@ -398,11 +430,45 @@ fn fstab_and_mount_t_after_install() {
     let out = s.install(&["--binary", bin()]);
     assert!(out.contains("installed /usr/local/bin/foliofs"), "{out}");
     assert!(out.contains("installed /sbin/mount.fuse.foliofs"), "{out}");
+    let pages = man_pages();
+    for f in pages
+        .iter()
+        .map(|p| format!("/usr/local/share/man/man1/{p}"))
+        .chain(completion_files("/usr/local"))
+    {
+        assert!(out.contains(&format!("installed {f}")), "{f}:\n{out}");
+    }
     let again = s.install(&["--binary", bin()]);
     assert!(
-        !again.contains("installed") && again.matches("is up to date").count() == 2,
+        !again.contains("installed")
+            && !again.contains("removed")
+            && again.matches("is up to date").count() == 2 + pages.len() + 3,
         "a second install changed something:\n{again}"
     );
+    // Where Debian's man looks, and a completion bash takes.
+    if which("man").is_some() {
+        for (page, file) in [
+            ("foliofs", "foliofs.1"),
+            ("foliofs-mount", "foliofs-mount.1"),
+        ] {
+            let found = s.ns.ok("man", &["-w", page]);
+            assert_eq!(
+                found.trim(),
+                format!("/usr/local/share/man/man1/{file}"),
+                "man -w {page}"
+            );
+        }
+    } else {
+        eprintln!("skip: fstab_and_mount_t_after_install: man -w (man-db is not installed)");
+    }
+    let complete = s.ns.ok(
+        "bash",
+        &[
+            "-c",
+            "source /usr/local/share/bash-completion/completions/foliofs && complete -p foliofs",
+        ],
+    );
+    assert!(complete.contains("foliofs"), "{complete}");
 
     // Options mount.fuse3 keeps to itself (nofail) or passes on (allow_other).
     let fstab = s.base.join("fstab");
@@ -451,6 +517,14 @@ fn mount_t_with_another_prefix_then_uninstall() {
         "{out}"
     );
     assert!(out.contains("removed /sbin/mount.fuse.foliofs"), "{out}");
+    for f in man_pages()
+        .iter()
+        .map(|p| format!("{prefix}/share/man/man1/{p}"))
+        .chain(completion_files(prefix))
+    {
+        assert!(out.contains(&format!("removed {f}")), "{f}:\n{out}");
+        assert!(!s.ns.path(Path::new(&f)).exists(), "{f} is still there");
+    }
     let gone =
         s.ns.run("test", &["!", "-e", "/sbin/mount.fuse.foliofs"])
             .unwrap();
