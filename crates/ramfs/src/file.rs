@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use foliofs_vfs::{Error, FileType, Ino, Result, Scratch, Timespec};
 
+use crate::backing::Backed;
 use crate::data::MAX_FILE_SIZE;
 use crate::node::{Body, State};
 use crate::RamFs;
@@ -14,9 +15,18 @@ use crate::RamFs;
 impl RamFs {
     pub(crate) fn open_node(&self, st: &mut State, flags: i32) -> u64 {
         if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
-            if let Some(f) = st.file_mut() {
-                f.truncate(0, u64::from(self.block_size), &self.space);
-                st.touch_mc(Timespec::now());
+            match &mut st.body {
+                Body::File(f) => {
+                    f.truncate(0, u64::from(self.block_size), &self.space);
+                    st.touch_mc(Timespec::now());
+                }
+                Body::Backed(b) => {
+                    if let Err(e) = b.truncate(0) {
+                        log::warn!("truncating a backing file at open: {e}");
+                    }
+                    st.touch_mc(Timespec::now());
+                }
+                _ => {}
             }
         }
         st.opens += 1;
@@ -40,6 +50,11 @@ impl RamFs {
         let st = node.read();
         let file = match (&st.body, node.kind) {
             (Body::File(f), _) => f,
+            (Body::Backed(b), _) => {
+                let buf = scratch.get(size as usize);
+                let n = b.read_into(offset, buf).map_err(io_error)?;
+                return Ok(&buf[..n]);
+            }
             (_, FileType::Directory) => return Err(Error::IsDir),
             _ => return Err(Error::Invalid),
         };
@@ -99,10 +114,17 @@ impl RamFs {
         }
         let mut st = node.write();
         let bs = self.bs();
-        let file = match st.file_mut() {
-            Some(f) => f,
-            None if node.kind == FileType::Directory => return Err(Error::IsDir),
-            None => return Err(Error::Invalid),
+        let file = match &mut st.body {
+            Body::File(f) => f,
+            Body::Backed(b) => {
+                let n = b.write(offset, data).map_err(io_error)?;
+                if n > 0 {
+                    st.touch_mc(Timespec::now());
+                }
+                return Ok(n as u32);
+            }
+            _ if node.kind == FileType::Directory => return Err(Error::IsDir),
+            _ => return Err(Error::Invalid),
         };
         let n = file.write(offset, data, bs, &self.space);
         if n == 0 && !data.is_empty() {
@@ -125,10 +147,17 @@ impl RamFs {
         }
         let mut st = node.write();
         let bs = self.bs();
-        let file = match st.file_mut() {
-            Some(f) => f,
-            None if node.kind == FileType::Directory => return Err(Error::IsDir),
-            None => return Err(Error::Errno(libc::ENODEV)),
+        let file = match &mut st.body {
+            Body::File(f) => f,
+            // The pool's tmpfs knows every mode ramfs does (and refuses the
+            // rest with the same errno).
+            Body::Backed(b) => {
+                b.fallocate(mode, offset, length).map_err(io_error)?;
+                st.touch_mc(Timespec::now());
+                return Ok(());
+            }
+            _ if node.kind == FileType::Directory => return Err(Error::IsDir),
+            _ => return Err(Error::Errno(libc::ENODEV)),
         };
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let rest = mode & !libc::FALLOC_FL_KEEP_SIZE;
@@ -158,6 +187,9 @@ impl RamFs {
     pub(crate) fn do_lseek(&self, ino: Ino, offset: u64, whence: i32) -> Result<u64> {
         let node = self.table.get(ino)?;
         let st = node.read();
+        if let Body::Backed(b) = &st.body {
+            return b.seek(offset, whence).map_err(io_error);
+        }
         let file = st.file().ok_or(Error::Invalid)?;
         if offset >= file.size {
             return Err(Error::NoDataPastOffset);
@@ -179,6 +211,30 @@ impl RamFs {
                 .ok_or(Error::NoDataPastOffset),
             libc::SEEK_HOLE => Ok(file.next_hole(offset, self.bs())),
             _ => Err(Error::Invalid),
+        }
+    }
+}
+
+/// An error of the pool's tmpfs as ramfs reports its own: a full pool is
+/// this file system's `size=` reached.
+pub(crate) fn io_error(e: std::io::Error) -> Error {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) => Error::NoSpace,
+        Some(libc::EFBIG) => Error::TooBig,
+        Some(libc::ENXIO) => Error::NoDataPastOffset,
+        Some(libc::EOPNOTSUPP) => Error::OperationNotSupported,
+        Some(libc::EINVAL) => Error::Invalid,
+        Some(n) => Error::Errno(n),
+        None => Error::Errno(libc::EIO),
+    }
+}
+
+impl Backed {
+    /// Whether this body is one; for the FUSE layer's passthrough.
+    pub(crate) fn of(st: &crate::node::State) -> Option<&Backed> {
+        match &st.body {
+            Body::Backed(b) => Some(b),
+            _ => None,
         }
     }
 }

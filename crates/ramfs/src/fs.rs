@@ -10,7 +10,9 @@ use foliofs_vfs::{
     Attr, Ctx, DirEntry, FileSystem, FileType, FsInfo, Ino, Rdev, Result, Scratch, SetAttr, StatFs,
 };
 
+use crate::backing::{Folios, Pool};
 use crate::block;
+use crate::data::FileData;
 use crate::dir::Dir;
 use crate::node::{Body, Node, State};
 use crate::options::{total_ram, Options};
@@ -32,6 +34,9 @@ pub struct RamFs {
     pub(crate) space: Space,
     /// Serialises changes to the name space (never taken by reads or writes).
     names: Mutex<()>,
+    /// Where file bodies live when the kernel reads and writes them itself
+    /// (see [`RamFs::new_backed`]); `None` keeps them in this process.
+    pool: Option<Pool>,
 }
 
 impl std::fmt::Debug for RamFs {
@@ -48,6 +53,29 @@ impl RamFs {
     /// An empty file system with these options, its limits resolved against
     /// this machine's memory.
     pub fn new(opts: &Options) -> Self {
+        Self::build(opts, None)
+    }
+
+    /// An empty file system whose file bodies are files of a tmpfs of its
+    /// own, mounted nowhere, which the FUSE layer can hand to the kernel
+    /// (passthrough: reads, writes and mmap then never reach the server).
+    /// Its `size=` is the tmpfs's, so the kernel refuses a write past it at
+    /// `write(2)`; its folios are a page each at the 4 KiB block size, as
+    /// large as each write allows above it (`huge=within_size`), and huge
+    /// pages with `huge=always`. Needs `CAP_SYS_ADMIN` to mount the tmpfs.
+    pub fn new_backed(opts: &Options) -> std::io::Result<Self> {
+        let folios = if opts.huge {
+            Folios::Huge
+        } else if opts.block_size > crate::options::MIN_BLOCK_SIZE {
+            Folios::ByWrite
+        } else {
+            Folios::Pages
+        };
+        let limit = opts.size_limit(total_ram());
+        Ok(Self::build(opts, Some(Pool::new(limit, folios)?)))
+    }
+
+    fn build(opts: &Options, pool: Option<Pool>) -> Self {
         let ram = total_ram();
         let bs = u64::from(opts.block_size);
         // `size=0` lifts the limit, but memory still bounds what can be
@@ -65,6 +93,7 @@ impl RamFs {
             next_fh: AtomicU64::new(1),
             space,
             names: Mutex::new(()),
+            pool,
         };
         // The root takes an inode slot like any other; a limit of 0 inodes is
         // "unlimited", so this always succeeds.
@@ -108,6 +137,27 @@ impl RamFs {
     pub fn xattr_bytes(&self) -> u64 {
         self.space.used_xattr()
     }
+
+    /// Whether file bodies live in backing files ([`RamFs::new_backed`]).
+    pub fn is_backed(&self) -> bool {
+        self.pool.is_some()
+    }
+
+    /// Bytes the backing files hold, where file bodies live in them.
+    pub fn backing_bytes(&self) -> Option<u64> {
+        self.pool
+            .as_ref()
+            .and_then(|p| p.usage().ok())
+            .map(|(used, _)| used)
+    }
+
+    /// A new regular file's body: empty, here or in the pool.
+    pub(crate) fn new_file_body(&self) -> Result<Body> {
+        match &self.pool {
+            None => Ok(Body::File(FileData::default())),
+            Some(p) => p.create().map(Body::Backed).map_err(crate::file::io_error),
+        }
+    }
 }
 
 impl FileSystem for RamFs {
@@ -125,13 +175,30 @@ impl FileSystem for RamFs {
     }
 
     fn statfs(&self) -> Result<StatFs> {
-        let blocks = self.space.max_blocks();
+        let mut blocks = self.space.max_blocks();
         // "Unlimited" inodes still need a figure: one per page of memory.
         let files = match self.space.max_inodes() {
             u64::MAX => total_ram() / 4096,
             n => n,
         };
-        let used_b = self.space.used_blocks();
+        let mut used_b = self.space.used_blocks();
+        if let Some(p) = &self.pool {
+            // In blocks as each file counts them (see `Backed::blocks`),
+            // against the pool's limit: the kernel allocates the pages.
+            let (_, total) = p.usage().map_err(crate::file::io_error)?;
+            let bs = self.bs();
+            if total > 0 {
+                blocks = total / bs;
+            }
+            self.table.for_each(|node| {
+                let st = node.read();
+                if let Some(b) = crate::backing::Backed::of(&st) {
+                    if let Ok(s) = b.stat() {
+                        used_b += b.blocks(&s, bs);
+                    }
+                }
+            });
+        }
         let used_i = self.space.used_inodes();
         let bfree = blocks.saturating_sub(used_b);
         Ok(StatFs {
@@ -179,6 +246,13 @@ impl FileSystem for RamFs {
 
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
         self.do_readlink(ino)
+    }
+
+    fn backing_file(&self, ino: Ino) -> Option<Arc<std::fs::File>> {
+        self.pool.as_ref()?;
+        let node = self.table.get(ino).ok()?;
+        let st = node.read();
+        crate::backing::Backed::of(&st).map(|b| b.file())
     }
 
     fn getxattr(&self, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {

@@ -32,6 +32,7 @@
 
 #![warn(missing_docs)]
 
+mod backing;
 mod block;
 mod data;
 mod dir;

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use foliofs_vfs::{Attr, Ctx, DirEntry, Error, FileType, Ino, Rdev, Result, Timespec};
 
-use crate::data::FileData;
 use crate::dir::{Dir, Entry};
 use crate::node::{Body, Node, State};
 use crate::table::S_ISGID;
@@ -199,7 +198,7 @@ impl RamFs {
         ctx: &Ctx,
     ) -> Result<Attr> {
         let (body, rdev) = match kind {
-            FileType::RegularFile => (Body::File(FileData::default()), Rdev::default()),
+            FileType::RegularFile => (self.new_file_body()?, Rdev::default()),
             FileType::Fifo | FileType::Socket => (Body::Special, Rdev::default()),
             FileType::BlockDevice | FileType::CharDevice => {
                 (Body::Special, Rdev::from_new_encoding(rdev))
@@ -236,7 +235,7 @@ impl RamFs {
                 (self.table.get(e.ino)?, true)
             }
             Err(Error::NotFound) => {
-                let body = Body::File(FileData::default());
+                let body = self.new_file_body()?;
                 let new = NewNode::plain(FileType::RegularFile, perm, body);
                 let node = self.make_node(parent, name, new, ctx)?;
                 (node, false)

@@ -5,6 +5,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use foliofs_vfs::{Attr, FileType, Ino, Rdev, Timespec};
 
+use crate::backing::Backed;
 use crate::data::FileData;
 use crate::dir::Dir;
 
@@ -12,6 +13,8 @@ use crate::dir::Dir;
 #[derive(Debug)]
 pub(crate) enum Body {
     File(FileData),
+    /// A regular file whose bytes are in a file of the passthrough pool.
+    Backed(Backed),
     Dir(Dir),
     Symlink(Vec<u8>),
     /// Devices, fifos and sockets: nothing beyond `rdev`.
@@ -96,8 +99,23 @@ impl State {
     }
 
     pub fn attr(&self, ino: Ino, kind: FileType, block_size: u32) -> Attr {
+        let (mut mtime, mut ctime) = (self.mtime, self.ctime);
         let (size, blocks) = match &self.body {
             Body::File(f) => (f.size, f.allocated() * u64::from(block_size) / 512),
+            // Writes through the kernel move the backing file's times, not
+            // ours; every change made here moves both (see `Backed`).
+            Body::Backed(b) => match b.stat() {
+                Ok(st) => {
+                    mtime = mtime.max(st.mtime);
+                    ctime = ctime.max(st.ctime);
+                    let bs = u64::from(block_size);
+                    (st.size, b.blocks(&st, bs) * bs / 512)
+                }
+                Err(e) => {
+                    log::warn!("inode {ino}: the backing file cannot be read: {e}");
+                    (0, 0)
+                }
+            },
             Body::Dir(d) => ((d.len() as u64 + 2) * DIRENT_SIZE, 0),
             Body::Symlink(t) => (t.len() as u64, 0),
             Body::Special => (0, 0),
@@ -113,8 +131,8 @@ impl State {
             gid: self.gid,
             rdev: self.rdev,
             atime: self.atime,
-            mtime: self.mtime,
-            ctime: self.ctime,
+            mtime,
+            ctime,
             blksize: block_size,
         }
     }
@@ -135,13 +153,6 @@ impl State {
 
     pub fn file(&self) -> Option<&FileData> {
         match &self.body {
-            Body::File(f) => Some(f),
-            _ => None,
-        }
-    }
-
-    pub fn file_mut(&mut self) -> Option<&mut FileData> {
-        match &mut self.body {
             Body::File(f) => Some(f),
             _ => None,
         }

@@ -1,4 +1,4 @@
-//! Mount options of a ramfs: `blocksize=`, `huge=`, `mode=`, `size=`,
+//! Mount options of a ramfs: `blocksize=`, `huge=`, `passthrough`, `mode=`, `size=`,
 //! `nr_inodes=`, `uid=`, `gid=`.
 
 use std::fmt::Write as _;
@@ -47,6 +47,11 @@ pub struct Options {
     pub nr_inodes: Option<u64>,
     /// `huge=always`: each 2 MiB block is one transparent huge page.
     pub huge: bool,
+    /// `passthrough` (`Some(true)`) or `nopassthrough`: whether file data
+    /// lives in the kernel's page cache, read and written by the kernel
+    /// itself (see [`RamFs::new_backed`](crate::RamFs::new_backed)); `None`
+    /// leaves it to the mount (on where it is allowed).
+    pub passthrough: Option<bool>,
 }
 
 impl Default for Options {
@@ -59,6 +64,7 @@ impl Default for Options {
             size: None,
             nr_inodes: None,
             huge: false,
+            passthrough: None,
         }
     }
 }
@@ -104,6 +110,8 @@ impl Options {
         "size",
         "nr_inodes",
         "huge",
+        "passthrough",
+        "nopassthrough",
     ];
 
     /// Whether `key` is a ramfs option: the one answer for every command
@@ -142,7 +150,15 @@ impl Options {
             return Ok(false);
         }
         let need = || value.ok_or_else(|| format!("{key}: needs a value ({key}=...)"));
+        let flag = || match value {
+            None => Ok(()),
+            Some(_) => Err(format!("{key}: takes no value")),
+        };
         match key {
+            "passthrough" | "nopassthrough" => {
+                flag()?;
+                self.passthrough = Some(key == "passthrough");
+            }
             "blocksize" => {
                 let v = need()?;
                 let n = parse_size(key, v)?;
@@ -387,10 +403,21 @@ mod tests {
     fn keys_are_exactly_what_set_takes() {
         for k in Options::KEYS {
             assert!(Options::is_key(k));
-            // Every key needs a value, so `set` answering an error proves it
-            // treats the key as its own.
-            assert!(Options::default().set(k, None).is_err(), "{k}");
+            // Every key but the flags needs a value, and the flags take
+            // none, so `set` answering an error proves it treats the key
+            // as its own.
+            let wrong = if k.ends_with("passthrough") {
+                Some("1")
+            } else {
+                None
+            };
+            assert!(Options::default().set(k, wrong).is_err(), "{k}");
         }
+        let mut o = Options::default();
+        assert_eq!(o.set("passthrough", None), Ok(true));
+        assert_eq!(o.passthrough, Some(true));
+        assert_eq!(o.set("nopassthrough", None), Ok(true));
+        assert_eq!(o.passthrough, Some(false));
         for k in [
             "ro",
             "allow_other",

@@ -48,6 +48,22 @@ impl Table {
         shard.insert(node.ino, node);
     }
 
+    /// Calls `f` with every inode (shard by shard: inodes made meanwhile
+    /// may or may not be seen).
+    pub fn for_each(&self, mut f: impl FnMut(&Node)) {
+        for shard in self.shards.iter() {
+            let nodes: Vec<Arc<Node>> = shard
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .cloned()
+                .collect();
+            for n in nodes {
+                f(&n);
+            }
+        }
+    }
+
     pub fn remove(&self, ino: Ino) {
         let mut shard = self.shard(ino).write().unwrap_or_else(|e| e.into_inner());
         shard.remove(&ino);
@@ -70,6 +86,9 @@ impl RamFs {
             st.released = true;
             match &mut st.body {
                 Body::File(f) => f.clear(&self.space),
+                // The memory goes back once the kernel's descriptors of it
+                // close too (the last release came before this).
+                Body::Backed(_) => st.body = Body::Special,
                 Body::Symlink(t) => self.space.give_xattr(t.len() as u64),
                 _ => {}
             }
@@ -109,10 +128,11 @@ impl RamFs {
                 return Err(Error::TooBig);
             }
             let bs = self.bs();
-            match st.file_mut() {
-                Some(f) => f.truncate(size, bs, &self.space),
-                None if node.kind == FileType::Directory => return Err(Error::IsDir),
-                None => return Err(Error::Invalid),
+            match &mut st.body {
+                Body::File(f) => f.truncate(size, bs, &self.space),
+                Body::Backed(b) => b.truncate(size).map_err(crate::file::io_error)?,
+                _ if node.kind == FileType::Directory => return Err(Error::IsDir),
+                _ => return Err(Error::Invalid),
             }
             st.touch_mc(now);
         }
@@ -141,6 +161,11 @@ impl RamFs {
         }
         if let Some(t) = set.mtime {
             st.mtime = resolve(t, now);
+            // The backing file's time is read beside ours and the later
+            // wins: an older time set here must hold there too.
+            if let Body::Backed(b) = &st.body {
+                b.set_mtime(st.mtime).map_err(crate::file::io_error)?;
+            }
         }
         st.ctime = set.ctime.unwrap_or(now);
         Ok(self.attr_of(&node, &st))

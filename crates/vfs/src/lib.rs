@@ -89,6 +89,14 @@ pub trait FileSystem: Send + Sync {
     /// A symbolic link's target.
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>>;
 
+    /// The file that holds `ino`'s bytes, where the format keeps a regular
+    /// file's data in a file the kernel can read, write and map itself (the
+    /// FUSE layer then passes opens of it through); `None` otherwise. Every
+    /// open of one inode gets the same file.
+    fn backing_file(&self, _ino: Ino) -> Option<std::sync::Arc<std::fs::File>> {
+        None
+    }
+
     /// The value of extended attribute `name` (full name, e.g. `user.foo`).
     fn getxattr(&self, _ino: Ino, _name: &OsStr) -> Result<Vec<u8>> {
         Err(Error::NoSuchXattr)
