@@ -107,6 +107,19 @@ struct Opened {
     record: Option<(PathBuf, foliofs_fuse::ImageKey)>,
     /// `prefetch=`: the profile to replay, if it is this image's.
     profile: Option<Arc<foliofs_fuse::Profile>>,
+    /// A ramfs whose files live in backing files: passed through where the
+    /// kernel takes it, and whether the user asked for that by name.
+    passthrough: Option<(Arc<foliofs_fuse::Passthrough>, bool)>,
+    /// Figures the mount publishes beside its request counts.
+    gauge: Option<foliofs_fuse::published::Gauge>,
+}
+
+/// Appends `,item` (or `item` to an empty list).
+fn push_option(list: &mut String, item: &str) {
+    if !list.is_empty() {
+        list.push(',');
+    }
+    list.push_str(item);
 }
 
 /// The environment variable a background server takes its source from
@@ -252,6 +265,8 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
         push_budget,
         record,
         profile,
+        passthrough: None,
+        gauge: None,
     })
 }
 
@@ -361,8 +376,26 @@ fn open_ramfs(opts: &MountOptions) -> anyhow::Result<Opened> {
             .collect::<Vec<_>>()
             .join(",");
     }
+    let fs = Arc::new(ramfs_with_data_path(&ro, opts)?);
+    let passthrough = fs
+        .is_backed()
+        .then(|| (Arc::default(), ro.passthrough == Some(true)));
+    let gauge = passthrough
+        .as_ref()
+        .map(|(p, _): &(Arc<foliofs_fuse::Passthrough>, bool)| {
+            let (fs, p) = (fs.clone(), p.clone());
+            foliofs_fuse::published::Gauge {
+                name: "ramfs",
+                read: Box::new(move || {
+                    vec![
+                        ("backing_bytes", fs.backing_bytes().unwrap_or(0)),
+                        ("passthrough_files", p.registered() as u64),
+                    ]
+                }),
+            }
+        });
     Ok(Opened {
-        fs: Arc::new(foliofs_ramfs::RamFs::new(&ro)),
+        fs,
         format: "ramfs",
         read_only,
         writable: !read_only,
@@ -370,7 +403,46 @@ fn open_ramfs(opts: &MountOptions) -> anyhow::Result<Opened> {
         push_budget: 0,
         record: None,
         profile: None,
+        passthrough,
+        gauge,
     })
+}
+
+/// A ramfs whose file data lives where `passthrough` says: in backing
+/// files the kernel reads and writes itself, wherever that is allowed
+/// (`CAP_SYS_ADMIN` of the machine, Linux 6.9, no writeback cache) unless
+/// `nopassthrough`; in the server otherwise. Asked for by name, it is had
+/// or refused with the reason.
+fn ramfs_with_data_path(
+    ro: &foliofs_ramfs::Options,
+    opts: &MountOptions,
+) -> anyhow::Result<foliofs_ramfs::RamFs> {
+    let asked = ro.passthrough == Some(true);
+    let why_not = if ro.passthrough == Some(false) {
+        return Ok(foliofs_ramfs::RamFs::new(ro));
+    } else if opts.writeback {
+        Some("the kernel passes no file through while it caches writes (`writeback`)".to_owned())
+    } else if !foliofs_fuse::privilege::kernel_at_least(6, 9) {
+        Some("FUSE passthrough needs Linux 6.9 or later".to_owned())
+    } else if !foliofs_fuse::privilege::is_machine_root() {
+        Some(
+            "FUSE passthrough needs CAP_SYS_ADMIN of the machine: the kernel lets only such a server hand it backing files (a user's ramfs keeps its files in the server)"
+                .to_owned(),
+        )
+    } else {
+        match foliofs_ramfs::RamFs::new_backed(ro) {
+            Ok(fs) => return Ok(fs),
+            Err(e) => Some(format!(
+                "mounting the tmpfs that holds the files failed: {e}"
+            )),
+        }
+    };
+    let why = why_not.expect("every way on returned");
+    if asked {
+        bail!("mount option `passthrough`: {why}");
+    }
+    log::info!("ramfs: files stay in the server: {why}");
+    Ok(foliofs_ramfs::RamFs::new(ro))
 }
 
 /// `options` with the values that name local files (`device=`, `record=`,
@@ -645,6 +717,7 @@ fn serve(
             },
             record: opened.record.clone(),
             profile: opened.profile.clone(),
+            passthrough: opened.passthrough.as_ref().map(|(p, _)| p.clone()),
         },
     };
     let mounted = match foliofs_fuse::mount(opened.fs, &cfg) {
@@ -652,6 +725,28 @@ fn serve(
         Err(e) => return report_failure(ready, mount_failure(e, &args.mountpoint)),
     };
     let info = mounted.info().clone();
+    let mut shown = opened.shown;
+    if let Some((p, asked)) = &opened.passthrough {
+        // INIT is over: the kernel took passthrough or it did not.
+        if p.active() {
+            push_option(&mut shown, "data=passthrough");
+        } else if *asked {
+            drop(mounted);
+            let _ = foliofs_fuse::unmount(&info.mountpoint);
+            return report_failure(
+                ready,
+                anyhow::anyhow!(
+                    "mount option `passthrough`: the kernel did not offer FUSE passthrough (CONFIG_FUSE_PASSTHROUGH)"
+                ),
+            );
+        } else {
+            // The files live in backing files still, read and written
+            // through the server.
+            push_option(&mut shown, "data=server");
+        }
+    } else if opened.format == "ramfs" {
+        push_option(&mut shown, "data=server");
+    }
     // Held until this process ends, whichever way: its closing is what
     // tells the watcher the server is gone.
     let _watch = if opts.auto_unmount {
@@ -667,7 +762,6 @@ fn serve(
         None
     };
     let pid = std::process::id();
-    let mut shown = opened.shown;
     if opts.allow_other {
         shown.push_str(",allow_other");
     }
@@ -689,8 +783,12 @@ fn serve(
         log::warn!("cannot record the mount for `foliofs mounts`: {e}");
     }
     let remote = is_remote(source) || opts.devices.iter().any(|d| is_remote(d));
+    let mut gauges: Vec<_> = opened.gauge.into_iter().collect();
+    if remote {
+        gauges.push(foliofs_fuse::published::remote_gauge());
+    }
     let stats =
-        foliofs_fuse::published::publish(info.mount_id, cfg.server.requests.clone(), remote);
+        foliofs_fuse::published::publish(info.mount_id, cfg.server.requests.clone(), gauges);
     if let Some(mut r) = ready {
         let _ = writeln!(r, "ready");
     }

@@ -79,10 +79,10 @@ pub fn run(args: MountsArgs) -> anyhow::Result<i32> {
                 })
                 .unwrap_or_else(|| "not published".to_owned());
             writeln!(out, "  requests: {counts}")?;
-            // Every counter, zeros too: a miss count of 0 is the news.
-            if let Some((_, Some(remote))) = &published {
-                let line: Vec<String> = remote.iter().map(|(k, n)| format!("{k}={n}")).collect();
-                writeln!(out, "  remote: {}", line.join(" "))?;
+            // Every figure, zeros too: a miss count of 0 is the news.
+            for (group, figures) in published.iter().flat_map(|(_, g)| g) {
+                let line: Vec<String> = figures.iter().map(|(k, n)| format!("{k}={n}")).collect();
+                writeln!(out, "  {group}: {}", line.join(" "))?;
             }
         }
     }

@@ -18,6 +18,7 @@ mod convert;
 pub mod fusermount;
 mod ids;
 pub mod options;
+pub mod passthrough;
 pub mod privilege;
 pub mod profile;
 pub mod published;
@@ -33,6 +34,7 @@ pub use convert::Overrides;
 pub use options::{
     format_size, parse_size, strip_helper_defaults, MountFlags, MountOptions, OptionError,
 };
+pub use passthrough::Passthrough;
 pub use profile::{ImageKey, Profile, ProfileError};
 pub use server::ServerConfig;
 pub use session::{

@@ -39,33 +39,52 @@ fn own_dir() -> Option<PathBuf> {
 /// Counts by opcode name, as the file lists them.
 pub type Counts = BTreeMap<String, u64>;
 
-/// The prefix of the remote counters' lines.
-const REMOTE: &str = "remote.";
-
-/// The remote counters of this process, named as the file lists them.
-fn remote_snapshot() -> Vec<(&'static str, u64)> {
-    let r = foliofs_block::remote::stats();
-    vec![
-        ("bytes_read", r.bytes_read),
-        ("bytes_fetched", r.bytes_fetched),
-        ("cache_hits", r.cache_hits),
-        ("cache_misses", r.cache_misses),
-        ("fetch_errors", r.fetch_errors),
-        ("retries", r.retries),
-    ]
+/// Figures a mount publishes beside its request counts, under a group
+/// name: `read` gives them, named, each time the file is brought up to
+/// date.
+pub struct Gauge {
+    /// The group (`remote`, `ramfs`): a word, no dots.
+    pub name: &'static str,
+    /// The figures now.
+    pub read: Box<dyn Fn() -> Vec<(&'static str, u64)> + Send>,
 }
 
-type Snapshot = (Vec<(&'static str, u64)>, Vec<(&'static str, u64)>);
+/// The remote counters of this process (bytes read and fetched, cache
+/// hits and misses, fetch errors, retries), as group `remote`.
+pub fn remote_gauge() -> Gauge {
+    Gauge {
+        name: "remote",
+        read: Box::new(|| {
+            let r = foliofs_block::remote::stats();
+            vec![
+                ("bytes_read", r.bytes_read),
+                ("bytes_fetched", r.bytes_fetched),
+                ("cache_hits", r.cache_hits),
+                ("cache_misses", r.cache_misses),
+                ("fetch_errors", r.fetch_errors),
+                ("retries", r.retries),
+            ]
+        }),
+    }
+}
 
-fn write(mount_id: u64, (requests, remote): &Snapshot) -> io::Result<()> {
+/// The requests, then each gauge's figures.
+type Snapshot = (
+    Vec<(&'static str, u64)>,
+    Vec<(&'static str, Vec<(&'static str, u64)>)>,
+);
+
+fn write(mount_id: u64, (requests, groups): &Snapshot) -> io::Result<()> {
     let dir = stats_dir(&mount_state::state_dir()?);
     fs::create_dir_all(&dir)?;
     let mut text = String::new();
     for (name, n) in requests {
         text.push_str(&format!("{name}={n}\n"));
     }
-    for (name, n) in remote {
-        text.push_str(&format!("{REMOTE}{name}={n}\n"));
+    for (group, figures) in groups {
+        for (name, n) in figures {
+            text.push_str(&format!("{group}.{name}={n}\n"));
+        }
     }
     let tmp = dir.join(format!(".{mount_id}.tmp"));
     fs::write(&tmp, text)?;
@@ -81,9 +100,8 @@ pub struct Publisher {
 }
 
 /// Starts the thread that keeps mount `mount_id`'s file current until
-/// [`Publisher::finish`]; with the remote counters too when `remote` (the
-/// mount reads an image in object storage).
-pub fn publish(mount_id: u64, counts: Arc<RequestCounts>, remote: bool) -> Publisher {
+/// [`Publisher::finish`], with the figures of `gauges` beside the counts.
+pub fn publish(mount_id: u64, counts: Arc<RequestCounts>, gauges: Vec<Gauge>) -> Publisher {
     let stop = Arc::new(AtomicBool::new(false));
     let stopped = stop.clone();
     let spawned = std::thread::Builder::new()
@@ -93,11 +111,7 @@ pub fn publish(mount_id: u64, counts: Arc<RequestCounts>, remote: bool) -> Publi
             while !stopped.load(Ordering::Relaxed) {
                 let snap = (
                     counts.snapshot(),
-                    if remote {
-                        remote_snapshot()
-                    } else {
-                        Vec::new()
-                    },
+                    gauges.iter().map(|g| (g.name, (g.read)())).collect(),
                 );
                 if last.as_ref() != Some(&snap) {
                     if let Err(e) = write(mount_id, &snap) {
@@ -134,11 +148,12 @@ impl Publisher {
     }
 }
 
+/// Each group's figures, by group name.
+pub type Groups = BTreeMap<String, Counts>;
+
 /// Mount `m`'s request counts, if its server publishes them where this
-/// user may read them, and for a mount of an image in object storage its
-/// remote counters (bytes read and fetched, cache hits and
-/// misses, fetch errors, retries).
-pub fn read_all(m: &MountInfo) -> Option<(Counts, Option<Counts>)> {
+/// user may read them, and the figures of its gauges by group.
+pub fn read_all(m: &MountInfo) -> Option<(Counts, Groups)> {
     mount_state::dirs_for(m)
         .iter()
         .find_map(|d| read_file(&stats_dir(d), m.mount_id))
@@ -153,24 +168,26 @@ fn read_from(dir: &Path, mount_id: u64) -> Option<Counts> {
     read_file(dir, mount_id).map(|(requests, _)| requests)
 }
 
-fn read_file(dir: &Path, mount_id: u64) -> Option<(Counts, Option<Counts>)> {
+fn read_file(dir: &Path, mount_id: u64) -> Option<(Counts, Groups)> {
     let text = fs::read_to_string(dir.join(mount_id.to_string())).ok()?;
     Some(parse(&text))
 }
 
-/// The request counts of a file's text, and its remote counters if it has
-/// any.
-fn parse(text: &str) -> (Counts, Option<Counts>) {
+/// The request counts of a file's text, and its groups' figures.
+fn parse(text: &str) -> (Counts, Groups) {
     let mut requests = Counts::new();
-    let mut remote = Counts::new();
+    let mut groups = Groups::new();
     for (k, v) in text.lines().filter_map(|l| l.split_once('=')) {
         let Ok(v) = v.parse() else { continue };
-        match k.strip_prefix(REMOTE) {
-            Some(k) => remote.insert(k.to_owned(), v),
+        match k.split_once('.') {
+            Some((group, k)) => groups
+                .entry(group.to_owned())
+                .or_default()
+                .insert(k.to_owned(), v),
             None => requests.insert(k.to_owned(), v),
         };
     }
-    (requests, (!remote.is_empty()).then_some(remote))
+    (requests, groups)
 }
 
 /// The counts of mount `mount_id` (one of this user's own) once they have settled: two reads an interval
@@ -188,11 +205,10 @@ pub fn read_settled(mount_id: u64) -> Option<Counts> {
     Some(last)
 }
 
-/// The remote counters of mount `mount_id` (one of this user's own, of an
-/// image in object storage) once they have settled, as
-/// [`read_settled`] waits for them.
-pub fn read_remote_settled(mount_id: u64) -> Option<Counts> {
-    let read = || read_file(&own_dir()?, mount_id).and_then(|(_, r)| r);
+/// The figures of group `group` of mount `mount_id` (one of this user's
+/// own) once they have settled, as [`read_settled`] waits for them.
+pub fn read_group_settled(mount_id: u64, group: &str) -> Option<Counts> {
+    let read = || read_file(&own_dir()?, mount_id).and_then(|(_, mut g)| g.remove(group));
     let mut last = read()?;
     for _ in 0..20 {
         std::thread::sleep(INTERVAL * 2);
@@ -259,15 +275,17 @@ mod tests {
     }
 
     #[test]
-    fn remote_counters_are_kept_apart() {
-        let (requests, remote) =
-            parse("lookup=2\nread=5\nremote.bytes_read=10\nremote.cache_hits=0\n");
+    fn groups_are_kept_apart() {
+        let (requests, groups) = parse(
+            "lookup=2\nread=5\nremote.bytes_read=10\nremote.cache_hits=0\nramfs.backing_bytes=7\n",
+        );
         assert_eq!(requests, counts(&[("lookup", 2), ("read", 5)]));
         assert_eq!(
-            remote,
-            Some(counts(&[("bytes_read", 10), ("cache_hits", 0)]))
+            groups.get("remote"),
+            Some(&counts(&[("bytes_read", 10), ("cache_hits", 0)]))
         );
-        assert_eq!(parse("lookup=2\n").1, None);
+        assert_eq!(groups.get("ramfs"), Some(&counts(&[("backing_bytes", 7)])));
+        assert!(parse("lookup=2\n").1.is_empty());
     }
 
     #[test]

@@ -18,6 +18,7 @@ use fuser::{
 
 use crate::convert::{ctx, errno, file_attr, fuser_kind, time_set, Overrides};
 use crate::ids::IdMap;
+use crate::passthrough::Passthrough;
 use crate::profile::{ImageKey, Profile, Recorder};
 use crate::push::{PushSetup, Pusher};
 use crate::spin::SpinSlot;
@@ -58,6 +59,9 @@ pub struct ServerConfig {
     pub record: Option<(PathBuf, ImageKey)>,
     /// `prefetch=FILE`: a profile of this image to replay.
     pub profile: Option<Arc<Profile>>,
+    /// Pass opens of backed files through to the kernel (see
+    /// [`crate::passthrough`]), if INIT allows it; `None` never does.
+    pub passthrough: Option<Arc<Passthrough>>,
 }
 
 /// The adapter between fuser's callbacks and the file system.
@@ -106,30 +110,14 @@ fn missing() -> fuser::FileAttr {
     }
 }
 
-/// Whether the running kernel's release is at least `major.minor`.
-fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    release_at_least(&release, major, minor)
-}
-
-/// Whether a release string ("6.18.44-fc", "5.15.0-91-generic") names
-/// `major.minor` or later; an unreadable one does not.
-fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
-    let mut parts = release
-        .trim()
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let have = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    have >= (major, minor)
-}
-
 impl Server {
     pub(crate) fn new(fs: Arc<dyn FileSystem>, cfg: ServerConfig) -> Server {
         let ids = IdMap::new(fs.root());
         // Before Linux 6.6 a direct write left other descriptors' cached
         // pages of the range in place (stale reads, and dirty mmap pages
         // written back over the newer data later).
-        let direct_writes = !cfg.read_only && !cfg.writeback && kernel_at_least(6, 6);
+        let direct_writes =
+            !cfg.read_only && !cfg.writeback && crate::privilege::kernel_at_least(6, 6);
         let notifier = Arc::new(OnceLock::new());
         let recorder = cfg
             .record
@@ -275,6 +263,18 @@ impl Server {
         }
     }
 
+    /// The registration an open of `ino` is passed through with, where the
+    /// file system keeps its bytes in a backing file and the kernel took
+    /// passthrough; `register` makes it for the inode's first open.
+    fn pass_through<R>(&self, ino: Ino, register: R) -> Option<crate::passthrough::PassedOpen<'_>>
+    where
+        R: FnOnce(&std::fs::File) -> std::io::Result<fuser::BackingId>,
+    {
+        let p = self.cfg.passthrough.as_ref()?;
+        let file = self.fs.backing_file(ino)?;
+        p.open(ino, || register(&file))
+    }
+
     fn reply_xattr(&self, r: vfs::Result<Vec<u8>>, size: u32, reply: ReplyXattr) {
         match r {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
@@ -315,8 +315,24 @@ impl fuser::Filesystem for Server {
                 want |= InitFlags::FUSE_WRITEBACK_CACHE;
             }
         }
+        // Passthrough needs the kernel to offer it, a stack depth, and no
+        // writeback cache (the kernel would keep passthrough off).
+        let passthrough = self
+            .cfg
+            .passthrough
+            .as_ref()
+            .filter(|_| !self.cfg.writeback && caps.contains(InitFlags::FUSE_PASSTHROUGH));
+        if passthrough.is_some() {
+            want |= InitFlags::FUSE_PASSTHROUGH;
+        }
         // Ask only for what this kernel offers; the rest is an optimisation.
         let _ = config.add_capabilities(want & caps);
+        if let Some(p) = passthrough {
+            // 1: the backing files are on a tmpfs, which stacks on nothing.
+            if config.set_max_stack_depth(1).is_ok() {
+                p.grant();
+            }
+        }
         // The largest readahead the kernel offered (it may only be lowered
         // here; the mount's bdi is raised after mounting).
         let mut ra = u32::MAX;
@@ -593,8 +609,12 @@ impl fuser::Filesystem for Server {
             // open(2), which is most of the cost of reading many small files.
             return reply.error(Errno::ENOSYS);
         }
-        match self.fs.open(self.ino(ino), flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), self.open_flags(flags.0)),
+        let ino = self.ino(ino);
+        match self.fs.open(ino, flags.0) {
+            Ok(fh) => match self.pass_through(ino, |f| reply.open_backing(f)) {
+                Some(p) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), p.id()),
+                None => reply.opened(FileHandle(fh), self.open_flags(flags.0)),
+            },
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -714,7 +734,11 @@ impl fuser::Filesystem for Server {
         reply: ReplyEmpty,
     ) {
         self.begin(Op::Release);
-        let r = self.fs.release(self.ino(ino), fh.0);
+        let ino = self.ino(ino);
+        if let Some(p) = &self.cfg.passthrough {
+            p.release(ino);
+        }
+        let r = self.fs.release(ino, fh.0);
         self.reply_empty(r, reply);
     }
 
@@ -1098,13 +1122,24 @@ impl fuser::Filesystem for Server {
         ) {
             Ok((a, fh)) => {
                 let node = self.ids.to_fuse(a.ino);
-                reply.created(
-                    &self.cfg.ttl,
-                    &self.attr_out(a, node),
-                    Generation(0),
-                    FileHandle(fh),
-                    self.open_flags(flags),
-                )
+                let attr = self.attr_out(a, node);
+                match self.pass_through(a.ino, |f| reply.open_backing(f)) {
+                    Some(p) => reply.created_passthrough(
+                        &self.cfg.ttl,
+                        &attr,
+                        Generation(0),
+                        FileHandle(fh),
+                        FopenFlags::empty(),
+                        p.id(),
+                    ),
+                    None => reply.created(
+                        &self.cfg.ttl,
+                        &attr,
+                        Generation(0),
+                        FileHandle(fh),
+                        self.open_flags(flags),
+                    ),
+                }
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -1145,20 +1180,5 @@ impl fuser::Filesystem for Server {
             Ok(o) => reply.offset(o as i64),
             Err(e) => reply.error(errno(&e)),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kernel_releases_compare_by_major_and_minor() {
-        assert!(release_at_least("6.18.44-fc-v595\n", 6, 6));
-        assert!(release_at_least("6.6.0", 6, 6));
-        assert!(release_at_least("7.0-rc1", 6, 6));
-        assert!(!release_at_least("6.5.13-1-pve", 6, 6));
-        assert!(!release_at_least("5.15.0-91-generic", 6, 6));
-        assert!(!release_at_least("", 6, 6));
     }
 }

@@ -1,0 +1,112 @@
+//! FUSE passthrough: opens of a file whose bytes live in a backing file
+//! ([`FileSystem::backing_file`]) are answered with that file registered
+//! with the kernel, which then reads, writes, splices and maps it itself;
+//! no READ or WRITE reaches the server.
+//!
+//! The kernel's rules (Linux 6.9 to 6.18, `fs/fuse/passthrough.c`,
+//! `backing.c`, `iomode.c`):
+//! - INIT must carry `FUSE_PASSTHROUGH` with a stack depth of 1 or 2, and
+//!   no `FUSE_WRITEBACK_CACHE`;
+//! - registering a file (`FUSE_DEV_IOC_BACKING_OPEN`) needs
+//!   `CAP_SYS_ADMIN` in the initial user namespace;
+//! - an open reply may carry only `PASSTHROUGH`, `DIRECT_IO`,
+//!   `PARALLEL_DIRECT_WRITES` and `NOFLUSH` (`KEEP_CACHE` fails the open);
+//! - every open of one inode must name the same backing file while any is
+//!   open, and a passthrough open excludes cached opens of the inode.
+//!
+//! So this table holds one registration per inode while it has opens, and
+//! gives it back with the inode's last release.
+//!
+//! [`FileSystem::backing_file`]: foliofs_vfs::FileSystem::backing_file
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use foliofs_vfs::Ino;
+use fuser::BackingId;
+
+/// The passthrough state of one mount.
+#[derive(Debug, Default)]
+pub struct Passthrough {
+    /// INIT gave passthrough: opens of backed files are passed through.
+    granted: AtomicBool,
+    /// Registering a file failed once (no privilege after all): no open is
+    /// passed through after that, so none mixes with a cached one.
+    refused: AtomicBool,
+    /// Inode → its registration and the opens using it.
+    open: Mutex<HashMap<Ino, (BackingId, u64)>>,
+}
+
+impl Passthrough {
+    /// Whether the kernel took passthrough at INIT (and no registration
+    /// has failed since).
+    pub fn active(&self) -> bool {
+        self.granted.load(Ordering::Relaxed) && !self.refused.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn grant(&self) {
+        self.granted.store(true, Ordering::Relaxed);
+    }
+
+    /// Counts one more open of `ino` against its registration, making it
+    /// with `register` for the inode's first open; `None` where the open
+    /// must be an ordinary one.
+    pub(crate) fn open<R>(&self, ino: Ino, register: R) -> Option<PassedOpen<'_>>
+    where
+        R: FnOnce() -> std::io::Result<BackingId>,
+    {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, n)) = open.get_mut(&ino) {
+            // Even after a refusal elsewhere: a cached open beside these
+            // would fail in the kernel.
+            *n += 1;
+        } else if !self.active() {
+            return None;
+        } else {
+            match register() {
+                Ok(id) => {
+                    open.insert(ino, (id, 1));
+                }
+                Err(e) => {
+                    log::warn!(
+                        "FUSE passthrough refused ({e}): files are served by the server from now on"
+                    );
+                    self.refused.store(true, Ordering::Relaxed);
+                    return None;
+                }
+            }
+        }
+        Some(PassedOpen { ino, open })
+    }
+
+    /// One open of `ino` released; the last gives its registration back.
+    pub(crate) fn release(&self, ino: Ino) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, n)) = open.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                // Dropping the id closes the registration; the kernel's
+                // files keep the backing file until they close.
+                open.remove(&ino);
+            }
+        }
+    }
+
+    /// Inodes with a registration now.
+    pub fn registered(&self) -> usize {
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// An open counted against a registration, held while the reply is sent.
+pub(crate) struct PassedOpen<'a> {
+    ino: Ino,
+    open: std::sync::MutexGuard<'a, HashMap<Ino, (BackingId, u64)>>,
+}
+
+impl PassedOpen<'_> {
+    pub(crate) fn id(&self) -> &BackingId {
+        &self.open[&self.ino].0
+    }
+}
