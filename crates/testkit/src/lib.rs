@@ -3,13 +3,15 @@
 //! - [`weed`]: a SeaweedFS (`weed mini`) of the caller's own on loopback,
 //!   every port its own, with objects put in it signed or through its
 //!   filer;
-//! - [`data`]: seeded files and trees, the same bytes on every machine.
+//! - [`data`]: seeded files and trees, the same bytes on every machine;
+//! - [`folios`]: the folio sizes that hold a file in the page cache.
 //!
 //! Not published: it exists for this workspace's tests and `foliofs bench`.
 
 #![warn(missing_docs)]
 
 pub mod data;
+pub mod folios;
 pub mod weed;
 
 use std::path::{Path, PathBuf};

@@ -234,6 +234,36 @@ echo done"#;
     m.unmount().unwrap();
 }
 
+/// A user's ramfs keeps its files in the server: the kernel takes backing
+/// files only from a server with CAP_SYS_ADMIN of the machine, so asking
+/// for passthrough by name is refused with that reason, and the mount
+/// says which path its data takes.
+#[test]
+fn a_users_ramfs_serves_its_data_and_refuses_passthrough_by_name() {
+    require!("user-fuse");
+    let err = Mount::as_user(TEST_USER, Path::new("none"), Some("ramfs"), "passthrough")
+        .err()
+        .expect("a user's ramfs mounted with passthrough");
+    assert!(
+        err.contains("passthrough") && err.contains("CAP_SYS_ADMIN"),
+        "unclear refusal: {err}"
+    );
+    let m = Mount::as_user(TEST_USER, Path::new("none"), Some("ramfs"), "").unwrap();
+    let out = common::as_user(
+        TEST_USER,
+        common::bin(),
+        ["mounts", "--stats"],
+        std::time::Duration::from_secs(30),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains(m.path().to_str().unwrap()))
+        .unwrap_or_else(|| panic!("the mount is missing from `foliofs mounts`:\n{text}"));
+    assert!(line.contains("data=server"), "{line}");
+    m.unmount().unwrap();
+}
+
 #[test]
 fn foliofs_mounts_lists_a_users_own_mounts() {
     require!("user-fuse");

@@ -18,6 +18,26 @@ fn ramfs(opts: &str) -> Mount {
         .unwrap_or_else(|e| panic!("mount -t ramfs -o {opts:?}: {e}"))
 }
 
+/// The data paths a ramfs of this process can take here, as mount
+/// options: `passthrough` where the kernel passes files through (root on
+/// Linux 6.9 and later), and always `nopassthrough`, the server's.
+fn data_paths() -> Vec<&'static str> {
+    static PASSES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let passes = *PASSES.get_or_init(|| {
+        Mount::new(Path::new("none"), Some("ramfs"), "passthrough").is_ok_and(|m| {
+            let on = mounts_line(m.path()).contains("data=passthrough");
+            drop(m);
+            on
+        })
+    });
+    if passes {
+        vec!["passthrough", "nopassthrough"]
+    } else {
+        eprintln!("note: ramfs passthrough is not available here (root, Linux 6.9): the server's path only");
+        vec!["nopassthrough"]
+    }
+}
+
 fn statvfs(p: &Path) -> libc::statvfs {
     let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
@@ -89,7 +109,13 @@ fn blocksize_zero_is_refused() {
 #[test]
 fn holes_take_no_blocks_and_statfs_counts_use() {
     require!("fuse");
-    let m = ramfs("blocksize=64K,size=64M");
+    for path in data_paths() {
+        holes_and_statfs(path);
+    }
+}
+
+fn holes_and_statfs(path: &str) {
+    let m = ramfs(&format!("blocksize=64K,size=64M,{path}"));
     let before = statvfs(m.path());
     assert_eq!(before.f_blocks, 1024);
     let p = m.path().join("sparse");
@@ -100,10 +126,29 @@ fn holes_take_no_blocks_and_statfs_counts_use() {
     drop(f);
     let md = fs::metadata(&p).unwrap();
     assert_eq!(md.len(), (40 << 20) + 4);
-    // Two blocks for the head (100,000 bytes), one for the tail.
-    assert_eq!(md.blocks(), 3 * 65536 / 512);
     let after = statvfs(m.path());
-    assert_eq!(before.f_bfree - after.f_bfree, 3);
+    if path == "passthrough" {
+        // The kernel's tmpfs chose the folios (huge=within_size: up to
+        // 2 MiB around a small write inside the size): the blocks are
+        // the memory its folios hold, in whole 64 KiB blocks, at least the
+        // three the data touches.
+        let held: u64 = foliofs_testkit::folios::sizes(&p)
+            .unwrap()
+            .iter()
+            .map(|(size, n)| size.div_ceil(65536) * n)
+            .sum();
+        let blocks = md.blocks() / (65536 / 512);
+        assert_eq!(md.blocks() % (65536 / 512), 0, "{path}");
+        assert!(
+            blocks >= 3 && blocks <= held.max(3),
+            "{blocks} blocks, folios hold {held}"
+        );
+        assert_eq!(before.f_bfree - after.f_bfree, blocks, "{path}");
+    } else {
+        // Two blocks for the head (100,000 bytes), one for the tail.
+        assert_eq!(md.blocks(), 3 * 65536 / 512, "{path}");
+        assert_eq!(before.f_bfree - after.f_bfree, 3, "{path}");
+    }
     assert_eq!(before.f_ffree - after.f_ffree, 1);
     let data = read_fresh(&p);
     assert!(data[..100_000].iter().all(|&b| b == 1));
@@ -300,8 +345,11 @@ fn seek_data_hole_and_punch_through_the_mount() {
             Ok(r)
         }
     };
-    for (bs, b) in [("4K", 4096i64), ("64K", 65536)] {
-        let m = ramfs(&format!("blocksize={bs}"));
+    for (path, (bs, b)) in data_paths()
+        .into_iter()
+        .flat_map(|p| [(p, ("4K", 4096i64)), (p, ("64K", 65536))])
+    {
+        let m = ramfs(&format!("blocksize={bs},{path}"));
         let p = m.path().join("f");
         let f = OpenOptions::new()
             .read(true)
@@ -322,8 +370,10 @@ fn seek_data_hole_and_punch_through_the_mount() {
         };
         assert_eq!(punch, 0, "punch: errno {}", errno());
         // While it is open for writing, dirty pages in the kernel may cover
-        // any hole the server sees, so none is reported.
-        assert_eq!(seek(&f, 0, libc::SEEK_HOLE), Ok(8 * b), "bs {bs}");
+        // any hole the server sees, so none is reported; a file passed
+        // through has no such pages: the backing file is the file.
+        let hole = if path == "passthrough" { 2 * b } else { 8 * b };
+        assert_eq!(seek(&f, 0, libc::SEEK_HOLE), Ok(hole), "bs {bs} {path}");
         drop(f);
         let f = File::open(&p).unwrap();
         assert_eq!(seek(&f, 0, libc::SEEK_HOLE), Ok(2 * b), "bs {bs}");
@@ -588,8 +638,27 @@ fn huge_always_makes_2m_blocks_huge_pages() {
         assert!(err.contains("huge"), "unclear error: {err}");
         return;
     }
+    for path in data_paths() {
+        huge_blocks(&format!("{opts},{path}"), path == "passthrough");
+    }
+}
+
+fn huge_blocks(opts: &str, passed_through: bool) {
     let m = ramfs(opts);
     assert!(mounts_line(m.path()).contains("huge=always"));
+    if passed_through {
+        // The data is the kernel's: its page cache holds it in huge folios.
+        let data = common::random_bytes(&mut common::rng(4), 8 << 20);
+        let p = m.path().join("f");
+        fs::write(&p, &data).unwrap();
+        let folios = foliofs_testkit::folios::sizes(&p).unwrap();
+        assert!(
+            folios.get(&(2 << 20)).is_some_and(|&n| n >= 1),
+            "8 MiB with huge=always, but the folios are {folios:?}"
+        );
+        assert!(read_fresh(&p) == data, "huge folios hold other bytes");
+        return;
+    }
     let before = server_huge_kb(m.path());
     let data = common::random_bytes(&mut common::rng(4), 8 << 20);
     let p = m.path().join("f");
@@ -814,4 +883,86 @@ fn attributes_changed_through_the_mount_show_at_once() {
     fs::rename(&f, d.join("f")).unwrap();
     assert_eq!(fs::metadata(d.join("f")).unwrap().len(), 2);
     assert!(fs::metadata(&d).unwrap().modified().unwrap() > d1.modified().unwrap());
+}
+
+/// As root a ramfs's files live in backing files the kernel reads and
+/// writes itself: no READ or WRITE reaches the server, every descriptor of
+/// a file (and a mapping of it) sees the same bytes, and `--stats` shows
+/// what the backing files hold. With the writeback cache the kernel passes
+/// nothing through, so asking for both is refused.
+#[test]
+fn passthrough_serves_reads_writes_and_mappings_in_the_kernel() {
+    require!("fuse");
+    if !data_paths().contains(&"passthrough") {
+        eprintln!(
+            "skip: passthrough_serves_reads_writes_and_mappings_in_the_kernel: no passthrough here"
+        );
+        return;
+    }
+    let err = Mount::new(Path::new("none"), Some("ramfs"), "passthrough,writeback")
+        .err()
+        .expect("passthrough with writeback mounted");
+    assert!(err.contains("writeback"), "unclear refusal: {err}");
+    // The default for root.
+    let m = ramfs("blocksize=64K");
+    assert!(mounts_line(m.path()).contains("data=passthrough"));
+    let data = common::random_bytes(&mut common::rng(11), 8 << 20);
+    let p = m.path().join("f");
+    fs::write(&p, &data).unwrap();
+    let a = File::open(&p).unwrap();
+    let b = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    b.write_all_at(b"changed", 100).unwrap();
+    let mut got = [0u8; 7];
+    a.read_exact_at(&mut got, 100).unwrap();
+    assert_eq!(&got, b"changed");
+    // A shared mapping and a write(2) see each other's bytes.
+    // SAFETY: a new shared mapping of an open file, unmapped below; the
+    // test reads and writes only inside it.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            8 << 20,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&b),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    // SAFETY: inside the 8 MiB mapping made above.
+    unsafe {
+        assert_eq!(*(map as *const u8).add(100), b'c');
+        *(map as *mut u8).add(5 << 20) = 0xAB;
+    }
+    let mut one = [0u8; 1];
+    a.read_exact_at(&mut one, 5 << 20).unwrap();
+    assert_eq!(one[0], 0xAB);
+    // SAFETY: the mapping made above, used no more.
+    unsafe { libc::munmap(map, 8 << 20) };
+    drop((a, b));
+    let stats = String::from_utf8(foliofs_ok(["mounts", "--stats"])).unwrap();
+    let ours: Vec<&str> = stats
+        .lines()
+        .skip_while(|l| !l.contains(m.path().to_str().unwrap()))
+        .take(3)
+        .collect();
+    let requests = ours.iter().find(|l| l.contains("requests:")).unwrap();
+    assert!(
+        !requests.contains(" read=") && !requests.contains(" write="),
+        "reads or writes reached the server: {requests}"
+    );
+    let backing = ours
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("ramfs: "))
+        .unwrap_or_else(|| panic!("no ramfs figures: {ours:?}"));
+    let bytes: u64 = backing
+        .split(' ')
+        .find_map(|kv| kv.strip_prefix("backing_bytes="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no backing_bytes in {backing}"));
+    assert!(bytes >= 8 << 20, "{backing}");
+    let mut want = data.clone();
+    want[100..107].copy_from_slice(b"changed");
+    want[5 << 20] = 0xAB;
+    assert!(read_fresh(&p) == want, "the file holds other bytes");
 }

@@ -1,5 +1,8 @@
-//! fsx 0.3.2 on ramfs mounts at block sizes 4K, 64K and 2M: 100,000
-//! operations each, mmap reads and writes included, 0 failures.
+//! fsx 0.3.2 on ramfs mounts: 100,000 operations each at block sizes 4K,
+//! 64K and 2M (and 2M huge pages), 20,000 at every size between, and
+//! 100,000 on the server's data path; mmap reads and writes included, 0
+//! failures. As root a ramfs passes its files through to the kernel where
+//! it can (the default), so these run on that path there.
 
 use crate::common;
 
@@ -41,6 +44,10 @@ copy_file_range = 2
 const OPS: u32 = 100_000;
 
 fn run_fsx(opts: &str, seed: u32) {
+    run_fsx_ops(opts, seed, OPS)
+}
+
+fn run_fsx_ops(opts: &str, seed: u32, ops: u32) {
     let tool = common::cargo_tool("fsx");
     let m = Mount::new(Path::new("none"), Some("ramfs"), opts).unwrap();
     let artifacts = tempfile::tempdir().unwrap();
@@ -49,7 +56,7 @@ fn run_fsx(opts: &str, seed: u32) {
     let out = run_timeout(
         Command::new(tool)
             .arg("-N")
-            .arg(OPS.to_string())
+            .arg(ops.to_string())
             .arg("-S")
             .arg(seed.to_string())
             .arg("-f")
@@ -111,4 +118,21 @@ fn fsx_100k_ops_at_2m_blocks() {
 fn fsx_100k_ops_at_2m_huge_blocks() {
     require!("fuse", "fsx", "huge-pages");
     run_fsx("blocksize=2M,huge=always", 2_097_153);
+}
+
+/// Every block size between, fewer operations each: each has its own
+/// folio policy on the passthrough path.
+#[test]
+fn fsx_20k_ops_at_every_other_block_size() {
+    require!("fuse", "fsx");
+    for k in [8u32, 16, 32, 128, 256, 512, 1024] {
+        run_fsx_ops(&format!("blocksize={k}K"), k * 1024 + 7, 20_000);
+    }
+}
+
+/// The server's own data path, which a user's ramfs takes.
+#[test]
+fn fsx_100k_ops_on_the_servers_data_path() {
+    require!("fuse", "fsx");
+    run_fsx("blocksize=64K,nopassthrough", 65537);
 }
