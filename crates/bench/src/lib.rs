@@ -142,7 +142,7 @@ impl Config {
             tree: a.tree.clone(),
             tree_files: if q { 1_000 } else { 9_600 },
             tree_bytes: if q { 40_000_000 } else { 630_000_000 },
-            ramfs_bytes: if q { 256 << 20 } else { 2 << 30 },
+            ramfs_bytes: if q { 256 << 20 } else { 4 << 30 },
             startup_files: if q { 400 } else { 3_000 },
             startup_bytes: if q { 20_000_000 } else { 300_000_000 },
             mkfs_erofs,

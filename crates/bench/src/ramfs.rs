@@ -1,4 +1,6 @@
-//! The ramfs seed's table: sequential writes at every block size.
+//! The ramfs seed's table: a new file written at every block size, with
+//! foliofs's data in the kernel's page cache and in the server; a rewrite
+//! and a mapped read beside it.
 
 use std::path::{Path, PathBuf};
 
@@ -7,76 +9,100 @@ use foliofs_vfs::chain_line;
 use foliofs_vfs::options::format_size;
 
 use crate::env::{extra_dir, remove_extra_dir, BenchEnv};
-use crate::mount::How;
-use crate::report::{Column, Section, Unit};
+use crate::mount::{How, Mounted};
+use crate::report::{Column, Row, Section, Unit};
 use crate::rows::{measure_rows, NoImage, Plan};
-use crate::timing::time_write_zeros;
+use crate::timing::{time_mmap_read, time_rewrite, time_write_zeros};
 use crate::Config;
 
-/// The ramfs seed's table: `dd bs=2M` writes at every block size.
+/// The ways a foliofs ramfs row keeps its file data.
+const PATHS: [(&str, &str); 2] = [("passthrough", "passthrough"), ("server", "nopassthrough")];
+
+/// The ramfs seed's table: `dd bs=2M` of a new file on a fresh mount at
+/// every block size, foliofs's ramfs with its data in the kernel's page
+/// cache (passthrough) and in the server, beside the kernel's in-memory
+/// file systems; then a rewrite of the same file in place and a read of a
+/// mapped file.
 pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
-    // Two columns, because where the memory comes from matters as much as
-    // the file system: a first write into a fresh mount takes pages the
-    // machine may not have backed yet (in a VM whose balloon reports free
-    // pages, every such page costs the hypervisor a fault), while a rewrite
-    // after `rm` reuses what the first write freed. The seed's table is
-    // the second case on bare metal.
+    // A first write into a fresh mount takes pages the machine may not
+    // have backed yet (in a VM whose balloon reports free pages, every
+    // such page costs the hypervisor a fault); the rewrite overwrites the
+    // pages the first write made, the file system's own speed. The seed's
+    // table is the first, on bare metal.
     let columns = vec![
         Column {
             key: "write",
-            label: "1st write (dd bs=2M)",
+            label: "write a new file (dd bs=2M)",
             unit: Unit::GBps,
         },
         Column {
             key: "rewrite",
-            label: "rewrite after rm",
+            label: "rewrite it in place",
+            unit: Unit::GBps,
+        },
+        Column {
+            key: "mmap",
+            label: "read a mapped file",
             unit: Unit::GBps,
         },
     ];
     let mut plans = Vec::new();
-    let mut bs = 4096u64;
-    while bs <= 2 << 20 {
+    // Where each foliofs row's counterpart of the same folio policy sits
+    // among the kernel rows: tmpfs with huge=never, huge=within_size (the
+    // policy the passthrough pool takes above 4 KiB blocks) or
+    // huge=always.
+    let mut same_policy: Vec<(usize, &str)> = Vec::new();
+    let row = |plans: &mut Vec<Plan>, label: String, opts: String, x: Option<u64>| {
         plans.push(Plan {
-            label: format!("foliofs ramfs blocksize={}", format_size(bs)),
+            label,
             kind: "foliofs",
             how: How::Foliofs {
                 fstype: "ramfs",
-                opts: format!("blocksize={bs}"),
+                opts,
             },
             image: Ok(PathBuf::from("none")),
-            x: Some(bs),
+            x,
         });
-        bs *= 2;
+    };
+    for (path, opt) in PATHS {
+        let mut bs = 4096u64;
+        while bs <= 2 << 20 {
+            if path == "passthrough" {
+                same_policy.push((plans.len(), if bs == 4096 { "tmpfs" } else { "within" }));
+            }
+            row(
+                &mut plans,
+                format!("foliofs ramfs blocksize={} ({path})", format_size(bs)),
+                format!("blocksize={bs},{opt}"),
+                (path == "passthrough").then_some(bs),
+            );
+            bs *= 2;
+        }
+        if path == "passthrough" {
+            same_policy.push((plans.len(), "huge"));
+        }
+        // 2 MiB blocks as huge pages, beside the kernel's tmpfs huge=always.
+        row(
+            &mut plans,
+            format!("foliofs ramfs blocksize=2M,huge=always ({path})"),
+            format!("blocksize=2M,huge=always,{opt}"),
+            None,
+        );
     }
-    // 2 MiB blocks as huge pages, beside the kernel's tmpfs huge=always.
-    plans.push(Plan {
-        label: "foliofs ramfs blocksize=2M,huge=always".into(),
-        kind: "foliofs",
-        how: How::Foliofs {
-            fstype: "ramfs",
-            opts: "blocksize=2M,huge=always".into(),
-        },
-        image: Ok(PathBuf::from("none")),
-        x: None,
-    });
-    // The kernel's writeback cache trades ENOSPC at write(2) for batching;
-    // show what it buys at the largest block size.
-    plans.push(Plan {
-        label: "foliofs ramfs blocksize=2M,writeback".into(),
-        kind: "foliofs",
-        how: How::Foliofs {
-            fstype: "ramfs",
-            opts: "blocksize=2M,writeback".into(),
-        },
-        image: Ok(PathBuf::from("none")),
-        x: None,
-    });
     let reference = plans.len();
-    for (label, fstype, opts) in [
-        ("kernel ramfs", "ramfs", ""),
-        ("kernel tmpfs", "tmpfs", ""),
-        ("kernel tmpfs huge=always", "tmpfs", "huge=always"),
+    let mut kernel_rows = std::collections::BTreeMap::new();
+    for (key, label, fstype, opts) in [
+        ("ramfs", "kernel ramfs", "ramfs", ""),
+        ("tmpfs", "kernel tmpfs", "tmpfs", ""),
+        (
+            "within",
+            "kernel tmpfs huge=within_size",
+            "tmpfs",
+            "huge=within_size",
+        ),
+        ("huge", "kernel tmpfs huge=always", "tmpfs", "huge=always"),
     ] {
+        kernel_rows.insert(key, plans.len());
         plans.push(Plan {
             label: label.into(),
             kind: "kernel",
@@ -89,11 +115,12 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         });
     }
     let total = cfg.ramfs_bytes;
+    let mapped = cfg.ramfs_bytes / 4;
     // A user can mount neither, but has the machine's /dev/shm, a tmpfs
     // already mounted: the kernel's in-memory file system beside foliofs's.
     // Its options are the machine's, not a fresh mount's defaults.
     let shm = (!env.root).then(|| {
-        let dir = shm_dir(total);
+        let dir = shm_dir(total + mapped);
         plans.push(Plan {
             label: "kernel tmpfs at /dev/shm".into(),
             kind: "kernel",
@@ -104,22 +131,33 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         (plans.len() - 1, dir)
     });
     let write = |mnt: &Path| -> Result<f64> {
+        let t = time_write_zeros(&mnt.join("f"), total, 2 << 20)?;
+        Ok(total as f64 / 1e9 / t)
+    };
+    let rewrite = |mnt: &Path| -> Result<f64> {
         let f = mnt.join("f");
-        let t = time_write_zeros(&f, total, 2 << 20)?;
+        let t = time_rewrite(&f, total, 2 << 20)?;
         std::fs::remove_file(&f)?;
         Ok(total as f64 / 1e9 / t)
     };
-    // Both columns run the same workload; they differ because
-    // `measure_rows` runs a row's workloads in turn on one warm mount, so
-    // the second finds the memory the first freed.
+    let mmap = |mnt: &Path| -> Result<f64> {
+        let f = mnt.join("m");
+        time_write_zeros(&f, mapped, 2 << 20)?;
+        let t = time_mmap_read(&f)?;
+        std::fs::remove_file(&f)?;
+        Ok(mapped as f64 / 1e9 / t)
+    };
+    // One mount per row and round, its workloads in turn: the write makes
+    // the file the rewrite overwrites and removes.
     let rows = measure_rows(
         env,
         cfg,
         "ramfs",
         &plans,
         false,
-        &[("write", &write), ("rewrite", &write)],
+        &[("write", &write), ("rewrite", &rewrite), ("mmap", &mmap)],
     );
+    let folios = folio_census(env, cfg, &plans, &rows);
     let (reference, ref_name) = match &shm {
         None => (reference, "the kernel's ramfs".to_owned()),
         Some((i, dir)) => {
@@ -136,18 +174,86 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             )
         }
     };
+    // Each passthrough row against the kernel's tmpfs of the same folio
+    // policy, and the largest block size against the kernel's ramfs, as
+    // the seed compares its 2M row with its 4K one.
+    let mut pairs: Vec<(usize, usize)> = same_policy
+        .iter()
+        .filter_map(|(i, k)| kernel_rows.get(k).map(|&r| (*i, r)))
+        .collect();
+    if let Some(&(last, _)) = same_policy.iter().rev().nth(1) {
+        pairs.push((last, kernel_rows["ramfs"]));
+    }
+    let mut notes = vec![
+        format!(
+            "{} MiB written to a new file in 2 MiB writes on a fresh mount per run, then written again over it; a {} MiB file written, then read through a shared mapping; ratios are to {ref_name}",
+            total >> 20,
+            mapped >> 20
+        ),
+        "the first write also measures how fast the machine hands out memory it has not used lately (in a VM, often a hypervisor fault per page), which depends on what ran before; the rewrite is the file systems' own speed".into(),
+        "passthrough: the files live in a tmpfs of the mount's own (huge=never at 4K blocks, within_size above, always with huge=always) and the kernel reads, writes and maps them itself; server: the files live in the server and every read and write is a request; each passthrough row is paired with the kernel tmpfs of the same huge= setting".into(),
+    ];
+    notes.extend(folios);
     Ok(Section {
         name: "ramfs",
-        title: "ramfs: sequential writes by block size (ramfs blocksize= table)".into(),
+        title: "ramfs: dd of a new file by block size (ramfs blocksize= table), rewrite, mmap read"
+            .into(),
         columns,
         rows,
         reference,
-        pairs: Vec::new(),
-        notes: vec![format!(
-            "{} MiB written from /dev/zero-like buffers in 2 MiB writes per run, then removed and written again on the same mount; ratios are to {ref_name}",
-            total >> 20
-        ), "the 1st write also measures how fast the machine hands out memory it has not used lately (in a VM, often a hypervisor fault per page), which depends on what ran before; the rewrite is the file systems' own speed".into()],
+        pairs,
+        notes,
     })
+}
+
+/// The folio sizes the kernel gave a file written as the `write` column
+/// writes it, on each row whose data is in the kernel's page cache, as
+/// note lines. Reading them needs root (`/proc/kpageflags`).
+fn folio_census(env: &BenchEnv, cfg: &Config, plans: &[Plan], rows: &[Row]) -> Vec<String> {
+    if !env.root {
+        return vec![
+            "the folio sizes are not shown: reading them (/proc/kpageflags) needs root".into(),
+        ];
+    }
+    let bytes = cfg.ramfs_bytes.min(256 << 20);
+    let mut lines = Vec::new();
+    for (plan, row) in plans.iter().zip(rows) {
+        let kernel_data = match &plan.how {
+            How::Foliofs { opts, .. } => {
+                opts.contains("passthrough") && !opts.contains("nopassthrough")
+            }
+            How::KernelMem { .. } => true,
+            _ => false,
+        };
+        if !kernel_data || row.note.is_some() {
+            continue;
+        }
+        let census = (|| -> Result<String> {
+            let m = Mounted::new(env, &plan.how, Path::new("none"), &env.fresh_dir("mnt")?)?;
+            let f = m.dir.join("f");
+            time_write_zeros(&f, bytes, 2 << 20)?;
+            let sizes = foliofs_testkit::folios::sizes(&f)?;
+            Ok(sizes
+                .iter()
+                .rev()
+                .map(|(size, n)| format!("{}x{n}", format_size(*size)))
+                .collect::<Vec<_>>()
+                .join(" "))
+        })();
+        match census {
+            Ok(c) => lines.push(format!(
+                "folios of a {} MiB file on {}: {c}",
+                bytes >> 20,
+                plan.label
+            )),
+            Err(e) => lines.push(format!(
+                "folios on {}: {}",
+                plan.label,
+                chain_line(e.as_ref())
+            )),
+        }
+    }
+    lines
 }
 
 /// A directory of this run in /dev/shm, with the tmpfs's options, if

@@ -98,6 +98,14 @@ pub(crate) fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
         How::Foliofs {
             fstype: "ramfs",
             opts,
+        } if opts.split(',').any(|o| o == "passthrough")
+            && !foliofs_fuse::privilege::is_machine_root() =>
+        {
+            Some("needs root: FUSE passthrough takes backing files only from a server with CAP_SYS_ADMIN".into())
+        }
+        How::Foliofs {
+            fstype: "ramfs",
+            opts,
         } => ramfs_options_refused(opts),
         _ => None,
     }

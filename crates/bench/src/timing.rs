@@ -60,6 +60,67 @@ pub fn time_write_zeros(path: &Path, total: u64, bs: usize) -> Result<f64> {
     Ok(start.elapsed().as_secs_f64())
 }
 
+/// Writes `total` zero bytes over an existing file from its start, in
+/// `bs`-byte writes, without truncating it (`dd conv=notrunc`); returns
+/// seconds.
+pub fn time_rewrite(path: &Path, total: u64, bs: usize) -> Result<f64> {
+    let buf = vec![0u8; bs];
+    let start = Instant::now();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let mut left = total;
+    while left > 0 {
+        let n = left.min(bs as u64) as usize;
+        f.write_all(&buf[..n])
+            .with_context(|| format!("rewriting {}", path.display()))?;
+        left -= n as u64;
+    }
+    drop(f);
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Reads a whole file through a shared mapping, 2 MiB at a time into a
+/// buffer (what a program reading a mapped file does); returns seconds.
+pub fn time_mmap_read(path: &Path) -> Result<f64> {
+    use std::os::fd::AsRawFd;
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let len = usize::try_from(f.metadata()?.len())?;
+    if len == 0 {
+        return Ok(0.0);
+    }
+    let mut buf = vec![0u8; 2 << 20];
+    let start = Instant::now();
+    // SAFETY: a new read-only shared mapping of a file this function holds
+    // open, read only inside its length below and unmapped before return.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("mapping {}", path.display()));
+    }
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(buf.len());
+        // SAFETY: `at + n <= len`, inside the mapping; `buf` holds `n`.
+        unsafe { std::ptr::copy_nonoverlapping((addr as *const u8).add(at), buf.as_mut_ptr(), n) };
+        at += n;
+    }
+    std::hint::black_box(&buf);
+    // SAFETY: the mapping made above, which nothing else refers to.
+    unsafe { libc::munmap(addr, len) };
+    Ok(start.elapsed().as_secs_f64())
+}
+
 /// Reads every regular file under `dir` (the container start-up set).
 pub fn time_read_tree(dir: &Path) -> Result<f64> {
     let start = Instant::now();
