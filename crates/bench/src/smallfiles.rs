@@ -404,8 +404,8 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     for (c, &r) in counted.iter().enumerate() {
         if rows[r].note.is_none() {
             let trip = rows[r].runs.get("trip").and_then(|v| summarize(v));
-            if let Some(l) = trip
-                .and_then(|t| floor_line(&rows[r].label, t.median, &trips[c], &rows[reference]))
+            if let Some(l) =
+                trip.and_then(|t| floor_line(&rows[r].label, t.median, &trips[c], &rows[reference]))
             {
                 notes.push(l);
             }

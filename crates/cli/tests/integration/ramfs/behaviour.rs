@@ -966,3 +966,78 @@ fn passthrough_serves_reads_writes_and_mappings_in_the_kernel() {
     want[5 << 20] = 0xAB;
     assert!(read_fresh(&p) == want, "the file holds other bytes");
 }
+
+/// On either data path an open file outlives its name, whether unlinked
+/// or renamed over, and gives its memory back at its last close;
+/// copy_file_range and fsync work (the kernel copies through the backing
+/// files itself on passthrough).
+#[test]
+fn open_files_outlive_unlink_and_rename_and_copy_between_files() {
+    require!("fuse");
+    use std::os::fd::AsRawFd;
+    for path in data_paths() {
+        let m = ramfs(&format!("blocksize=64K,{path}"));
+        let old = common::random_bytes(&mut common::rng(21), 3 << 20);
+        let new = common::random_bytes(&mut common::rng(22), 1 << 20);
+        let (a, b) = (m.path().join("a"), m.path().join("b"));
+        fs::write(&a, &old).unwrap();
+        fs::write(&b, &new).unwrap();
+        let held = OpenOptions::new().read(true).write(true).open(&a).unwrap();
+        // b replaces a: the open descriptor keeps a's bytes and may write.
+        fs::rename(&b, &a).unwrap();
+        let mut got = vec![0u8; old.len()];
+        held.read_exact_at(&mut got, 0).unwrap();
+        assert!(got == old, "{path}: the renamed-over file changed");
+        held.write_all_at(b"still", 0).unwrap();
+        assert!(
+            fs::read(&a).unwrap() == new,
+            "{path}: the new name holds other bytes"
+        );
+        // Unlinked while open: still there to the descriptor.
+        fs::remove_file(&a).unwrap();
+        held.read_exact_at(&mut got[..5], 0).unwrap();
+        assert_eq!(&got[..5], b"still", "{path}");
+        let used = statvfs(m.path());
+        drop(held);
+        let freed = statvfs(m.path());
+        assert!(
+            freed.f_bfree > used.f_bfree,
+            "{path}: closing the unlinked file freed nothing ({} then {})",
+            used.f_bfree,
+            freed.f_bfree
+        );
+        // copy_file_range, then fsync of both.
+        let src = m.path().join("src");
+        fs::write(&src, &old).unwrap();
+        let s = File::open(&src).unwrap();
+        let d = File::create(m.path().join("dst")).unwrap();
+        let mut left = old.len();
+        while left > 0 {
+            // SAFETY: both descriptors are open for the call; null offsets
+            // use and advance the files' own.
+            let n = unsafe {
+                libc::copy_file_range(
+                    s.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    d.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    left,
+                    0,
+                )
+            };
+            assert!(
+                n > 0,
+                "{path}: copy_file_range: {}",
+                std::io::Error::last_os_error()
+            );
+            left -= n as usize;
+        }
+        d.sync_all().unwrap();
+        s.sync_all().unwrap();
+        drop((s, d));
+        assert!(
+            read_fresh(&m.path().join("dst")) == old,
+            "{path}: the copy differs"
+        );
+    }
+}
