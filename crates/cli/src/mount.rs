@@ -718,6 +718,9 @@ fn serve(
             record: opened.record.clone(),
             profile: opened.profile.clone(),
             passthrough: opened.passthrough.as_ref().map(|(p, _)| p.clone()),
+            // Where root let the kernel offer it (`enable_uring`), unless
+            // refused by name.
+            io_uring: opts.io_uring != Some(false),
         },
     };
     let mounted = match foliofs_fuse::mount(opened.fs, &cfg) {
@@ -726,6 +729,17 @@ fn serve(
     };
     let info = mounted.info().clone();
     let mut shown = opened.shown;
+    if opts.io_uring == Some(true) && mounted.transport() != "io_uring" {
+        drop(mounted);
+        let _ = foliofs_fuse::unmount(&info.mountpoint);
+        return report_failure(
+            ready,
+            anyhow::anyhow!(
+                "mount option `io_uring`: the kernel did not offer FUSE over io_uring (Linux 6.14, CONFIG_FUSE_IO_URING, and root writing Y to /sys/module/fuse/parameters/enable_uring)"
+            ),
+        );
+    }
+    push_option(&mut shown, &format!("transport={}", mounted.transport()));
     if let Some((p, asked)) = &opened.passthrough {
         // INIT is over: the kernel took passthrough or it did not.
         if p.active() {

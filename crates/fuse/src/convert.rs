@@ -1,11 +1,12 @@
-//! Conversions between the `vfs` types and fuser's, shared by every request
-//! handler of the server, and the owner and permission overrides applied on
-//! the way out.
+//! Conversions between the `vfs` types and the kernel's records, shared by
+//! every request handler of the server, and the owner and permission
+//! overrides applied on the way out.
 
-use std::time::SystemTime;
+use std::time::Duration;
 
-use foliofs_vfs::{self as vfs, Attr, Ctx, Error, TimeSet};
-use fuser::{Errno, INodeNo, Request, TimeOrNow};
+use foliofs_vfs::{self as vfs, Attr, Ctx, TimeSet};
+
+use crate::kernel::abi;
 
 /// Owner and permission overrides (`uid=`, `gid=`, `umask=`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,62 +48,89 @@ impl Overrides {
     }
 }
 
-pub(crate) fn errno(e: &Error) -> Errno {
-    Errno::from_i32(e.errno())
-}
-
-pub(crate) fn fuser_kind(k: vfs::FileType) -> fuser::FileType {
-    match k {
-        vfs::FileType::RegularFile => fuser::FileType::RegularFile,
-        vfs::FileType::Directory => fuser::FileType::Directory,
-        vfs::FileType::Symlink => fuser::FileType::Symlink,
-        vfs::FileType::BlockDevice => fuser::FileType::BlockDevice,
-        vfs::FileType::CharDevice => fuser::FileType::CharDevice,
-        vfs::FileType::Fifo => fuser::FileType::NamedPipe,
-        vfs::FileType::Socket => fuser::FileType::Socket,
-    }
-}
-
-pub(crate) fn ctx(req: &Request, umask: u32) -> Ctx {
+/// Who sent the request.
+pub(crate) fn ctx(h: &abi::InHeader, umask: u32) -> Ctx {
     Ctx {
-        uid: req.uid(),
-        gid: req.gid(),
-        pid: req.pid(),
+        uid: h.uid,
+        gid: h.gid,
+        pid: h.pid,
         umask,
     }
 }
 
-pub(crate) fn time_set(t: TimeOrNow) -> TimeSet {
-    match t {
-        TimeOrNow::Now => TimeSet::Now,
-        TimeOrNow::SpecificTime(t) => TimeSet::At(vfs::Timespec::from_system(t)),
+/// A time of a SETATTR: `now` for `*_NOW`, else the seconds and
+/// nanoseconds sent.
+pub(crate) fn time_set(now: bool, sec: u64, nsec: u32) -> TimeSet {
+    if now {
+        TimeSet::Now
+    } else {
+        TimeSet::At(timespec(sec, nsec))
     }
 }
 
-/// `a` as fuser wants it, after the overrides; `st_ino` is the node id the
-/// kernel will use for entry replies, and the file system's own number for
-/// attribute replies.
-pub(crate) fn file_attr(mut a: Attr, st_ino: u64, overrides: &Overrides) -> fuser::FileAttr {
+/// A time as the protocol sends it: seconds as the two's complement of a
+/// 64-bit signed count, nanoseconds beside them.
+pub(crate) fn timespec(sec: u64, nsec: u32) -> vfs::Timespec {
+    vfs::Timespec {
+        sec: sec as i64,
+        nsec: nsec.min(999_999_999),
+    }
+}
+
+/// `a` as the kernel takes it, after the overrides; `st_ino` is what
+/// `stat` reports (the file system's own number).
+pub(crate) fn fuse_attr(mut a: Attr, st_ino: u64, overrides: &Overrides) -> abi::Attr {
     if !overrides.is_empty() {
         overrides.apply(&mut a);
     }
-    let time = |t: vfs::Timespec| -> SystemTime { t.to_system() };
-    fuser::FileAttr {
-        ino: INodeNo(st_ino),
+    abi::Attr {
+        ino: st_ino,
         size: a.size,
         blocks: a.blocks,
-        atime: time(a.atime),
-        mtime: time(a.mtime),
-        ctime: time(a.ctime),
-        crtime: time(a.ctime),
-        kind: fuser_kind(a.kind),
-        perm: a.perm,
+        atime: a.atime.sec as u64,
+        mtime: a.mtime.sec as u64,
+        ctime: a.ctime.sec as u64,
+        atimensec: a.atime.nsec,
+        mtimensec: a.mtime.nsec,
+        ctimensec: a.ctime.nsec,
+        mode: a.kind.mode_bits() | u32::from(a.perm),
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
         rdev: a.rdev.to_new_encoding(),
         blksize: a.blksize,
         flags: 0,
+    }
+}
+
+/// Seconds and nanoseconds of a cache lifetime.
+pub(crate) fn ttl_parts(ttl: Duration) -> (u64, u32) {
+    (ttl.as_secs(), ttl.subsec_nanos())
+}
+
+/// A LOOKUP-style reply naming node `nodeid` (0: a name known to be
+/// missing, or, in a listing, an entry that links no inode).
+pub(crate) fn entry_out(nodeid: u64, attr: abi::Attr, ttl: Duration) -> abi::EntryOut {
+    let (s, ns) = ttl_parts(ttl);
+    abi::EntryOut {
+        nodeid,
+        generation: 0,
+        entry_valid: s,
+        attr_valid: s,
+        entry_valid_nsec: ns,
+        attr_valid_nsec: ns,
+        attr,
+    }
+}
+
+/// A GETATTR or SETATTR reply.
+pub(crate) fn attr_out(attr: abi::Attr, ttl: Duration) -> abi::AttrOut {
+    let (s, ns) = ttl_parts(ttl);
+    abi::AttrOut {
+        attr_valid: s,
+        attr_valid_nsec: ns,
+        dummy: 0,
+        attr,
     }
 }
 

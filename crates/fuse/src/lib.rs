@@ -17,6 +17,7 @@
 mod convert;
 pub mod fusermount;
 mod ids;
+mod kernel;
 pub mod options;
 pub mod passthrough;
 pub mod privilege;

@@ -95,6 +95,10 @@ pub struct MountOptions {
     pub flags: MountFlags,
     /// `auto_unmount`: the mount goes away when its server dies.
     pub auto_unmount: bool,
+    /// `io_uring` / `noio_uring`: whether requests may come over FUSE's
+    /// io_uring where the kernel offers it; the mount command's default
+    /// when `None`.
+    pub io_uring: Option<bool>,
     /// `push=SIZE` / `nopush` (`Some(0)`): bytes an image mount may push
     /// into the kernel's page cache before they are read; the mount
     /// command's default when `None`.
@@ -403,6 +407,10 @@ impl MountOptions {
             "auto_unmount" => {
                 flag(value)?;
                 self.auto_unmount = true;
+            }
+            "io_uring" | "noio_uring" => {
+                flag(value)?;
+                self.io_uring = Some(key == "io_uring");
             }
             "push" => {
                 let v = need(key, value)?;

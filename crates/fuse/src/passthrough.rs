@@ -21,10 +21,39 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use foliofs_vfs::Ino;
-use fuser::BackingId;
+
+use crate::kernel::Dev;
+
+/// A backing file registered with the kernel; dropping it gives the
+/// registration back (the kernel's open files keep the file until they
+/// close).
+#[derive(Debug)]
+pub struct BackingId {
+    dev: Arc<Dev>,
+    id: u32,
+}
+
+impl BackingId {
+    /// Registers `file` on the connection `dev`.
+    pub(crate) fn open(dev: &Arc<Dev>, file: &std::fs::File) -> std::io::Result<BackingId> {
+        let id = dev.backing_open(std::os::fd::AsFd::as_fd(file))?;
+        Ok(BackingId {
+            dev: dev.clone(),
+            id,
+        })
+    }
+}
+
+impl Drop for BackingId {
+    fn drop(&mut self) {
+        if let Err(e) = self.dev.backing_close(self.id) {
+            log::warn!("cannot give back backing file {}: {e}", self.id);
+        }
+    }
+}
 
 /// The passthrough state of one mount.
 #[derive(Debug, Default)]
@@ -51,8 +80,9 @@ impl Passthrough {
 
     /// Counts one more open of `ino` against its registration, making it
     /// with `register` for the inode's first open; `None` where the open
-    /// must be an ordinary one.
-    pub(crate) fn open<R>(&self, ino: Ino, register: R) -> Option<PassedOpen<'_>>
+    /// must be an ordinary one (`!allowed` keeps a file that has none
+    /// yet out).
+    pub(crate) fn open<R>(&self, ino: Ino, allowed: bool, register: R) -> Option<PassedOpen<'_>>
     where
         R: FnOnce() -> std::io::Result<BackingId>,
     {
@@ -61,7 +91,7 @@ impl Passthrough {
             // Even after a refusal elsewhere: a cached open beside these
             // would fail in the kernel.
             *n += 1;
-        } else if !self.active() {
+        } else if !allowed || !self.active() {
             return None;
         } else {
             match register() {
@@ -106,7 +136,7 @@ pub(crate) struct PassedOpen<'a> {
 }
 
 impl PassedOpen<'_> {
-    pub(crate) fn id(&self) -> &BackingId {
-        &self.open[&self.ino].0
+    pub(crate) fn id(&self) -> u32 {
+        self.open[&self.ino].0.id
     }
 }

@@ -7,8 +7,8 @@
 //! data and sends the stores. That keeps a store out of any request's path:
 //! a store waits on page locks a reader may hold while it waits for a READ
 //! that only a free server thread can answer. A store for an inode the
-//! kernel does not hold is dropped by the kernel (and fuser reports it as
-//! sent), so a hint is queued only after the reply that gives the kernel
+//! kernel does not hold is dropped by the kernel (which says so: the rest
+//! of that file is not sent), so a hint is queued only after the reply that gives the kernel
 //! the inode (LOOKUP, READDIRPLUS) has been written.
 //!
 //! Pages stay only because an image mount answers `open` with `ENOSYS`,
@@ -113,7 +113,7 @@ pub(crate) struct Pusher {
 pub(crate) struct PushSetup {
     pub fs: Arc<dyn FileSystem>,
     pub ids: IdMap,
-    pub notifier: Arc<OnceLock<fuser::Notifier>>,
+    pub dev: Arc<OnceLock<Arc<crate::kernel::Dev>>>,
     pub budget: u64,
     pub profile: Option<Arc<Profile>>,
     pub counts: Arc<RequestCounts>,
@@ -335,10 +335,10 @@ impl Worker {
                 _ => return,
             },
         };
-        let Some(notifier) = sh.setup.notifier.get() else {
+        let Some(dev) = sh.setup.dev.get() else {
             return;
         };
-        let node = fuser::INodeNo(sh.setup.ids.to_fuse(ino));
+        let node = sh.setup.ids.to_fuse(ino);
         for (start, len) in ranges {
             let mut off = start;
             let end = start + len;
@@ -365,10 +365,18 @@ impl Worker {
                     break;
                 }
                 let n = data.len() as u64;
-                if let Err(e) = notifier.store(node, off, data) {
-                    log::debug!("store of inode {ino} at {off}: {e}");
-                    sh.give_back(cost);
-                    return;
+                match dev.notify_store(node, off, data) {
+                    Ok(true) => {}
+                    // The kernel holds no such inode (any more).
+                    Ok(false) => {
+                        sh.give_back(cost);
+                        return;
+                    }
+                    Err(e) => {
+                        log::debug!("store of inode {ino} at {off}: {e}");
+                        sh.give_back(cost);
+                        return;
+                    }
                 }
                 let used = n.div_ceil(PAGE) * PAGE;
                 sh.give_back(cost - used.min(cost));

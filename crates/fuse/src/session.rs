@@ -17,6 +17,7 @@ use nix::mount::{MntFlags, MsFlags};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::fusermount::{self, FusermountError};
+use crate::kernel::{conn, Dev};
 use crate::options::MountFlags;
 use crate::privilege;
 use crate::server::{Server, ServerConfig};
@@ -115,7 +116,11 @@ pub struct MountConfig {
 
 /// A live mount whose requests are not served yet: call [`Mounted::run`].
 pub struct Mounted {
-    session: fuser::Session<Server>,
+    dev: Arc<Dev>,
+    others: Vec<Dev>,
+    queues: Option<crate::kernel::uring::Queues>,
+    server: Arc<Server>,
+    agreed: conn::Agreed,
     mountpoint: PathBuf,
     info: MountInfo,
     method: MountMethod,
@@ -233,6 +238,15 @@ impl Mounted {
         self.method
     }
 
+    /// How requests reach the server: `io_uring`, or `dev` (`/dev/fuse`).
+    pub fn transport(&self) -> &'static str {
+        if self.queues.is_some() {
+            "io_uring"
+        } else {
+            "dev"
+        }
+    }
+
     /// Serves requests until the file system is unmounted (by `umount`, or
     /// by SIGTERM, SIGINT or SIGHUP to this process, which unmount it).
     pub fn run(self) -> io::Result<()> {
@@ -250,7 +264,7 @@ impl Mounted {
                     log::warn!("unmount {}: {e}", mnt.display());
                 }
             })?;
-        self.session.run()
+        conn::serve(self.dev, self.others, self.queues, self.server, self.agreed)
     }
 }
 
@@ -333,30 +347,47 @@ pub fn mount(fs: Arc<dyn FileSystem>, cfg: &MountConfig) -> Result<Mounted, Moun
             })
         })?;
 
-    let acl = if cfg.allow_other {
-        fuser::SessionACL::All
+    let server = Arc::new(Server::new(fs, cfg.server.clone()));
+    let dev = Arc::new(Dev::new(dev));
+    let _ = server.dev_slot().set(dev.clone());
+    let agreed = conn::handshake(&dev, &*server).map_err(|e| undo(MountError::Handshake(e)))?;
+    // Over io_uring a thread per CPU serves the rings; `/dev/fuse` is left
+    // with FORGET, INTERRUPT and what comes before the rings are ready,
+    // which one thread answers.
+    let queues = if agreed.flags & crate::kernel::abi::init::OVER_IO_URING != 0 {
+        Some(
+            crate::kernel::uring::Queues::new(&dev, &agreed)
+                .map_err(|e| undo(MountError::Handshake(e)))?,
+        )
     } else {
-        fuser::SessionACL::Owner
-    };
-    let mut fcfg = fuser::Config::default();
-    fcfg.n_threads = Some(cfg.threads.max(1));
-    fcfg.clone_fd = true;
-    let server = Server::new(fs, cfg.server.clone());
-    let notifier = server.notifier_slot();
-    let spin = server.spin_slot();
-    // The session reads on this descriptor with its first thread (the
-    // others clone their own); a duplicate shares its blocking flag.
-    let poll_fd = if cfg.spin.is_zero() {
         None
-    } else {
-        dev.try_clone().ok()
     };
-    let session = fuser::Session::from_fd(server, dev, acl, fcfg)
-        .map_err(|e| undo(MountError::Handshake(e)))?;
-    let _ = notifier.set(session.notifier());
-    // After the handshake, which fuser reads expecting it to block.
-    if let Some(s) = poll_fd.and_then(|fd| Spin::start(fd, cfg.spin)) {
-        let _ = spin.set(s);
+    let dev_threads = if queues.is_some() {
+        1
+    } else {
+        cfg.threads.max(1)
+    };
+    // One open file of the connection per thread: each sleeps in its own
+    // read, and the first one's may poll (`spin=`) without the others.
+    let mut others = Vec::new();
+    for _ in 1..dev_threads {
+        others.push(
+            dev.clone_connection()
+                .map_err(|e| undo(MountError::Handshake(e)))?,
+        );
+    }
+    // After the handshake, which reads expecting it to block. Over
+    // io_uring a request is answered on its caller's CPU, where a poller
+    // would take that CPU from the caller.
+    let spin = server.spin_slot();
+    if !cfg.spin.is_zero() && queues.is_none() {
+        if let Some(s) = dev
+            .try_clone_fd()
+            .ok()
+            .and_then(|fd| Spin::start(fd, cfg.spin))
+        {
+            let _ = spin.set(s);
+        }
     }
 
     // The INIT reply may only lower readahead, so it is raised after it.
@@ -376,7 +407,11 @@ pub fn mount(fs: Arc<dyn FileSystem>, cfg: &MountConfig) -> Result<Mounted, Moun
         }
     }
     Ok(Mounted {
-        session,
+        dev,
+        others,
+        queues,
+        server,
+        agreed,
         mountpoint,
         info,
         method,

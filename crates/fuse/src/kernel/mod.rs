@@ -1,0 +1,23 @@
+//! The FUSE protocol, spoken over `/dev/fuse` by the project's own code
+//! rather than a library's: what the kernel sends and takes is in
+//! [`abi`]; [`Request`] parses a request, [`Reply`] answers it once;
+//! [`Dev`] reads, writes, clones the connection and registers backing
+//! files; [`conn`] negotiates INIT and runs the server threads.
+//!
+//! Why our own: the levers that are left between a FUSE server and the
+//! kernel are in this layer (listing entries that link no inode, the
+//! flags that spare requests, replies written from the block cache
+//! without a copy, FUSE over io_uring), and no well-kept library had them.
+
+pub mod abi;
+pub mod conn;
+mod dev;
+mod dirbuf;
+mod reply;
+mod request;
+pub mod uring;
+
+pub use dev::Dev;
+pub use dirbuf::DirBuf;
+pub use reply::Reply;
+pub use request::{Op, Request};

@@ -1,0 +1,421 @@
+//! The server: answers the kernel's FUSE requests from a
+//! [`foliofs_vfs::FileSystem`]. This file holds its state, INIT, and the
+//! dispatch of each request to its handler: the name space and attributes
+//! (`names.rs`), file data and listings (`files.rs`).
+
+mod files;
+mod lean;
+mod names;
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use foliofs_vfs::{self as vfs, Attr, FileSystem, Ino, Scratch};
+
+use crate::convert::{entry_out, fuse_attr, Overrides};
+use crate::ids::IdMap;
+use crate::kernel::abi::{self, init, InitIn};
+use crate::kernel::conn::{Handler, Init};
+use crate::kernel::{Dev, DirBuf, Op, Reply, Request};
+use crate::passthrough::Passthrough;
+use crate::profile::{ImageKey, Profile, Recorder};
+use crate::push::{PushSetup, Pusher};
+use crate::spin::SpinSlot;
+use crate::stats::{Op as Count, RequestCounts};
+
+thread_local! {
+    /// One read buffer per server thread: reads reply with a slice of it, so
+    /// the hot path allocates nothing after the first request.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::new());
+    /// One listing buffer per server thread, for the same reason.
+    static DIRBUF: RefCell<DirBuf> = RefCell::new(DirBuf::default());
+}
+
+/// How the server treats the kernel's caches and requests.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Entry and attribute lifetime in the kernel's caches.
+    pub ttl: Duration,
+    /// Refuse every change with `EROFS`, and let the kernel keep file and
+    /// directory pages across opens (the image cannot change under it).
+    pub read_only: bool,
+    /// Owner and permission overrides applied to every reported attribute.
+    pub overrides: Overrides,
+    /// Log every request to stderr.
+    pub debug: bool,
+    /// Ask for the kernel's writeback cache (writable file systems only).
+    pub writeback: bool,
+    /// Where the server counts its requests by opcode; the caller keeps a
+    /// clone to publish them while the mount is live.
+    pub requests: Arc<RequestCounts>,
+    /// Bytes the mount may push into the kernel's page cache before they
+    /// are asked for (`push=`); 0 pushes nothing. Only read-only mounts
+    /// push (see [`crate::push`]).
+    pub push_budget: u64,
+    /// Pusher threads, each reading one file at a time (see
+    /// [`crate::push::PushSetup::readers`]).
+    pub push_readers: usize,
+    /// `record=FILE`: the file the start-up profile is written to at
+    /// unmount, and the key of the image it is recorded on.
+    pub record: Option<(PathBuf, ImageKey)>,
+    /// `prefetch=FILE`: a profile of this image to replay.
+    pub profile: Option<Arc<Profile>>,
+    /// Pass opens of backed files through to the kernel (see
+    /// [`crate::passthrough`]), if INIT allows it; `None` never does.
+    pub passthrough: Option<Arc<Passthrough>>,
+    /// Take FUSE over io_uring where the kernel offers it (see
+    /// `kernel/uring.rs`).
+    pub io_uring: bool,
+}
+
+/// The state behind every request.
+pub(crate) struct Server {
+    fs: Arc<dyn FileSystem>,
+    ids: IdMap,
+    cfg: ServerConfig,
+    /// Whether write-only descriptors bypass the page cache (see
+    /// [`Server::open_flags`]).
+    direct_writes: bool,
+    requests: Arc<RequestCounts>,
+    /// The connection, once the session exists: the server tells the
+    /// kernel of attribute changes it makes on its own, and the pusher and
+    /// passthrough use it.
+    dev: Arc<OnceLock<Arc<Dev>>>,
+    /// Pushes file data into the kernel (read-only mounts with a budget).
+    pusher: Option<Pusher>,
+    /// Records the start-up profile (`record=`).
+    recorder: Option<Recorder>,
+    /// Keeps a thread polling for the next request (`spin=`), once the
+    /// session exists (see [`Server::spin_slot`]).
+    spin: SpinSlot,
+    /// The format can never change (`FsInfo::read_only`): it frees no
+    /// inodes, so it keeps no lookup counts (see its `readdirplus`).
+    immutable: bool,
+    /// The flags INIT settled on.
+    agreed: OnceLock<u64>,
+    /// Which listing entries link an inode (see `lean.rs`).
+    lean: lean::Lean,
+}
+
+/// The longest request the server asks for, in pages: the kernel's own
+/// limit (`fs.fuse.max_pages_limit`, 256 by default, which root may
+/// raise), since a larger one only makes every thread's buffer larger.
+fn max_pages() -> u16 {
+    std::fs::read_to_string("/proc/sys/fs/fuse/max_pages_limit")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .map_or(256, |n| n.clamp(1, u32::from(u16::MAX)) as u16)
+}
+
+impl Server {
+    pub(crate) fn new(fs: Arc<dyn FileSystem>, cfg: ServerConfig) -> Server {
+        let ids = IdMap::new(fs.root());
+        // Before Linux 6.6 a direct write left other descriptors' cached
+        // pages of the range in place (stale reads, and dirty mmap pages
+        // written back over the newer data later).
+        let direct_writes =
+            !cfg.read_only && !cfg.writeback && crate::privilege::kernel_at_least(6, 6);
+        let dev = Arc::new(OnceLock::new());
+        let recorder = cfg
+            .record
+            .clone()
+            .map(|(path, key)| Recorder::new(path, key));
+        // A recording run pushes nothing: a pushed page is read without a
+        // READ, so the profile would miss it.
+        let pusher = (cfg.read_only && cfg.push_budget > 0 && recorder.is_none())
+            .then(|| {
+                Pusher::start(PushSetup {
+                    fs: fs.clone(),
+                    ids,
+                    dev: dev.clone(),
+                    budget: cfg.push_budget,
+                    profile: cfg.profile.clone(),
+                    counts: cfg.requests.clone(),
+                    readers: cfg.push_readers,
+                })
+            })
+            .flatten();
+        let immutable = fs.info().read_only;
+        Server {
+            immutable,
+            fs,
+            ids,
+            requests: cfg.requests.clone(),
+            cfg,
+            direct_writes,
+            dev,
+            pusher,
+            recorder,
+            spin: SpinSlot::default(),
+            agreed: OnceLock::new(),
+            lean: lean::Lean::new(),
+        }
+    }
+
+    /// Where the session puts the polling state once its descriptor exists.
+    pub(crate) fn spin_slot(&self) -> SpinSlot {
+        self.spin.clone()
+    }
+
+    /// Where the session puts the connection once it exists.
+    pub(crate) fn dev_slot(&self) -> Arc<OnceLock<Arc<Dev>>> {
+        self.dev.clone()
+    }
+
+    /// Every request starts here: it is counted, and it keeps the polling
+    /// thread awake for the next one.
+    fn begin(&self, op: Count) {
+        self.requests.bump(op);
+        if let Some(s) = self.spin.get() {
+            s.touch();
+        }
+    }
+
+    /// The reply giving the kernel inode `a` has been sent: a small file's
+    /// data (or what the profile read of it) may follow it in.
+    fn known(&self, a: &Attr) {
+        if let Some(p) = &self.pusher {
+            if a.kind == vfs::FileType::RegularFile && p.wants(a.ino, a.size) {
+                p.offer(a.ino);
+            }
+        }
+    }
+
+    /// Drops the kernel's cached attributes of `node` (not its pages).
+    /// Sent from inside a request is safe for attributes: the kernel takes
+    /// no page or inode lock for them.
+    fn forget_cached_attrs(&self, node: u64) {
+        if let Some(d) = self.dev.get() {
+            if let Err(e) = d.notify_inval_inode(node, -1, 0) {
+                log::warn!("cannot invalidate the attributes of node {node}: {e}");
+            }
+        }
+    }
+
+    fn ino(&self, node: u64) -> Ino {
+        self.ids.to_fs(node)
+    }
+
+    /// `a` as the kernel takes it; `st_ino` is what stat reports.
+    fn attr(&self, a: Attr, st_ino: u64) -> abi::Attr {
+        fuse_attr(a, st_ino, &self.cfg.overrides)
+    }
+
+    /// A LOOKUP-style reply for `a` (the kernel now holds it): the node id
+    /// the kernel knows it by, and its own number for `st_ino`.
+    fn entry(&self, a: Attr) -> abi::EntryOut {
+        let node = self.ids.to_fuse(a.ino);
+        entry_out(node, self.attr(a, a.ino), self.cfg.ttl)
+    }
+
+    fn reply_entry(&self, r: vfs::Result<Attr>, reply: Reply<'_>) {
+        match r {
+            Ok(a) => reply.record(&self.entry(a)),
+            Err(e) => reply.error(e.errno()),
+        }
+    }
+
+    fn reply_empty(&self, r: vfs::Result<()>, reply: Reply<'_>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e.errno()),
+        }
+    }
+
+    /// With `debug`, one line per request on stderr (the foreground
+    /// terminal, or the log file a background server was given), whatever
+    /// the log filter says: asking for it is the filter.
+    fn log(&self, what: std::fmt::Arguments<'_>) {
+        if self.cfg.debug {
+            eprintln!("foliofs: {what}");
+        }
+    }
+
+    /// Every change is refused on a read-only mount.
+    fn writable<'r>(&self, reply: Reply<'r>) -> Option<Reply<'r>> {
+        if self.cfg.read_only {
+            reply.error(libc::EROFS);
+            None
+        } else {
+            Some(reply)
+        }
+    }
+}
+
+impl Handler for Server {
+    fn init(&self, offered: u64, _init: &InitIn) -> Init {
+        let mut want =
+            init::ASYNC_READ | init::DO_READDIRPLUS | init::PARALLEL_DIROPS | init::MAX_PAGES;
+        if self.cfg.read_only {
+            want |= init::CACHE_SYMLINKS;
+            // Every listing with attributes, not only its first reply (the
+            // kernel's READDIRPLUS_AUTO rule: later replies are plain unless
+            // a lookup in the directory came between two). Listers read a
+            // whole directory before they stat it (find, ls, fts), so past
+            // the first reply each stat then cost a LOOKUP round trip:
+            // `find -ls` of 100,000 entries sent 99,798 of them and took
+            // 6 to 10 times as long as the kernel's EROFS; with attributes
+            // throughout it takes about as long. A plain `find` of such a
+            // directory pays for attributes it does not use, the kernel
+            // making an inode for every entry, but less than `-ls` saves.
+        } else {
+            // A writable file system's attributes change; keep the
+            // kernel's rule there.
+            want |= init::READDIRPLUS_AUTO | init::BIG_WRITES;
+            // Without the writeback cache every write(2) reaches the file
+            // system before it returns, so a full ramfs refuses the write
+            // itself and nothing the caller was told is written can be lost.
+            if self.cfg.writeback {
+                want |= init::WRITEBACK_CACHE;
+            }
+            // The server drops set-user-ID itself where the kernel says a
+            // caller without CAP_FSETID wrote, truncated or chowned (the
+            // KILL_SUIDGID bits of WRITE, SETATTR and OPEN). The kernel
+            // then marks inodes it found no privilege on (S_NOSEC) and
+            // stops asking for their security.capability before every
+            // write (a GETXATTR round trip each) and for their mode
+            // before a chown (a GETATTR).
+            want |= init::HANDLE_KILLPRIV_V2;
+        }
+        // Passthrough needs the kernel to offer it, a stack depth, and no
+        // writeback cache (the kernel would keep passthrough off).
+        let passthrough = self
+            .cfg
+            .passthrough
+            .as_ref()
+            .filter(|_| !self.cfg.writeback && offered & init::PASSTHROUGH != 0);
+        if passthrough.is_some() {
+            want |= init::PASSTHROUGH;
+        }
+        if self.cfg.io_uring {
+            want |= init::OVER_IO_URING;
+        }
+        let taken = want & offered;
+        let _ = self.agreed.set(taken);
+        if let Some(p) = passthrough {
+            p.grant();
+        }
+        Init {
+            flags: want,
+            // The largest readahead the kernel offered (it may only be
+            // lowered here; the mount's bdi is raised after mounting).
+            max_readahead: u32::MAX,
+            max_pages: max_pages(),
+            max_background: 128,
+            congestion_threshold: 96,
+            // 1: the backing files are on a tmpfs, which stacks on nothing.
+            max_stack_depth: 1,
+        }
+    }
+
+    fn handle(&self, req: Request<'_>, reply: Reply<'_>) {
+        let h = &req.header;
+        match req.op {
+            Op::Lookup { name } => self.lookup(h, name, reply),
+            Op::Forget(n) => {
+                self.begin(Count::Forget);
+                self.fs.forget(self.ino(h.nodeid), n);
+                reply.none();
+            }
+            Op::BatchForget(list) => {
+                for f in list {
+                    self.begin(Count::Forget);
+                    self.fs.forget(self.ino(f.nodeid), f.nlookup);
+                }
+                reply.none();
+            }
+            Op::Getattr(_) => self.getattr(h, reply),
+            Op::Setattr(arg) => self.setattr(h, &arg, reply),
+            Op::Readlink => self.readlink(h, reply),
+            Op::Symlink { name, target } => self.symlink(h, name, target, reply),
+            Op::Mknod { arg, name } => self.mknod(h, &arg, name, reply),
+            Op::Mkdir { arg, name } => self.mkdir(h, &arg, name, reply),
+            Op::Unlink { name } => self.unlink(h, name, reply),
+            Op::Rmdir { name } => self.rmdir(h, name, reply),
+            Op::Rename {
+                newdir,
+                flags,
+                name,
+                newname,
+            } => self.rename(h, newdir, flags, name, newname, reply),
+            Op::Link { oldnodeid, newname } => self.link(h, oldnodeid, newname, reply),
+            Op::Open(arg) => self.open(h, &arg, reply),
+            Op::Read(arg) => self.read(h, &arg, reply),
+            Op::Write { arg, data } => self.write(h, &arg, data, reply),
+            Op::Statfs => self.statfs(reply),
+            Op::Release(arg) => self.release(h, &arg, reply),
+            Op::Fsync(arg) => self.fsync(h, &arg, reply),
+            Op::Setxattr { arg, name, value } => self.setxattr(h, &arg, name, value, reply),
+            Op::Getxattr { size, name } => self.getxattr(h, size, name, reply),
+            Op::Listxattr { size } => self.listxattr(h, size, reply),
+            Op::Removexattr { name } => self.removexattr(h, name, reply),
+            Op::Flush(_) => {
+                self.begin(Count::Flush);
+                // Nothing is buffered here between write(2) and close(2),
+                // and the kernel writes its own dirty pages back before it
+                // would ask. ENOSYS makes it stop sending a FLUSH round
+                // trip on every close.
+                reply.error(libc::ENOSYS)
+            }
+            Op::Opendir(_) => self.opendir(h, reply),
+            Op::Readdir(arg) => self.readdir(h, &arg, reply),
+            Op::Readdirplus(arg) => self.readdirplus(h, &arg, reply),
+            Op::Releasedir(_) => {
+                self.begin(Count::Releasedir);
+                reply.ok()
+            }
+            Op::Fsyncdir(_) => {
+                // ENOSYS, so the kernel stops asking (nothing of a
+                // directory is buffered between it and here).
+                self.begin(Count::Fsyncdir);
+                reply.error(libc::ENOSYS)
+            }
+            Op::Access(arg) => self.access(h, arg.mask, reply),
+            Op::Create { arg, name } => self.create(h, &arg, name, reply),
+            // Nothing here blocks long enough to be worth interrupting.
+            Op::Interrupt(_) => reply.none(),
+            Op::Fallocate(arg) => self.fallocate(h, &arg, reply),
+            Op::Lseek(arg) => self.lseek(h, &arg, reply),
+            Op::Init(_) => reply.error(libc::EPROTO),
+            Op::Destroy => reply.ok(),
+            Op::Other(code) => {
+                // Locks (the kernel keeps POSIX locks itself, local to this
+                // mount), ioctls (no file here has any: programs probe
+                // with them, Python asks every file whether it is a
+                // terminal, and ENOTTY is what a plain file answers), and
+                // what no format offers: ENOSYS, which most opcodes take as
+                // "never again".
+                match code {
+                    abi::opcode::IOCTL => {
+                        self.begin(Count::Ioctl);
+                        reply.error(libc::ENOTTY)
+                    }
+                    abi::opcode::GETLK | abi::opcode::SETLK | abi::opcode::SETLKW => {
+                        self.begin(Count::Other);
+                        reply.error(libc::ENOSYS)
+                    }
+                    _ => reply.error(libc::ENOSYS),
+                }
+            }
+            Op::Malformed(code) => {
+                log::warn!("a malformed request (opcode {code}): EINVAL");
+                reply.error(libc::EINVAL)
+            }
+        }
+    }
+
+    fn destroy(&self) {
+        if let Some(r) = &self.recorder {
+            r.save();
+        }
+        // What the mount cost in round trips, once, as it goes away.
+        let summary = self.requests.summary();
+        if self.cfg.debug {
+            eprintln!("foliofs: requests: {summary}");
+        } else {
+            log::debug!("requests: {summary}");
+        }
+    }
+}
