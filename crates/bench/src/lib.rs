@@ -28,6 +28,7 @@ mod startup;
 mod stats;
 mod timing;
 mod tree;
+mod wakeup;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -185,6 +186,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         cold_cache: env.root,
         sections: Vec::new(),
     };
+    eprintln!("foliofs bench: {}", report.host.wakeup.describe());
     if let Some(r) = &report.host.proactive_reclaim {
         eprintln!(
             "foliofs bench: {r}; an image a row expects in the page cache can be partly on the disk again, so figures vary more"

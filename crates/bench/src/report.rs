@@ -94,6 +94,11 @@ pub struct Host {
     /// Proactive reclaim that pages out idle page cache (see
     /// [`proactive_reclaim`]), which "already in the page cache" rows meet.
     pub proactive_reclaim: Option<String>,
+    /// What waking a thread costs on this host, in µs per round trip of a
+    /// pipe ping-pong between two threads (see [`crate::wakeup`]): most of
+    /// a FUSE round trip over `/dev/fuse`, so it tells the transport's cost
+    /// from the host's.
+    pub wakeup: crate::wakeup::Wakeup,
 }
 
 impl Host {
@@ -117,6 +122,7 @@ impl Host {
             memory_bytes,
             page_size: foliofs_block::page_size(),
             proactive_reclaim: proactive_reclaim(Path::new(DAMON)),
+            wakeup: crate::wakeup::Wakeup::measure(),
         }
     }
 }

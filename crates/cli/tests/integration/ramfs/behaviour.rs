@@ -8,6 +8,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
+use std::time::Duration;
 
 use rand::Rng;
 
@@ -940,26 +941,38 @@ fn passthrough_serves_reads_writes_and_mappings_in_the_kernel() {
     // SAFETY: the mapping made above, used no more.
     unsafe { libc::munmap(map, 8 << 20) };
     drop((a, b));
-    let stats = String::from_utf8(foliofs_ok(["mounts", "--stats"])).unwrap();
-    let ours: Vec<&str> = stats
-        .lines()
-        .skip_while(|l| !l.contains(m.path().to_str().unwrap()))
-        .take(3)
-        .collect();
-    let requests = ours.iter().find(|l| l.contains("requests:")).unwrap();
+    // The server publishes its figures every 100 ms: wait (bounded) for
+    // the ones after the writes.
+    let figures = || {
+        let stats = String::from_utf8(foliofs_ok(["mounts", "--stats"])).unwrap();
+        let ours: Vec<String> = stats
+            .lines()
+            .skip_while(|l| !l.contains(m.path().to_str().unwrap()))
+            .take(3)
+            .map(str::to_owned)
+            .collect();
+        let requests = ours
+            .iter()
+            .find(|l| l.contains("requests:"))
+            .cloned()
+            .unwrap_or_default();
+        let backing = ours
+            .iter()
+            .find_map(|l| l.trim().strip_prefix("ramfs: ").map(str::to_owned))
+            .unwrap_or_default();
+        let bytes: u64 = backing
+            .split(' ')
+            .find_map(|kv| kv.strip_prefix("backing_bytes="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        (requests, backing, bytes)
+    };
+    common::wait_until(Duration::from_secs(10), || figures().2 >= 8 << 20);
+    let (requests, backing, bytes) = figures();
     assert!(
         !requests.contains(" read=") && !requests.contains(" write="),
         "reads or writes reached the server: {requests}"
     );
-    let backing = ours
-        .iter()
-        .find_map(|l| l.trim().strip_prefix("ramfs: "))
-        .unwrap_or_else(|| panic!("no ramfs figures: {ours:?}"));
-    let bytes: u64 = backing
-        .split(' ')
-        .find_map(|kv| kv.strip_prefix("backing_bytes="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no backing_bytes in {backing}"));
     assert!(bytes >= 8 << 20, "{backing}");
     let mut want = data.clone();
     want[100..107].copy_from_slice(b"changed");
