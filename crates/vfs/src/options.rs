@@ -1,5 +1,7 @@
 //! Values of kernel-style options, parsed by one set of rules for every
-//! foliofs command and format, and the error a refused `-o` option gives.
+//! foliofs command and format; how an option string splits into items; and
+//! the error a refused `-o` option gives. Each layer owns its own keys
+//! (the block layer's, FUSE's, ramfs's) and reads their values with these.
 //!
 //! Sizes (`blocksize=`, ramfs `size=` and `nr_inodes=`, `mkfs --align`,
 //! `bench --size`): decimal digits, then at most one suffix `K`, `M`, `G`,
@@ -47,6 +49,49 @@ impl OptionError {
             why: why.into(),
         }
     }
+
+    /// An [`OptionError::Unknown`] naming the item as given: `key` or
+    /// `key=value`.
+    pub fn unknown(key: &str, value: Option<&str>) -> Self {
+        OptionError::Unknown(match value {
+            Some(v) => format!("{key}={v}"),
+            None => key.to_owned(),
+        })
+    }
+}
+
+/// The items of an option string: comma separated, each `key` or
+/// `key=value` split at its first `=`, so a URL's `=` and `:` stay in the
+/// value. Empty items (`a,,b`) are skipped, as the kernel does.
+pub fn items(s: &str) -> impl Iterator<Item = (&str, Option<&str>)> {
+    s.split(',')
+        .filter(|i| !i.is_empty())
+        .map(|i| match i.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (i, None),
+        })
+}
+
+/// Refuses a value for `key`, which takes none (`ro=1`).
+pub fn flag(key: &str, value: Option<&str>) -> Result<(), OptionError> {
+    match value {
+        None => Ok(()),
+        Some(_) => Err(OptionError::bad(key, "takes no value")),
+    }
+}
+
+/// The value of `key`, which needs one: an empty value (`fsname=`) is
+/// none, since no option means anything by it.
+pub fn required<'v>(key: &str, value: Option<&'v str>) -> Result<&'v str, OptionError> {
+    match value {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => Err(OptionError::bad(key, "needs a value")),
+    }
+}
+
+/// The size `v` given to `key`, or an error naming both.
+pub fn size_value(key: &str, v: &str) -> Result<u64, OptionError> {
+    parse_size(v).map_err(|e| OptionError::bad(key, format!("`{v}`: {e}")))
 }
 
 /// Why a size was refused. The messages do not repeat the value: every
@@ -281,10 +326,47 @@ mod tests {
     }
 
     #[test]
+    fn items_split_at_commas_and_the_first_equals_sign() {
+        let got: Vec<_> = items("ro,,a=b=c,e=,x").collect();
+        assert_eq!(
+            got,
+            [
+                ("ro", None),
+                ("a", Some("b=c")),
+                ("e", Some("")),
+                ("x", None)
+            ]
+        );
+        assert_eq!(items("").count(), 0);
+        assert_eq!(flag("ro", None), Ok(()));
+        assert!(flag("ro", Some("")).is_err());
+        assert_eq!(required("k", Some("v")), Ok("v"));
+        for v in [None, Some("")] {
+            assert_eq!(
+                required("k", v).unwrap_err().to_string(),
+                "bad value for mount option `k`: needs a value"
+            );
+        }
+        assert_eq!(size_value("push", "2M"), Ok(2 << 20));
+        assert!(size_value("push", "2Q")
+            .unwrap_err()
+            .to_string()
+            .contains("`push`: `2Q`: unknown size suffix"));
+    }
+
+    #[test]
     fn option_errors_name_the_option() {
         assert_eq!(
             OptionError::Unknown("size=1M".into()).to_string(),
             "unknown mount option `size=1M`"
+        );
+        assert_eq!(
+            OptionError::unknown("size", Some("1M")),
+            OptionError::Unknown("size=1M".into())
+        );
+        assert_eq!(
+            OptionError::unknown("bogus", None).to_string(),
+            "unknown mount option `bogus`"
         );
         assert_eq!(
             OptionError::bad("uid", "`x`: nope").to_string(),
