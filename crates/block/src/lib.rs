@@ -13,6 +13,7 @@
 
 mod cache;
 mod error;
+mod options;
 pub mod remote;
 mod store;
 
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 pub use cache::{Block, BlockCache};
 pub use error::Corrupt;
+pub use options::{ImageOptions, OpenOptions};
 pub use store::{IoMode, Store};
 
 use foliofs_vfs::{Error, Result, Scratch};
@@ -96,31 +98,6 @@ pub fn page_size() -> u32 {
         n as u32
     } else {
         4096
-    }
-}
-
-/// How to open an image: the options every image format shares.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OpenOptions {
-    /// How to pick the block size: the unit of caching and of small reads.
-    pub block_size: BlockSizeChoice,
-    /// Buffered reads through the page cache, or `O_DIRECT`.
-    pub io_mode: IoMode,
-    /// Bytes of block cache.
-    pub cache_bytes: usize,
-    /// How an image in object storage is fetched and cached (for sources
-    /// that [`remote::is_remote`] recognises).
-    pub remote: remote::RemoteOptions,
-}
-
-impl Default for OpenOptions {
-    fn default() -> Self {
-        OpenOptions {
-            block_size: BlockSizeChoice::Default,
-            io_mode: IoMode::Buffered,
-            cache_bytes: DEFAULT_CACHE_BYTES,
-            remote: remote::RemoteOptions::default(),
-        }
     }
 }
 

@@ -34,6 +34,7 @@ use foliofs_vfs::{Error, Result};
 use super::cache::DiskCache;
 use super::client::{retrying, Backend, FetchError, Head, HttpBackend, RetryPolicy};
 use super::credentials::AwsConfig;
+use super::options::check_chunk;
 use super::stats::{Counters, RemoteStats, Stat};
 use super::url::{parse, redact};
 use super::RemoteOptions;
@@ -54,10 +55,6 @@ const MAX_AHEAD: u64 = 8 << 20;
 /// The most chunks an object may have: 16 TiB in chunks of 1 MiB (ext4's
 /// largest file), 64 MiB of entries.
 pub const MAX_CHUNKS: u64 = 1 << 24;
-/// Smallest and largest chunk size.
-pub const MIN_CHUNK: u32 = 64 << 10;
-/// See [`MIN_CHUNK`].
-pub const MAX_CHUNK: u32 = 16 << 20;
 
 type Outcome = std::result::Result<Arc<Vec<u8>>, Arc<str>>;
 
@@ -159,17 +156,6 @@ fn open_error(kind: io::ErrorKind, shown: &str, why: impl std::fmt::Display) -> 
     Error::Io {
         offset: 0,
         source: io::Error::new(kind, format!("{shown}: {why}")),
-    }
-}
-
-/// Refuses a chunk size that is not a power of two from 64 KiB to 16 MiB.
-pub fn check_chunk(chunk: u32) -> std::result::Result<(), String> {
-    if chunk.is_power_of_two() && (MIN_CHUNK..=MAX_CHUNK).contains(&chunk) {
-        Ok(())
-    } else {
-        Err(format!(
-            "chunk size {chunk} is not a power of two from 64 KiB to 16 MiB"
-        ))
     }
 }
 
