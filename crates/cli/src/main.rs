@@ -18,6 +18,7 @@ mod mount_state;
 mod mount_stats;
 mod mounts;
 mod open;
+mod options;
 mod progress;
 mod umount;
 
