@@ -1,12 +1,23 @@
 //! Backing store and block cache for foliofs's image formats.
 //!
-//! [`Store`] reads an image file or block device, buffered or with `O_DIRECT`.
-//! [`BlockDev`] puts a block size on top, chosen per open as the kernel's
-//! romfs chooses `sb_set_blocksize`: every read is rounded out to whole
-//! blocks. Small reads (headers, names, directory blocks) go through a block
-//! cache; large reads fetch the blocks they cover entirely with one `pread`
-//! per contiguous range and only cache the partial blocks at their edges, so a
-//! sequential reader costs one copy per byte at any block size.
+//! [`Store`] reads an image file or block device, buffered or with
+//! `O_DIRECT`, or an object in remote storage through its disk cache
+//! ([`remote`]). [`BlockDev`] puts a block size on top, chosen per open as
+//! the kernel's romfs chooses `sb_set_blocksize`: the unit of the block
+//! cache and of small reads. A read inside one block is served from the
+//! cached block without a copy; a read across blocks but shorter than
+//! [`STREAM_READ`] reads the whole blocks it covers with one `pread` and
+//! takes the partial blocks at its edges from the cache; a read of
+//! [`STREAM_READ`] or more is one `pread` of exactly the range asked for,
+//! neither rounded out to blocks nor cached, so a large sequential read
+//! costs the same at any block size. File data in direct mode
+//! ([`BlockDev::read_data`]) is read with `O_DIRECT`, rounded out only to
+//! the store's alignment; metadata is read through the page cache in
+//! either mode.
+//!
+//! [`OpenOptions`] says how an image is opened and [`ImageOptions`] adds
+//! its extra devices; with [`remote::RemoteOptions`] they own the `-o` keys
+//! that change how an image is read.
 
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
