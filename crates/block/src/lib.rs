@@ -1,17 +1,29 @@
 //! Backing store and block cache for foliofs's image formats.
 //!
-//! [`Store`] reads an image file or block device, buffered or with `O_DIRECT`.
-//! [`BlockDev`] puts a block size on top, chosen per open as the kernel's
-//! romfs chooses `sb_set_blocksize`: every read is rounded out to whole
-//! blocks. Small reads (headers, names, directory blocks) go through a block
-//! cache; large reads fetch the blocks they cover entirely with one `pread`
-//! per contiguous range and only cache the partial blocks at their edges, so a
-//! sequential reader costs one copy per byte at any block size.
+//! [`Store`] reads an image file or block device, buffered or with
+//! `O_DIRECT`, or an object in remote storage through its disk cache
+//! ([`remote`]). [`BlockDev`] puts a block size on top, chosen per open as
+//! the kernel's romfs chooses `sb_set_blocksize`: the unit of the block
+//! cache and of small reads. A read inside one block is served from the
+//! cached block without a copy; a read across blocks but shorter than
+//! [`STREAM_READ`] reads the whole blocks it covers with one `pread` and
+//! takes the partial blocks at its edges from the cache; a read of
+//! [`STREAM_READ`] or more is one `pread` of exactly the range asked for,
+//! neither rounded out to blocks nor cached, so a large sequential read
+//! costs the same at any block size. File data in direct mode
+//! ([`BlockDev::read_data`]) is read with `O_DIRECT`, rounded out only to
+//! the store's alignment; metadata is read through the page cache in
+//! either mode.
+//!
+//! [`OpenOptions`] says how an image is opened and [`ImageOptions`] adds
+//! its extra devices; with [`remote::RemoteOptions`] they own the `-o` keys
+//! that change how an image is read.
 
 #![warn(missing_docs)]
 
 mod cache;
 mod error;
+mod options;
 pub mod remote;
 mod store;
 
@@ -19,6 +31,7 @@ use std::sync::Arc;
 
 pub use cache::{Block, BlockCache};
 pub use error::Corrupt;
+pub use options::{ImageOptions, OpenOptions};
 pub use store::{IoMode, Store};
 
 use foliofs_vfs::{Error, Result, Scratch};
@@ -95,31 +108,6 @@ pub fn page_size() -> u32 {
         n as u32
     } else {
         4096
-    }
-}
-
-/// How to open an image: the options every image format shares.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OpenOptions {
-    /// How to pick the block size: the unit of caching and of small reads.
-    pub block_size: BlockSizeChoice,
-    /// Buffered reads through the page cache, or `O_DIRECT`.
-    pub io_mode: IoMode,
-    /// Bytes of block cache.
-    pub cache_bytes: usize,
-    /// How an image in object storage is fetched and cached (for sources
-    /// that [`remote::is_remote`] recognises).
-    pub remote: remote::RemoteOptions,
-}
-
-impl Default for OpenOptions {
-    fn default() -> Self {
-        OpenOptions {
-            block_size: BlockSizeChoice::Default,
-            io_mode: IoMode::Buffered,
-            cache_bytes: DEFAULT_CACHE_BYTES,
-            remote: remote::RemoteOptions::default(),
-        }
     }
 }
 

@@ -12,8 +12,10 @@ mod url;
 use std::path::Path;
 
 pub use credentials::{AwsConfig, Credentials};
-pub use object::{check_chunk, settle_all, RemoteObject, MAX_CHUNK, MIN_CHUNK};
-pub use options::{RemoteOptions, DEFAULT_CHUNK};
+pub use object::{settle_all, RemoteObject};
+pub use options::{
+    check_chunk, RemoteOptions, DEFAULT_CHUNK, MAX_CHUNK, MAX_TIMEOUT_SECS, MIN_CHUNK,
+};
 pub use stats::{stats, RemoteStats};
 pub use url::{redact, UrlError};
 

@@ -13,6 +13,7 @@ mod mkfs;
 mod mount;
 mod mounts;
 mod open;
+mod options;
 mod progress;
 mod umount;
 

@@ -17,10 +17,11 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use foliofs_block::remote::is_remote;
 use foliofs_block::IoMode;
-use foliofs_fuse::{format_size, MountConfig, MountOptions, Overrides, ServerConfig};
+use foliofs_fuse::{format_size, MountConfig, Overrides, ServerConfig};
 use foliofs_vfs::FileSystem;
 
 use crate::open::{self, Image};
+use crate::options::MountOpts;
 use foliofs_fuse::records::{self as mount_state, MountState};
 
 /// How long the command waits for its server to report the mount live.
@@ -114,6 +115,26 @@ struct Opened {
     gauge: Option<foliofs_fuse::published::Gauge>,
 }
 
+/// The remote counters of this process (bytes read and fetched, cache
+/// hits and misses, fetch errors, retries), published as group `remote`:
+/// one mount is one process, so the process's counters are the mount's.
+fn remote_gauge() -> foliofs_fuse::published::Gauge {
+    foliofs_fuse::published::Gauge {
+        name: "remote",
+        read: Box::new(|| {
+            let r = foliofs_block::remote::stats();
+            vec![
+                ("bytes_read", r.bytes_read),
+                ("bytes_fetched", r.bytes_fetched),
+                ("cache_hits", r.cache_hits),
+                ("cache_misses", r.cache_misses),
+                ("fetch_errors", r.fetch_errors),
+                ("retries", r.retries),
+            ]
+        }),
+    }
+}
+
 /// Appends `,item` (or `item` to an empty list).
 fn push_option(list: &mut String, item: &str) {
     if !list.is_empty() {
@@ -181,16 +202,16 @@ fn report_failure(ready: Option<File>, e: anyhow::Error) -> anyhow::Result<i32> 
     }
 }
 
-fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Result<Opened> {
+fn open_source(fstype: &str, source: &Path, opts: &MountOpts) -> anyhow::Result<Opened> {
     if fstype == "ramfs" {
         return open_ramfs(opts);
     }
     open::refuse_misplaced(source, opts)?;
-    let open_opts = opts.open_options();
+    let open_opts = &opts.image.open;
     let format = if fstype == "auto" {
-        open::detect(source, &open_opts)?
+        open::detect(source, open_opts)?
     } else {
-        let found = open::detect(source, &open_opts)?;
+        let found = open::detect(source, open_opts)?;
         if found.name() != fstype {
             bail!(
                 "{}: is a {} image, not {fstype}",
@@ -201,7 +222,7 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
         found
     };
     opts.refuse_extra()?;
-    if opts.read_only == Some(false) {
+    if opts.fuse.read_only == Some(false) {
         log::info!(
             "{}: {} is read-only; mounting ro",
             open::shown(source),
@@ -210,10 +231,10 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
     }
     // writeback is a setting of the FUSE session, not of the image; only a
     // writable format has writes to cache.
-    if opts.writeback {
+    if opts.fuse.writeback {
         bail!("mount option `writeback` is for ramfs; images are read-only");
     }
-    let image = open::open_with_devices(source, &open_opts, &opts.devices)?;
+    let image = open::open_with_devices(source, open_opts, &opts.image.devices)?;
     let io_mode = match &image {
         Image::Romfs(r) => r.block_dev().store().mode(),
         Image::Erofs(e) => e.block_dev().store().mode(),
@@ -227,16 +248,16 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
             IoMode::Buffered => "buffered".to_owned(),
         },
     ];
-    if opts.io_mode == IoMode::Direct && io_mode != IoMode::Direct {
+    if open_opts.io_mode == IoMode::Direct && io_mode != IoMode::Direct {
         shown.push("directio_fallback".to_owned());
     }
-    if let Some(u) = opts.uid {
+    if let Some(u) = opts.fuse.uid {
         shown.push(format!("uid={u}"));
     }
-    if let Some(g) = opts.gid {
+    if let Some(g) = opts.fuse.gid {
         shown.push(format!("gid={g}"));
     }
-    if let Some(m) = opts.umask {
+    if let Some(m) = opts.fuse.umask {
         shown.push(format!("umask={m:04o}"));
     }
     let (push_budget, record, profile) = profiles(source, opts)?;
@@ -244,7 +265,7 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
         shown.push(format!("record={}", p.display()));
     }
     if profile.is_some() {
-        if let Some(p) = &opts.prefetch {
+        if let Some(p) = &opts.fuse.prefetch {
             shown.push(format!("prefetch={}", p.display()));
         }
     }
@@ -253,8 +274,8 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
     } else {
         shown.push("nopush".to_owned());
     }
-    if is_remote(source) || opts.devices.iter().any(|d| is_remote(d)) {
-        shown.extend(remote_shown(&opts.remote));
+    if is_remote(source) || opts.image.devices.iter().any(|d| is_remote(d)) {
+        shown.extend(remote_shown(&opts.image.open.remote));
     }
     Ok(Opened {
         fs,
@@ -276,23 +297,26 @@ fn open_source(fstype: &str, source: &Path, opts: &MountOptions) -> anyhow::Resu
 #[allow(clippy::type_complexity)]
 fn profiles(
     source: &Path,
-    opts: &MountOptions,
+    opts: &MountOpts,
 ) -> anyhow::Result<(
     u64,
     Option<(PathBuf, foliofs_fuse::ImageKey)>,
     Option<Arc<foliofs_fuse::Profile>>,
 )> {
-    let budget = opts.push.unwrap_or(foliofs_fuse::push::DEFAULT_PUSH_BUDGET);
-    if opts.record.is_some() && opts.prefetch.is_some() {
+    let budget = opts
+        .fuse
+        .push
+        .unwrap_or(foliofs_fuse::push::DEFAULT_PUSH_BUDGET);
+    if opts.fuse.record.is_some() && opts.fuse.prefetch.is_some() {
         bail!("mount options `record=` and `prefetch=` go on different mounts: a replayed run reads less than it needs");
     }
-    if opts.record.is_none() && opts.prefetch.is_none() {
+    if opts.fuse.record.is_none() && opts.fuse.prefetch.is_none() {
         return Ok((budget, None, None));
     }
     let key = image_key(source, opts)
         .with_context(|| format!("{}: cannot read it to key a profile", open::shown(source)))?;
     let mut record = None;
-    if let Some(p) = &opts.record {
+    if let Some(p) = &opts.fuse.record {
         let p = std::path::absolute(p).with_context(|| format!("{}: bad path", p.display()))?;
         // Written at unmount: refuse now a place that cannot take it.
         let mut tmp = p.as_os_str().to_owned();
@@ -303,7 +327,7 @@ fn profiles(
         record = Some((p, key));
     }
     let mut profile = None;
-    if let Some(p) = &opts.prefetch {
+    if let Some(p) = &opts.fuse.prefetch {
         let p = std::path::absolute(p).with_context(|| format!("{}: bad path", p.display()))?;
         match foliofs_fuse::Profile::load(&p, key) {
             Ok(pr) => profile = Some(Arc::new(pr)),
@@ -318,11 +342,11 @@ fn profiles(
 
 /// The key a start-up profile of `source` carries: a local image read as
 /// a file, an image in object storage through its store (and its cache).
-fn image_key(source: &Path, opts: &MountOptions) -> anyhow::Result<foliofs_fuse::ImageKey> {
+fn image_key(source: &Path, opts: &MountOpts) -> anyhow::Result<foliofs_fuse::ImageKey> {
     if !is_remote(source) {
         return Ok(foliofs_fuse::ImageKey::of_image(source)?);
     }
-    let store = foliofs_block::Store::open(source, &opts.open_options())?;
+    let store = foliofs_block::Store::open(source, &opts.image.open)?;
     Ok(foliofs_fuse::ImageKey::of_reader(
         store.size(),
         &mut |buf, at| {
@@ -364,11 +388,11 @@ fn remote_shown(r: &foliofs_block::remote::RemoteOptions) -> Vec<String> {
     v
 }
 
-fn open_ramfs(opts: &MountOptions) -> anyhow::Result<Opened> {
+fn open_ramfs(opts: &MountOpts) -> anyhow::Result<Opened> {
     let ro = open::ramfs_options(opts)?;
-    let read_only = opts.read_only == Some(true);
+    let read_only = opts.fuse.read_only == Some(true);
     let mut shown = ro.show();
-    if opts.writeback {
+    if opts.fuse.writeback {
         shown = [shown.as_str(), "writeback"]
             .iter()
             .filter(|s| !s.is_empty())
@@ -415,12 +439,12 @@ fn open_ramfs(opts: &MountOptions) -> anyhow::Result<Opened> {
 /// or refused with the reason.
 fn ramfs_with_data_path(
     ro: &foliofs_ramfs::Options,
-    opts: &MountOptions,
+    opts: &MountOpts,
 ) -> anyhow::Result<foliofs_ramfs::RamFs> {
     let asked = ro.passthrough == Some(true);
     let why_not = if ro.passthrough == Some(false) {
         return Ok(foliofs_ramfs::RamFs::new(ro));
-    } else if opts.writeback {
+    } else if opts.fuse.writeback {
         Some("the kernel passes no file through while it caches writes (`writeback`)".to_owned())
     } else if !foliofs_fuse::privilege::kernel_at_least(6, 9) {
         Some("FUSE passthrough needs Linux 6.9 or later".to_owned())
@@ -479,7 +503,7 @@ fn absolute_paths(options: &[String]) -> anyhow::Result<Vec<String>> {
 }
 
 /// Starts `foliofs mount -f` in the background and waits for its verdict.
-fn spawn_server(args: &MountArgs, source: &Path, opts: &MountOptions) -> anyhow::Result<i32> {
+fn spawn_server(args: &MountArgs, source: &Path, opts: &MountOpts) -> anyhow::Result<i32> {
     let mountpoint = std::path::absolute(&args.mountpoint)
         .with_context(|| format!("{}: bad path", args.mountpoint.display()))?;
     let (mut rd, wr) = std::io::pipe().context("cannot create a pipe")?;
@@ -487,7 +511,7 @@ fn spawn_server(args: &MountArgs, source: &Path, opts: &MountOptions) -> anyhow:
     // writer, handed to it as a number.
     let wr_child = nix::unistd::dup(&wr).context("cannot duplicate the pipe")?;
     drop(wr);
-    let stderr = if opts.debug {
+    let stderr = if opts.fuse.debug {
         let dir = mount_state::state_dir()?;
         let log = dir.join(format!("debug.{}.log", std::process::id()));
         eprintln!("foliofs: debug log in {}", log.display());
@@ -656,27 +680,31 @@ fn dead_mount(p: &Path) -> Option<foliofs_fuse::MountInfo> {
 fn serve(
     args: &MountArgs,
     source: &Path,
-    opts: &MountOptions,
+    opts: &MountOpts,
     opened: Opened,
     ready: Option<File>,
 ) -> anyhow::Result<i32> {
-    let read_only = opened.read_only || opts.read_only == Some(true);
+    let read_only = opened.read_only || opts.fuse.read_only == Some(true);
     // A ramfs's work comes as chains of requests each waiting on the last
     // (lookup, create, write, setattr per file); an image's comes with its
     // pushes and parallel reads, which need the CPU a poller would take: a
     // cold walk of an image ran 10-20% slower with one polling.
-    let spin = opts.spin.unwrap_or(if opened.writable {
+    let spin = opts.fuse.spin.unwrap_or(if opened.writable {
         foliofs_fuse::spin::default_window()
     } else {
         Duration::ZERO
     });
     let cfg = MountConfig {
         mountpoint: args.mountpoint.clone(),
-        fsname: opts.fsname.clone().unwrap_or_else(|| open::shown(source)),
-        flags: opts.flags,
+        fsname: opts
+            .fuse
+            .fsname
+            .clone()
+            .unwrap_or_else(|| open::shown(source)),
+        flags: opts.fuse.flags,
         read_only,
-        allow_other: opts.allow_other,
-        threads: opts.threads.unwrap_or(if opened.writable {
+        allow_other: opts.fuse.allow_other,
+        threads: opts.fuse.threads.unwrap_or(if opened.writable {
             ramfs_threads(!spin.is_zero())
         } else {
             THREADS
@@ -693,24 +721,26 @@ fn serve(
                 let own = opened.format == "romfs";
                 Overrides {
                     uid: opts
+                        .fuse
                         .uid
                         .or_else(|| own.then(|| nix::unistd::getuid().as_raw())),
                     gid: opts
+                        .fuse
                         .gid
                         .or_else(|| own.then(|| nix::unistd::getgid().as_raw())),
-                    umask: opts.umask,
+                    umask: opts.fuse.umask,
                 }
             } else {
                 Overrides::default()
             },
-            debug: opts.debug,
-            writeback: opts.writeback,
+            debug: opts.fuse.debug,
+            writeback: opts.fuse.writeback,
             requests: Default::default(),
             push_budget: opened.push_budget,
             // Direct reads wait for the device, whose queue serves several
             // at once; buffered ones come from the page cache, where more
             // threads would only take the CPU the reader needs.
-            push_readers: if opts.io_mode == IoMode::Direct {
+            push_readers: if opts.image.open.io_mode == IoMode::Direct {
                 PUSH_READERS_DIRECT
             } else {
                 1
@@ -720,7 +750,7 @@ fn serve(
             passthrough: opened.passthrough.as_ref().map(|(p, _)| p.clone()),
             // Where root let the kernel offer it (`enable_uring`), unless
             // refused by name.
-            io_uring: opts.io_uring != Some(false),
+            io_uring: opts.fuse.io_uring != Some(false),
         },
     };
     let mounted = match foliofs_fuse::mount(opened.fs, &cfg) {
@@ -729,7 +759,7 @@ fn serve(
     };
     let info = mounted.info().clone();
     let mut shown = opened.shown;
-    if opts.io_uring == Some(true) && mounted.transport() != "io_uring" {
+    if opts.fuse.io_uring == Some(true) && mounted.transport() != "io_uring" {
         drop(mounted);
         let _ = foliofs_fuse::unmount(&info.mountpoint);
         return report_failure(
@@ -763,7 +793,7 @@ fn serve(
     }
     // Held until this process ends, whichever way: its closing is what
     // tells the watcher the server is gone.
-    let _watch = if opts.auto_unmount {
+    let _watch = if opts.fuse.auto_unmount {
         match spawn_watcher(&info) {
             Ok(w) => Some(w),
             Err(e) => {
@@ -776,13 +806,13 @@ fn serve(
         None
     };
     let pid = std::process::id();
-    if opts.allow_other {
+    if opts.fuse.allow_other {
         shown.push_str(",allow_other");
     }
-    if opts.debug {
+    if opts.fuse.debug {
         shown.push_str(",debug");
     }
-    if opts.auto_unmount {
+    if opts.fuse.auto_unmount {
         shown.push_str(",auto_unmount");
     }
     let state = MountState {
@@ -796,10 +826,10 @@ fn serve(
     if let Err(e) = state.save() {
         log::warn!("cannot record the mount for `foliofs mounts`: {e}");
     }
-    let remote = is_remote(source) || opts.devices.iter().any(|d| is_remote(d));
+    let remote = is_remote(source) || opts.image.devices.iter().any(|d| is_remote(d));
     let mut gauges: Vec<_> = opened.gauge.into_iter().collect();
     if remote {
-        gauges.push(foliofs_fuse::published::remote_gauge());
+        gauges.push(remote_gauge());
     }
     let stats =
         foliofs_fuse::published::publish(info.mount_id, cfg.server.requests.clone(), gauges);

@@ -12,11 +12,13 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use foliofs_block::remote::is_remote;
-use foliofs_block::{BlockSizeChoice, IoMode, OpenOptions, Store};
+use foliofs_block::{BlockSizeChoice, ImageOptions, IoMode, OpenOptions, Store};
 use foliofs_erofs::Erofs;
-use foliofs_fuse::{MountOptions, OptionError};
 use foliofs_romfs::RomFs;
+use foliofs_vfs::options::OptionError;
 use foliofs_vfs::FileSystem;
+
+use crate::options::{MountOpts, READING_KEYS};
 
 /// Bytes read from the start of a file to recognise its format: enough for
 /// every magic below (EROFS sits at 1024).
@@ -110,12 +112,12 @@ pub fn open_with_devices(
 /// Refuses the options that cannot apply to where `source` is: a remote
 /// key (`chunk=`, `cache=`, ...) for a local image, and `directio` for an
 /// image in object storage, which is read through its disk cache.
-pub fn refuse_misplaced(source: &Path, opts: &MountOptions) -> anyhow::Result<()> {
+pub fn refuse_misplaced(source: &Path, opts: &MountOpts) -> anyhow::Result<()> {
     // An EROFS image's blob may be remote while the image is not: the
     // remote keys then apply to the blob.
-    let remote = is_remote(source) || opts.devices.iter().any(|d| is_remote(d));
+    let remote = is_remote(source) || opts.image.devices.iter().any(|d| is_remote(d));
     if remote {
-        if opts.io_mode == IoMode::Direct {
+        if opts.image.open.io_mode == IoMode::Direct {
             bail!(
                 "{}: mount option `directio` is for local images: an image in object storage is read through its disk cache",
                 shown(source)
@@ -226,71 +228,63 @@ pub struct ImageArgs {
 }
 
 impl ImageArgs {
-    /// The `-o` options, parsed as `foliofs mount` parses them for an image.
-    /// Only the keys that change how an image is read
-    /// ([`MountOptions::READING_KEYS`]) are taken: the mount-only ones
-    /// (owners, `allow_other`, `ro`, ramfs's keys, ...) would change nothing
-    /// here, so they are refused by name rather than ignored.
-    pub fn mount_options(&self) -> anyhow::Result<MountOptions> {
+    /// The `-o` options, parsed as `foliofs mount` parses them for an image
+    /// (each key by its own layer, so a bad value keeps its own error).
+    /// Only the keys that change how an image is read ([`READING_KEYS`],
+    /// the block layer's) are taken: the mount-only ones (owners,
+    /// `allow_other`, `ro`, ramfs's keys, ...) would change nothing here,
+    /// so they are refused by name rather than ignored.
+    pub fn image_options(&self) -> anyhow::Result<ImageOptions> {
         let o = parse_mount_options("auto", &self.options)?;
         // A key no foliofs mount takes is unknown, not mount-only.
         o.refuse_extra_except(&foliofs_ramfs::Options::is_key)?;
-        if let Some(key) = o
-            .keys
-            .iter()
-            .find(|k| !MountOptions::READING_KEYS.contains(&k.as_str()))
-        {
+        if let Some(key) = o.keys.iter().find(|k| !READING_KEYS.contains(&k.as_str())) {
             bail!(
                 "mount option `{key}` only applies to `foliofs mount`: it does not change how an image is read"
             );
         }
         // `prefetch=` is a reading key only as `prefetch=all`; a start-up
         // profile only means something to a mount.
-        if o.prefetch.is_some() {
+        if o.fuse.prefetch.is_some() {
             bail!(
                 "mount option `prefetch=FILE` only applies to `foliofs mount`: it replays a start-up profile"
             );
         }
         refuse_misplaced(&self.image, &o)?;
-        Ok(o)
+        Ok(o.image)
     }
 
     /// Detects the image's format, and the open options these arguments
     /// ask for, for a reader of that format that is handed no extra
     /// devices: `device=` is refused unless the format has none to take.
     pub fn detect(&self) -> anyhow::Result<(Format, OpenOptions)> {
-        let o = self.mount_options()?;
-        let opts = o.open_options();
-        let format = detect(&self.image, &opts)?;
+        let o = self.image_options()?;
+        let format = detect(&self.image, &o.open)?;
         refuse_devices(&self.image, format, &o.devices)?;
-        Ok((format, opts))
+        Ok((format, o.open))
     }
 
     /// Detects and opens the image, with the extra devices `device=PATH`
     /// names.
     pub fn open(&self) -> anyhow::Result<Image> {
-        let o = self.mount_options()?;
-        open_with_devices(&self.image, &o.open_options(), &o.devices)
+        let o = self.image_options()?;
+        open_with_devices(&self.image, &o.open, &o.devices)
     }
 }
 
 /// Parses `-o` option strings (in order, as repeated `-o` flags are) for a
-/// file system of type `fstype`: the generic options into their fields, and
-/// for ramfs the keys ramfs says are its own ([`foliofs_ramfs::Options::is_key`])
-/// left in [`MountOptions::extra`] for it. An image format owns no keys, so
-/// whatever is left there is refused by the caller.
-pub fn parse_mount_options(fstype: &str, items: &[String]) -> Result<MountOptions, OptionError> {
-    let joined = items.join(",");
-    if fstype == "ramfs" {
-        MountOptions::parse_claiming(&joined, &foliofs_ramfs::Options::is_key)
-    } else {
-        MountOptions::parse(&joined)
-    }
+/// file system of type `fstype`, each key by the layer that owns it (see
+/// [`MountOpts::parse`]): for ramfs the keys ramfs says are its own
+/// ([`foliofs_ramfs::Options::is_key`]) are left in [`MountOpts::extra`]
+/// for it. An image format owns no keys, so whatever is left there is
+/// refused by the caller.
+pub fn parse_mount_options(fstype: &str, items: &[String]) -> Result<MountOpts, OptionError> {
+    MountOpts::parse(fstype, items)
 }
 
 /// The ramfs a mount's options ask for: its own keys as ramfs reads them,
 /// and a refusal of the generic options only an image can honour.
-pub fn ramfs_options(o: &MountOptions) -> anyhow::Result<foliofs_ramfs::Options> {
+pub fn ramfs_options(o: &MountOpts) -> anyhow::Result<foliofs_ramfs::Options> {
     let mut ro = foliofs_ramfs::Options::from_mount_options(&o.extra)?;
     // The root belongs to whoever mounts, as a user's tmpfs would.
     let given = |k: &str| o.extra.iter().any(|(key, _)| key == k);
@@ -301,13 +295,16 @@ pub fn ramfs_options(o: &MountOptions) -> anyhow::Result<foliofs_ramfs::Options>
         ro.gid = nix::unistd::getgid().as_raw();
     }
     for (asked, name) in [
-        (o.io_mode == IoMode::Direct, "directio"),
-        (o.block_size == BlockSizeChoice::LargeBlocks, "largeblocks"),
-        (!o.devices.is_empty(), "device"),
-        (o.umask.is_some(), "umask"),
-        (o.push.is_some(), "push"),
-        (o.record.is_some(), "record"),
-        (o.prefetch.is_some(), "prefetch"),
+        (o.image.open.io_mode == IoMode::Direct, "directio"),
+        (
+            o.image.open.block_size == BlockSizeChoice::LargeBlocks,
+            "largeblocks",
+        ),
+        (!o.image.devices.is_empty(), "device"),
+        (o.fuse.umask.is_some(), "umask"),
+        (o.fuse.push.is_some(), "push"),
+        (o.fuse.record.is_some(), "record"),
+        (o.fuse.prefetch.is_some(), "prefetch"),
     ] {
         if asked {
             bail!("mount option `{name}` is for images; ramfs does not take it");
@@ -333,10 +330,10 @@ mod tests {
     #[test]
     fn inspection_takes_only_the_options_that_change_reading() {
         let o = image_args(&["directio,blocksize=64K", "nodirectio,largeblocks,device=/d"])
-            .mount_options()
+            .image_options()
             .unwrap();
-        assert_eq!(o.io_mode, IoMode::Buffered);
-        assert_eq!(o.block_size, BlockSizeChoice::LargeBlocks);
+        assert_eq!(o.open.io_mode, IoMode::Buffered);
+        assert_eq!(o.open.block_size, BlockSizeChoice::LargeBlocks);
         assert_eq!(o.devices, [PathBuf::from("/d")]);
         for (opts, key) in [
             ("uid=5", "uid"),
@@ -351,7 +348,7 @@ mod tests {
             ("size=1M", "size"),
             ("mode=700", "mode"),
         ] {
-            let e = image_args(&[opts]).mount_options().unwrap_err().to_string();
+            let e = image_args(&[opts]).image_options().unwrap_err().to_string();
             assert_eq!(
                 e,
                 format!("mount option `{key}` only applies to `foliofs mount`: it does not change how an image is read"),
@@ -359,16 +356,16 @@ mod tests {
             );
         }
         // A start-up profile only means something to a mount.
-        let e = image_args(&["prefetch=/p"]).mount_options().unwrap_err();
+        let e = image_args(&["prefetch=/p"]).image_options().unwrap_err();
         assert!(
             e.to_string()
                 .contains("`prefetch=FILE` only applies to `foliofs mount`"),
             "{e}"
         );
         // Unknown keys and bad values keep their own errors.
-        let e = image_args(&["uid=5,bogus=1"]).mount_options().unwrap_err();
+        let e = image_args(&["uid=5,bogus=1"]).image_options().unwrap_err();
         assert_eq!(e.to_string(), "unknown mount option `bogus=1`");
-        let e = image_args(&["uid=x"]).mount_options().unwrap_err();
+        let e = image_args(&["uid=x"]).image_options().unwrap_err();
         assert!(
             e.to_string().contains("bad value for mount option `uid`"),
             "{e}"

@@ -1,9 +1,10 @@
 //! Serve any foliofs [`FileSystem`](foliofs_vfs::FileSystem) over FUSE.
 //!
-//! [`options`] parses kernel-style `-o` strings; [`mount`] mounts a file
-//! system as `fuse.foliofs` with `mount(2)` (through `fusermount3` for a
-//! user who may not, see [`privilege`]), completes the FUSE handshake and
-//! tunes the mount's bdi; [`Mounted::run`] serves requests on several threads
+//! [`options`] parses the kernel-style `-o` keys of FUSE and `mount(8)`
+//! (the layers below parse their own); [`mount`] mounts a file system as
+//! `fuse.foliofs` with `mount(2)` (through `fusermount3` for a user who may
+//! not, see [`privilege`]), completes the FUSE handshake and tunes the
+//! mount's bdi; [`Mounted::run`] serves requests on several threads
 //! until the mount goes away; [`watch`] takes a mount down after a server
 //! that died (`auto_unmount`); [`records`] keeps what each live server
 //! resolved for `foliofs mounts`, and [`published`] its request counts. The file system's root is node 1 to the kernel,

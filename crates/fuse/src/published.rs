@@ -49,25 +49,6 @@ pub struct Gauge {
     pub read: Box<dyn Fn() -> Vec<(&'static str, u64)> + Send>,
 }
 
-/// The remote counters of this process (bytes read and fetched, cache
-/// hits and misses, fetch errors, retries), as group `remote`.
-pub fn remote_gauge() -> Gauge {
-    Gauge {
-        name: "remote",
-        read: Box::new(|| {
-            let r = foliofs_block::remote::stats();
-            vec![
-                ("bytes_read", r.bytes_read),
-                ("bytes_fetched", r.bytes_fetched),
-                ("cache_hits", r.cache_hits),
-                ("cache_misses", r.cache_misses),
-                ("fetch_errors", r.fetch_errors),
-                ("retries", r.retries),
-            ]
-        }),
-    }
-}
-
 /// The requests, then each gauge's figures.
 type Snapshot = (
     Vec<(&'static str, u64)>,

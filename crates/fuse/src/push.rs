@@ -118,7 +118,7 @@ pub(crate) struct PushSetup {
     pub profile: Option<Arc<Profile>>,
     pub counts: Arc<RequestCounts>,
     /// Files read at once (each by a pusher thread of its own). More than
-    /// one pays where a read waits for the device (`directio`), whose queue
+    /// one pays where a read waits for the device (direct I/O), whose queue
     /// serves several while the reader waits for one: the pushers then keep
     /// ahead of it. A profile's preload stays on one thread.
     pub readers: usize,

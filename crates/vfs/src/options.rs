@@ -1,5 +1,7 @@
 //! Values of kernel-style options, parsed by one set of rules for every
-//! foliofs command and format, and the error a refused `-o` option gives.
+//! foliofs command and format; how an option string splits into items; and
+//! the error a refused `-o` option gives. Each layer owns its own keys
+//! (the block layer's, FUSE's, ramfs's) and reads their values with these.
 //!
 //! Sizes (`blocksize=`, ramfs `size=` and `nr_inodes=`, `mkfs --align`,
 //! `bench --size`): decimal digits, then at most one suffix `K`, `M`, `G`,
@@ -47,6 +49,49 @@ impl OptionError {
             why: why.into(),
         }
     }
+
+    /// An [`OptionError::Unknown`] naming the item as given: `key` or
+    /// `key=value`.
+    pub fn unknown(key: &str, value: Option<&str>) -> Self {
+        OptionError::Unknown(match value {
+            Some(v) => format!("{key}={v}"),
+            None => key.to_owned(),
+        })
+    }
+}
+
+/// The items of an option string: comma separated, each `key` or
+/// `key=value` split at its first `=`, so a URL's `=` and `:` stay in the
+/// value. Empty items (`a,,b`) are skipped, as the kernel does.
+pub fn items(s: &str) -> impl Iterator<Item = (&str, Option<&str>)> {
+    s.split(',')
+        .filter(|i| !i.is_empty())
+        .map(|i| match i.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (i, None),
+        })
+}
+
+/// Refuses a value for `key`, which takes none (`ro=1`).
+pub fn flag(key: &str, value: Option<&str>) -> Result<(), OptionError> {
+    match value {
+        None => Ok(()),
+        Some(_) => Err(OptionError::bad(key, "takes no value")),
+    }
+}
+
+/// The value of `key`, which needs one: an empty value (`fsname=`) is
+/// none, since no option means anything by it.
+pub fn required<'v>(key: &str, value: Option<&'v str>) -> Result<&'v str, OptionError> {
+    match value {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => Err(OptionError::bad(key, "needs a value")),
+    }
+}
+
+/// The size `v` given to `key`, or an error naming both.
+pub fn size_value(key: &str, v: &str) -> Result<u64, OptionError> {
+    parse_size(v).map_err(|e| OptionError::bad(key, format!("`{v}`: {e}")))
 }
 
 /// Why a size was refused. The messages do not repeat the value: every
@@ -170,125 +215,4 @@ fn decimal(s: &str) -> Option<Option<u64>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_take_binary_suffixes_in_either_case() {
-        assert_eq!(parse_size("0"), Ok(0));
-        assert_eq!(parse_size("1024"), Ok(1024));
-        assert_eq!(parse_size("0K"), Ok(0));
-        assert_eq!(parse_size("1k"), Ok(1 << 10));
-        assert_eq!(parse_size("2M"), Ok(2 << 20));
-        assert_eq!(parse_size("3g"), Ok(3 << 30));
-        assert_eq!(parse_size("1T"), Ok(1 << 40));
-        assert_eq!(parse_size("5p"), Ok(5 << 50));
-        assert_eq!(parse_size("15E"), Ok(15 << 60));
-        assert_eq!(parse_size("007"), Ok(7));
-        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
-    }
-
-    #[test]
-    fn sizes_outside_the_grammar_are_refused() {
-        assert_eq!(parse_size(""), Err(SizeError::Empty));
-        for v in [
-            "K", "-1", "+1", " 1", "1 ", "1 K", "1.5M", "0x10", "1,000", "½", "١",
-        ] {
-            assert_eq!(parse_size(v), Err(SizeError::NotASize), "{v:?}");
-        }
-        assert_eq!(parse_size("4Q"), Err(SizeError::BadSuffix('Q')));
-        assert_eq!(parse_size("1KB"), Err(SizeError::BadSuffix('B')));
-        assert_eq!(parse_size("1b"), Err(SizeError::BadSuffix('b')));
-    }
-
-    #[test]
-    fn sizes_of_2_to_the_64_or_more_are_refused() {
-        assert_eq!(parse_size("16E"), Err(SizeError::TooLarge));
-        assert_eq!(parse_size("16384P"), Err(SizeError::TooLarge));
-        assert_eq!(parse_size("18446744073709551616"), Err(SizeError::TooLarge));
-        assert_eq!(
-            parse_size("99999999999999999999G"),
-            Err(SizeError::TooLarge)
-        );
-        assert_eq!(parse_size("17179869184G"), Err(SizeError::TooLarge));
-        assert_eq!(parse_size("17179869183G"), Ok(17179869183 << 30));
-    }
-
-    #[test]
-    fn formatted_sizes_read_back() {
-        assert_eq!(format_size(0), "0");
-        assert_eq!(format_size(1536), "1536");
-        assert_eq!(format_size(65536), "64K");
-        assert_eq!(format_size(3 << 20), "3M");
-        assert_eq!(format_size(1 << 40), "1T");
-        assert_eq!(format_size(1 << 63), "8E");
-        for n in [
-            0,
-            1,
-            1023,
-            1024,
-            65536,
-            3 << 20,
-            1536,
-            1 << 30,
-            7 << 50,
-            u64::MAX,
-        ] {
-            assert_eq!(parse_size(&format_size(n)), Ok(n), "{n}");
-        }
-    }
-
-    #[test]
-    fn ids_are_decimal_and_never_minus_one() {
-        assert_eq!(parse_id("0"), Ok(0));
-        assert_eq!(parse_id("1000"), Ok(1000));
-        assert_eq!(parse_id("4294967294"), Ok(u32::MAX - 1));
-        assert_eq!(parse_id("4294967295"), Err(IdError::NoChange));
-        assert_eq!(parse_id("-1"), Err(IdError::NoChange));
-        for v in [
-            "",
-            "4294967296",
-            "99999999999999999999999",
-            "-2",
-            "+5",
-            " 5",
-            "1k",
-            "0x10",
-            "abc",
-        ] {
-            assert_eq!(parse_id(v), Err(IdError::NotAnId), "{v:?}");
-        }
-        assert!(IdError::NoChange.to_string().contains("no change"));
-    }
-
-    #[test]
-    fn modes_are_octal_permission_bits() {
-        assert_eq!(parse_mode("0"), Ok(0));
-        assert_eq!(parse_mode("022"), Ok(0o22));
-        assert_eq!(parse_mode("755"), Ok(0o755));
-        assert_eq!(parse_mode("1777"), Ok(0o1777));
-        assert_eq!(parse_mode("7777"), Ok(0o7777));
-        assert_eq!(parse_mode("00000755"), Ok(0o755));
-        // Too large, also past what 32 bits hold.
-        for v in ["10000", "17777", "77777777777777777777"] {
-            assert_eq!(parse_mode(v), Err(ModeError::TooLarge), "{v:?}");
-        }
-        for v in [
-            "", "8", "9", "0o755", "0x1ff", "+755", "-1", " 755", "755 ", "7a", "u+x", "٧",
-        ] {
-            assert_eq!(parse_mode(v), Err(ModeError::NotOctal), "{v:?}");
-        }
-    }
-
-    #[test]
-    fn option_errors_name_the_option() {
-        assert_eq!(
-            OptionError::Unknown("size=1M".into()).to_string(),
-            "unknown mount option `size=1M`"
-        );
-        assert_eq!(
-            OptionError::bad("uid", "`x`: nope").to_string(),
-            "bad value for mount option `uid`: `x`: nope"
-        );
-    }
-}
+mod tests;

@@ -1,12 +1,10 @@
 //! A remote object read in chunks through the disk cache.
 //!
 //! Readers never fetch themselves: a missing chunk becomes a *flight*
-//! (one per chunk, which every reader of that chunk waits on) served by a
-//! small pool of fetch threads. The threads take work in three queues by
-//! priority: chunks a reader waits for, then read-ahead (sequential reads
-//! and [`RemoteObject::will_need`] hints), then `prefetch_all`'s walk over
-//! the whole object. Background work never takes the last free thread,
-//! so a reader that blocks finds one idle at once.
+//! that a pool of fetch threads serves (`object/fetch.rs`), in three
+//! queues by priority: chunks a reader waits for, then read-ahead
+//! (sequential reads and [`RemoteObject::will_need`] hints), then
+//! `prefetch_all`'s walk over the whole object.
 //!
 //! Read-ahead is earned: reads are followed as a few *streams* (a read
 //! that starts near where one ended continues it), and a stream is read
@@ -15,13 +13,8 @@
 //! whatever a stream fetched ahead and nobody read is at most half of
 //! what it did read. Chunks already on disk are left to the kernel's
 //! read-ahead of the cache file, as a local image's are.
-//!
-//! A fetched chunk is given to its waiting readers first and written to
-//! the disk cache after; its flight stays listed, answered, until the
-//! chunk is there, so a reader that comes in between takes the bytes from
-//! the flight rather than fetching them again. The cache makes chunks
-//! durable on a thread of its own (see [`DiskCache::commit_next`]), so a
-//! fetch thread does not wait for the disk before its next GET.
+
+mod fetch;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -32,14 +25,15 @@ use std::thread::JoinHandle;
 use foliofs_vfs::{Error, Result};
 
 use super::cache::DiskCache;
-use super::client::{retrying, Backend, FetchError, Head, HttpBackend, RetryPolicy};
+use super::client::{retrying, Backend, Head, HttpBackend, RetryPolicy};
 use super::credentials::AwsConfig;
+use super::options::check_chunk;
 use super::stats::{Counters, RemoteStats, Stat};
 use super::url::{parse, redact};
 use super::RemoteOptions;
+use fetch::Flight;
+pub(crate) use fetch::WORKERS;
 
-/// Fetch threads per object: enough to keep several ranged GETs in flight.
-pub(crate) const WORKERS: usize = 4;
 /// Read-ahead hints waiting at most (more are dropped: they are hints).
 const AHEAD_QUEUE: usize = 64;
 /// Sequential streams followed at once: the reads of a tree's files must
@@ -54,47 +48,6 @@ const MAX_AHEAD: u64 = 8 << 20;
 /// The most chunks an object may have: 16 TiB in chunks of 1 MiB (ext4's
 /// largest file), 64 MiB of entries.
 pub const MAX_CHUNKS: u64 = 1 << 24;
-/// Smallest and largest chunk size.
-pub const MIN_CHUNK: u32 = 64 << 10;
-/// See [`MIN_CHUNK`].
-pub const MAX_CHUNK: u32 = 16 << 20;
-
-type Outcome = std::result::Result<Arc<Vec<u8>>, Arc<str>>;
-
-/// One fetch of one chunk, which any number of readers wait on.
-struct Flight {
-    result: Mutex<Option<Outcome>>,
-    done: Condvar,
-}
-
-impl Flight {
-    fn new() -> Arc<Flight> {
-        Arc::new(Flight {
-            result: Mutex::new(None),
-            done: Condvar::new(),
-        })
-    }
-
-    fn wait(&self) -> Outcome {
-        let mut r = self.result.lock().unwrap();
-        loop {
-            if let Some(o) = &*r {
-                return o.clone();
-            }
-            r = self.done.wait(r).unwrap();
-        }
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Priority {
-    Demand,
-    Ahead,
-    Prefetch,
-}
-
-/// Work for a fetch thread: a chunk to fetch.
-type Job = (u64, Priority, Arc<Flight>);
 
 /// A run of reads in order.
 #[derive(Clone, Copy, Default)]
@@ -159,17 +112,6 @@ fn open_error(kind: io::ErrorKind, shown: &str, why: impl std::fmt::Display) -> 
     Error::Io {
         offset: 0,
         source: io::Error::new(kind, format!("{shown}: {why}")),
-    }
-}
-
-/// Refuses a chunk size that is not a power of two from 64 KiB to 16 MiB.
-pub fn check_chunk(chunk: u32) -> std::result::Result<(), String> {
-    if chunk.is_power_of_two() && (MIN_CHUNK..=MAX_CHUNK).contains(&chunk) {
-        Ok(())
-    } else {
-        Err(format!(
-            "chunk size {chunk} is not a power of two from 64 KiB to 16 MiB"
-        ))
     }
 }
 
@@ -565,120 +507,6 @@ impl Shared {
         drop(st);
         if fetch {
             self.work.notify_all();
-        }
-    }
-
-    /// The next job, by priority; background work only while another
-    /// thread stays free for readers.
-    fn next_job(&self, st: &mut State) -> Option<Job> {
-        if let Some(c) = st.demand.pop_front() {
-            let f = st.inflight.get(&c).cloned().unwrap_or_else(Flight::new);
-            return Some((c, Priority::Demand, f));
-        }
-        if st.background + 1 >= WORKERS {
-            return None;
-        }
-        while let Some(c) = st.ahead.pop_front() {
-            if self.wanted(st, c) {
-                let f = Flight::new();
-                st.inflight.insert(c, f.clone());
-                return Some((c, Priority::Ahead, f));
-            }
-        }
-        while let Some(c) = st.prefetch {
-            st.prefetch = (c + 1 < self.chunks).then_some(c + 1);
-            if self.wanted(st, c) {
-                let f = Flight::new();
-                st.inflight.insert(c, f.clone());
-                return Some((c, Priority::Prefetch, f));
-            }
-        }
-        None
-    }
-
-    fn work_loop(&self) {
-        let mut st = self.state.lock().unwrap();
-        loop {
-            if st.shutdown {
-                return;
-            }
-            let Some((c, prio, flight)) = self.next_job(&mut st) else {
-                st = self.work.wait(st).unwrap();
-                continue;
-            };
-            if prio != Priority::Demand {
-                st.background += 1;
-            }
-            drop(st);
-            let outcome = self.fetch(c);
-            if let Ok(data) = &outcome {
-                // Readers first (the disk write can wait), but counted
-                // from now on, so that settling waits for it.
-                let arriving = self.cache.arriving();
-                *flight.result.lock().unwrap() = Some(outcome.clone());
-                flight.done.notify_all();
-                arriving.store(c, data);
-            }
-            st = self.state.lock().unwrap();
-            st.inflight.remove(&c);
-            if let Err(e) = outcome {
-                // Answered only once it is unlisted: a reader's next try
-                // must make a new flight, not find this failed one.
-                *flight.result.lock().unwrap() = Some(Err(e));
-                flight.done.notify_all();
-            }
-            if prio != Priority::Demand {
-                st.background -= 1;
-                // A thread held back for readers may take background work.
-                self.work.notify_one();
-            }
-        }
-    }
-
-    /// Makes stored chunks durable and enters them, until the object is
-    /// dropped and none is left; when idle, trims the cache again if an
-    /// eviction found it shared and could not.
-    fn commit_loop(&self) {
-        loop {
-            if self
-                .cache
-                .commit_next(std::time::Duration::from_millis(100))
-            {
-                continue;
-            }
-            if self.state.lock().unwrap().shutdown {
-                return;
-            }
-            self.cache.tidy();
-        }
-    }
-
-    /// Fetches chunk `c` (with retries) and checks its length.
-    fn fetch(&self, c: u64) -> Outcome {
-        let start = c * self.chunk;
-        let len = self.chunk_len(c) as u64;
-        let got = retrying(&self.policy, &self.counters, |t| {
-            let body = self.backend.get(&self.head, start, len, t)?;
-            if body.len() as u64 != len {
-                return Err(FetchError::fatal(format!(
-                    "bytes {start}-{}: the server sent {} bytes for {len} (the object is shorter than when it was opened?)",
-                    start + len - 1,
-                    body.len()
-                )));
-            }
-            Ok(body)
-        });
-        match got {
-            Ok(body) => {
-                self.counters.add(Stat::BytesFetched, len);
-                Ok(Arc::new(body))
-            }
-            Err(e) => {
-                self.counters.add(Stat::FetchErrors, 1);
-                let why = format!("bytes {start}-{}: {}", start + len - 1, e.describe());
-                log::debug!("{}: {why}", self.shown);
-                Err(why.into())
-            }
         }
     }
 }
