@@ -401,23 +401,24 @@ fn open_ramfs(opts: &MountOpts) -> anyhow::Result<Opened> {
             .join(",");
     }
     let fs = Arc::new(ramfs_with_data_path(&ro, opts)?);
-    let passthrough = fs
+    let passthrough: Option<(Arc<foliofs_fuse::Passthrough>, bool)> = fs
         .is_backed()
         .then(|| (Arc::default(), ro.passthrough == Some(true)));
-    let gauge = passthrough
-        .as_ref()
-        .map(|(p, _): &(Arc<foliofs_fuse::Passthrough>, bool)| {
-            let (fs, p) = (fs.clone(), p.clone());
-            foliofs_fuse::published::Gauge {
-                name: "ramfs",
-                read: Box::new(move || {
-                    vec![
-                        ("backing_bytes", fs.backing_bytes().unwrap_or(0)),
-                        ("passthrough_files", p.registered() as u64),
-                    ]
-                }),
-            }
-        });
+    let gauge = {
+        let fs = fs.clone();
+        let p = passthrough.as_ref().map(|(p, _)| p.clone());
+        foliofs_fuse::published::Gauge {
+            name: "ramfs",
+            read: Box::new(move || {
+                let mut v = vec![("inodes_held", fs.inodes_held() as u64)];
+                if let Some(p) = &p {
+                    v.push(("backing_bytes", fs.backing_bytes().unwrap_or(0)));
+                    v.push(("passthrough_files", p.registered() as u64));
+                }
+                v
+            }),
+        }
+    };
     Ok(Opened {
         fs,
         format: "ramfs",
@@ -428,7 +429,7 @@ fn open_ramfs(opts: &MountOpts) -> anyhow::Result<Opened> {
         record: None,
         profile: None,
         passthrough,
-        gauge,
+        gauge: Some(gauge),
     })
 }
 

@@ -133,6 +133,14 @@ impl RamFs {
         (self.space.used_blocks(), self.space.used_inodes())
     }
 
+    /// Inodes this file system holds in memory: those with a name or an
+    /// open handle, and those the kernel has not forgotten. A listing that
+    /// counted lookups the kernel never got would show here as inodes
+    /// that outlive their names.
+    pub fn inodes_held(&self) -> usize {
+        self.table.len()
+    }
+
     /// Bytes of extended attribute names and values held.
     pub fn xattr_bytes(&self) -> u64 {
         self.space.used_xattr()

@@ -48,6 +48,15 @@ impl Table {
         shard.insert(node.ino, node);
     }
 
+    /// Inodes held: those with a name or an open handle, and those the
+    /// kernel still holds a lookup on.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.read().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+
     /// Calls `f` with every inode (shard by shard: inodes made meanwhile
     /// may or may not be seen).
     pub fn for_each(&self, mut f: impl FnMut(&Node)) {

@@ -398,6 +398,34 @@ pub fn is_mounted(dir: &Path) -> bool {
     mount_points().iter().any(|p| p == &dir)
 }
 
+/// The environment variable that runs every mount of the tests over a
+/// transport by name: `io_uring` (the second pass of `scripts/test`, with
+/// `enable_uring` on) or `dev`. A mount that cannot have it fails, so the
+/// pass cannot quietly fall back.
+pub const TRANSPORT_ENV: &str = "FOLIOFS_TEST_TRANSPORT";
+
+/// `opts` with the transport [`TRANSPORT_ENV`] names, unless they name
+/// one themselves.
+pub fn with_transport(opts: &str) -> String {
+    let named = opts
+        .split(',')
+        .any(|o| o == "io_uring" || o == "noio_uring");
+    let wanted = match std::env::var(TRANSPORT_ENV).as_deref() {
+        Ok("io_uring") => Some("io_uring"),
+        Ok("dev") => Some("noio_uring"),
+        _ => None,
+    };
+    match wanted {
+        Some(w) if !named => [opts, w]
+            .iter()
+            .filter(|s| !s.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => opts.to_owned(),
+    }
+}
+
 /// A live foliofs mount that is unmounted when dropped, even if the test
 /// panicked.
 pub struct Mount {
@@ -462,8 +490,9 @@ impl Mount {
         if let Some(t) = fstype {
             cmd.args(["-t", t]);
         }
+        let opts = with_transport(opts);
         if !opts.is_empty() {
-            cmd.args(["-o", opts]);
+            cmd.args(["-o", &opts]);
         }
         cmd.arg(source).arg(dir);
         Self::by_command(user, &mut cmd, dir)
