@@ -13,7 +13,7 @@ use crate::counted::{measure, trip_notes, Plan, Prime, Step};
 use crate::env::{run, BenchEnv};
 use crate::mount::How;
 use crate::report::{Column, Section, Unit};
-use crate::rows::{cold_note, progress, unavailable, Image, NoImage, NO_MKFS_EROFS};
+use crate::rows::{cold_note, progress, unavailable, uring_note, Image, NoImage, NO_MKFS_EROFS};
 use crate::stats::summarize;
 use crate::timing::time_cmd;
 use crate::Config;
@@ -92,6 +92,15 @@ pub fn bigdir(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             image: romfs,
         },
         Plan {
+            label: "foliofs erofs, io_uring".into(),
+            kind: "foliofs",
+            how: How::Foliofs {
+                fstype: "erofs",
+                opts: "io_uring".into(),
+            },
+            image: erofs.clone(),
+        },
+        Plan {
             label: "kernel erofs, file-backed".into(),
             kind: "kernel",
             how: How::KernelFile {
@@ -101,7 +110,10 @@ pub fn bigdir(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             image: erofs,
         },
     ];
-    let reference = 2;
+    let reference = plans
+        .iter()
+        .position(|p| p.kind == "kernel")
+        .expect("a kernel row");
     let find = |mnt: &Path| time_cmd(Command::new("find").arg(mnt));
     let find_ls = |mnt: &Path| time_cmd(Command::new("find").arg(mnt).arg("-ls"));
     let steps = [
@@ -152,6 +164,7 @@ pub fn bigdir(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     }
     notes.extend(trip_notes(&trips, Some((n, "entry"))));
     notes.extend(cold_note(env));
+    notes.extend(uring_note(env));
     Ok(Section {
         name: "bigdir",
         title: "bigdir: one flat directory listed and stat'ed, cold".into(),

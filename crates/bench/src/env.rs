@@ -25,6 +25,7 @@ pub(crate) static STOPPING: AtomicBool = AtomicBool::new(false);
 /// lock waits for a mount in progress, so none can slip past the cleanup.
 pub fn emergency_cleanup() {
     crate::readahead::restore_all();
+    restore_uring();
     let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
     STOPPING.store(true, Ordering::SeqCst);
     for m in live.iter().rev() {
@@ -109,11 +110,46 @@ pub struct Leftover {
     pub unchecked: u64,
 }
 
+/// The kernel's switch for FUSE over io_uring.
+pub(crate) const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// What `enable_uring` said before this run switched it on, to put back.
+static URING_WAS: Mutex<Option<String>> = Mutex::new(None);
+
+/// Switches FUSE over io_uring on for the run (root), remembering what to
+/// put back; false where the kernel has no switch or it cannot be written.
+fn switch_uring_on() -> bool {
+    let Ok(was) = fs::read_to_string(ENABLE_URING) else {
+        return false;
+    };
+    let mut slot = URING_WAS.lock().unwrap_or_else(|e| e.into_inner());
+    if fs::write(ENABLE_URING, "Y").is_err() {
+        return false;
+    }
+    slot.get_or_insert(was.trim().to_owned());
+    true
+}
+
+/// Puts `enable_uring` back as the run found it.
+pub(crate) fn restore_uring() {
+    if let Some(was) = URING_WAS.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = fs::write(ENABLE_URING, was);
+    }
+}
+
+/// What `enable_uring` was before the run, if the run switched it on.
+pub(crate) fn uring_was() -> Option<String> {
+    URING_WAS.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
 /// Where a benchmark keeps its data, and what it may do.
 pub struct BenchEnv {
     pub dir: PathBuf,
     pub root: bool,
     pub exe: PathBuf,
+    /// FUSE over io_uring is on for this run (root switched it on): the
+    /// io_uring rows run, and every other foliofs row asks for /dev/fuse.
+    pub uring: bool,
     leftover: Mutex<Leftover>,
 }
 
@@ -127,10 +163,12 @@ impl BenchEnv {
         *WORK.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.clone());
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
+        let uring = root && switch_uring_on();
         Ok(BenchEnv {
             dir,
             root,
             exe: std::env::current_exe().context("finding the foliofs binary")?,
+            uring,
             leftover: Mutex::new(Leftover::default()),
         })
     }

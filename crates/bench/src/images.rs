@@ -107,6 +107,17 @@ pub(crate) fn read_plans(
             x: None,
         });
     }
+    // The same EROFS mount over FUSE's io_uring, where the run has it.
+    plans.push(Plan {
+        label: "foliofs erofs, io_uring".into(),
+        kind: "foliofs",
+        how: How::Foliofs {
+            fstype: "erofs",
+            opts: "io_uring".into(),
+        },
+        image: images.erofs.clone(),
+        x: None,
+    });
     plans.push(Plan {
         label: "kernel erofs, file-backed".into(),
         kind: "kernel",

@@ -210,6 +210,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         println!("{}", report::table(&s));
         report.sections.push(s);
     }
+    crate::env::restore_uring();
     if let Some(p) = &args.json {
         report::write_json(&report, p)?;
         eprintln!("foliofs bench: wrote {}", p.display());

@@ -94,8 +94,23 @@ impl Mounted {
                 let mut c = Command::new(&env.exe);
                 c.envs(vars.iter().copied());
                 c.args(["mount", "-t", fstype]);
+                // With io_uring on for the run, a row that names no
+                // transport is a /dev/fuse row.
+                let named = opts
+                    .split(',')
+                    .any(|o| o == "io_uring" || o == "noio_uring");
+                let opts = if env.uring && !named {
+                    [opts.as_str(), "noio_uring"]
+                        .iter()
+                        .filter(|s| !s.is_empty())
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join(",")
+                } else {
+                    opts.clone()
+                };
                 if !opts.is_empty() {
-                    c.args(["-o", opts]);
+                    c.args(["-o", &opts]);
                 }
                 run(c.arg(source).arg(dir))?;
                 if !env.root && *fstype != "ramfs" && user_read_ahead_kb().is_none() {

@@ -212,6 +212,12 @@ pub fn realstart(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         foliofs("foliofs erofs", "erofs", "", erofs.clone()),
         foliofs("foliofs erofs directio", "erofs", "directio", erofs.clone()),
         foliofs("foliofs romfs", "romfs", "", images.romfs.clone()),
+        foliofs(
+            "foliofs erofs, io_uring",
+            "erofs",
+            "io_uring",
+            erofs.clone(),
+        ),
         Plan {
             label: "kernel erofs, file-backed".into(),
             kind: "kernel",
@@ -246,7 +252,10 @@ pub fn realstart(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             image: Ok(src.clone()),
         },
     ];
-    let reference = 3;
+    let reference = plans
+        .iter()
+        .position(|p| p.kind == "kernel")
+        .expect("a kernel row");
     let start = |mnt: &Path| -> Result<f64> {
         time_cmd(
             Command::new(mnt.join(&rel))
@@ -284,6 +293,7 @@ pub fn realstart(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         if env.root { "" } else { " (none here: it needs root)" }
     ));
     notes.extend(trip_notes(&trips, None));
+    notes.extend(crate::rows::uring_note(env));
     Ok(Section {
         name: "realstart",
         title: title.into(),

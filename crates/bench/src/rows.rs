@@ -92,6 +92,13 @@ pub(crate) fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
             Some(format!("needs root: mounting a new kernel {fstype}"))
         }
         How::Squashfuse if !have("squashfuse") => Some("squashfuse is not installed".into()),
+        How::Foliofs { opts, .. } if opts.split(',').any(|o| o == "io_uring") && !env.uring => {
+            Some(if env.root {
+                "this kernel has no FUSE over io_uring (Linux 6.14, CONFIG_FUSE_IO_URING)".into()
+            } else {
+                "needs root: switching FUSE over io_uring on (enable_uring)".into()
+            })
+        }
         How::Foliofs { .. } | How::Squashfuse if !Path::new("/dev/fuse").exists() => {
             Some("/dev/fuse is missing".into())
         }
@@ -237,4 +244,14 @@ pub(crate) fn measure_rows(
 
 pub(crate) fn push(row: &mut Row, key: &'static str, v: f64) {
     row.runs.entry(key).or_default().push(v);
+}
+
+/// The note every section with io_uring rows prints.
+pub(crate) fn uring_note(env: &BenchEnv) -> Option<String> {
+    env.uring.then(|| {
+        format!(
+            "the io_uring rows run over FUSE's io_uring, which this run switched on (/sys/module/fuse/parameters/enable_uring was {}, and is put back after); every other foliofs row runs over /dev/fuse",
+            crate::env::uring_was().unwrap_or_else(|| "?".into())
+        )
+    })
 }

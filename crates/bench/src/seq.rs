@@ -76,11 +76,15 @@ pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     };
     // What FUSE costs a large read, round by round: foliofs's buffered
     // rows against the image file itself.
-    let mut pairs: Vec<(usize, usize)> = ["foliofs romfs largeblocks", "foliofs erofs"]
-        .iter()
-        .filter_map(|l| plans.iter().position(|p| p.label == *l))
-        .map(|i| (i, 0))
-        .collect();
+    let mut pairs: Vec<(usize, usize)> = [
+        "foliofs romfs largeblocks",
+        "foliofs erofs",
+        "foliofs erofs, io_uring",
+    ]
+    .iter()
+    .filter_map(|l| plans.iter().position(|p| p.label == *l))
+    .map(|i| (i, 0))
+    .collect();
     for (label, alg) in COMPRESSED {
         let image = zsrc.clone().and_then(|src| {
             let mkfs = mkfs.as_ref().expect("a source only with mkfs.erofs");
@@ -155,6 +159,7 @@ pub fn seq(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     )];
     notes.push(read_ahead);
     notes.extend(cold_note(env));
+    notes.extend(crate::rows::uring_note(env));
     notes.extend(read_ahead_note(env));
     Ok(Section {
         name: "seq",

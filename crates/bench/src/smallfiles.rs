@@ -275,6 +275,15 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                 opts: "nospin".into(),
             },
         },
+        // The default over FUSE's io_uring, where the run has it.
+        Plan {
+            label: "foliofs ramfs, io_uring",
+            kind: "foliofs",
+            how: How::Foliofs {
+                fstype: "ramfs",
+                opts: "io_uring".into(),
+            },
+        },
         // Root's ramfs passes its files through to the kernel (the row
         // above); this one keeps them in the server, as a user's does.
         Plan {
@@ -434,6 +443,7 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             mount_stats::line(counts)
         ));
     }
+    notes.extend(crate::rows::uring_note(env));
     Ok(Section {
         name: "smallfiles",
         title: "smallfiles: unpack, read back and remove a tree; many small creates and unlinks"

@@ -162,6 +162,13 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             "largeblocks",
             &romfs,
         ),
+        // The buffered push row over FUSE's io_uring, where the run has it.
+        foliofs(
+            "foliofs erofs, buffered push, io_uring",
+            "erofs",
+            "io_uring",
+            &erofs,
+        ),
         Plan {
             label: "plain directory (page-cached)".into(),
             kind: "baseline",
@@ -211,6 +218,7 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         cfg.runs,
     )];
     notes.extend(cold_note(env));
+    notes.extend(crate::rows::uring_note(env));
     notes.extend(read_ahead_note(env));
     notes.extend(trip_notes(&trips, Some((stats.files, "file"))));
     Ok(Section {

@@ -59,6 +59,7 @@ pub fn tree(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         }
     )];
     notes.extend(cold_note(env));
+    notes.extend(crate::rows::uring_note(env));
     Ok(Section {
         name: "tree",
         title: "tree: list and stat a whole tree, cold (romfs test 3)".into(),
