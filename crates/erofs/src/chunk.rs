@@ -3,17 +3,11 @@
 
 use foliofs_vfs::{Error, Result};
 
+use crate::format::{
+    CHUNK_FORMAT_48BIT, CHUNK_FORMAT_BLKBITS_MASK, CHUNK_FORMAT_INDEXES, NULL_ADDR,
+};
 use crate::inode::Inode;
 use crate::{Corrupt, Incompatible};
-
-/// `EROFS_NULL_ADDR`: a chunk with no blocks (a hole).
-pub const NULL_ADDR: u32 = 0xFFFF_FFFF;
-/// Chunk format bit: 8-byte indexes instead of the 4-byte block map.
-pub const FORMAT_INDEXES: u16 = 0x20;
-/// Chunk format bits giving `chunkbits - blkszbits`.
-pub const FORMAT_BLKBITS_MASK: u16 = 0x1F;
-/// Chunk format bit: 8-byte indexes carry 48-bit block addresses.
-pub const FORMAT_48BIT: u16 = 0x40;
 
 /// The chunk format of a chunk-based inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,13 +24,13 @@ impl ChunkFormat {
     /// Decodes the format word in `i_u` of `inode`.
     pub fn of(inode: &Inode, blkszbits: u8) -> Result<ChunkFormat> {
         let fmt = inode.i_u as u16;
-        if fmt & !(FORMAT_48BIT | FORMAT_INDEXES | FORMAT_BLKBITS_MASK) != 0 {
+        if fmt & !(CHUNK_FORMAT_48BIT | CHUNK_FORMAT_INDEXES | CHUNK_FORMAT_BLKBITS_MASK) != 0 {
             return Err(Error::incompatible(Incompatible::ChunkFormat {
                 nid: inode.nid,
                 format: fmt,
             }));
         }
-        let chunkbits = u32::from(blkszbits) + u32::from(fmt & FORMAT_BLKBITS_MASK);
+        let chunkbits = u32::from(blkszbits) + u32::from(fmt & CHUNK_FORMAT_BLKBITS_MASK);
         if chunkbits > 47 {
             return Err(Error::corrupt(
                 inode.pos + 16,
@@ -48,8 +42,8 @@ impl ChunkFormat {
         }
         Ok(ChunkFormat {
             chunkbits,
-            indexes: fmt & FORMAT_INDEXES != 0,
-            wide: fmt & FORMAT_48BIT != 0,
+            indexes: fmt & CHUNK_FORMAT_INDEXES != 0,
+            wide: fmt & CHUNK_FORMAT_48BIT != 0,
         })
     }
 

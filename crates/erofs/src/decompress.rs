@@ -18,7 +18,8 @@ use std::io::Read;
 use foliofs_vfs::{Error, Result};
 
 use crate::error::Decode;
-use crate::superblock::{self, CompressionConfigs, INCOMPAT_LZ4_0PADDING};
+use crate::format::INCOMPAT_LZ4_0PADDING;
+use crate::superblock::CompressionConfigs;
 use crate::zmap::{ZExtent, ZFormat};
 use crate::{Corrupt, Erofs};
 
@@ -26,51 +27,8 @@ use crate::{Corrupt, Erofs};
 /// 0PADDING before it is declared corrupt.
 const MAX_TRIMS: usize = 64;
 
-/// Largest extent the kernel decodes from one physical cluster
-/// (`Z_EROFS_PCLUSTER_MAX_DSIZE`).
-pub const MAX_DECODED: usize = 12 << 20;
-
-/// A compression algorithm, by the number EROFS gives it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// LZ4 block format (0).
-    Lz4,
-    /// MicroLZMA (1): LZMA1 without a header or end marker.
-    MicroLzma,
-    /// Raw DEFLATE (2).
-    Deflate,
-    /// A Zstandard frame (3).
-    Zstd,
-}
-
-impl Algorithm {
-    /// The algorithm numbered `n` on disk, if this reader knows it.
-    pub fn from_number(n: u8) -> Option<Algorithm> {
-        match n {
-            superblock::ALG_LZ4 => Some(Algorithm::Lz4),
-            superblock::ALG_LZMA => Some(Algorithm::MicroLzma),
-            superblock::ALG_DEFLATE => Some(Algorithm::Deflate),
-            superblock::ALG_ZSTD => Some(Algorithm::Zstd),
-            _ => None,
-        }
-    }
-
-    /// The on-disk number.
-    pub fn number(self) -> u8 {
-        match self {
-            Algorithm::Lz4 => superblock::ALG_LZ4,
-            Algorithm::MicroLzma => superblock::ALG_LZMA,
-            Algorithm::Deflate => superblock::ALG_DEFLATE,
-            Algorithm::Zstd => superblock::ALG_ZSTD,
-        }
-    }
-}
-
-impl std::fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&superblock::algorithm_name(self.number()))
-    }
-}
+// The format's own; kept reachable here, where decoding is.
+pub use crate::format::{Algorithm, MAX_DECODED};
 
 impl From<Algorithm> for ZFormat {
     fn from(alg: Algorithm) -> ZFormat {

@@ -8,8 +8,9 @@ use std::os::unix::ffi::OsStrExt;
 use foliofs_vfs::{DirEntry, Error, FileType, Ino, Result, Scratch};
 
 use crate::data::{with_scratch, Phys};
-use crate::dirent::{self, DirBlock, DIRENT_SIZE};
-use crate::inode::{self, Inode, Layout};
+use crate::dirent::{self, DirBlock};
+use crate::format::{Layout, DIRENT_SIZE, MAX_INODE_SIZE};
+use crate::inode::Inode;
 use crate::{Corrupt, Erofs};
 
 /// Directory blocks whose entries' inodes one READDIRPLUS prefetches (at
@@ -147,7 +148,7 @@ impl Erofs {
             let more = self.with_dir_block(&dir, block, |b| {
                 for pos in (0..b.len()).filter_map(|i| Inode::position(&self.sb, b.get(i).nid)) {
                     // An extended inode may run into the next block.
-                    at.extend([pos, pos.saturating_add(inode::MAX_INODE_SIZE as u64 - 1)]);
+                    at.extend([pos, pos.saturating_add(MAX_INODE_SIZE as u64 - 1)]);
                 }
                 Ok(())
             });

@@ -2,10 +2,10 @@
 
 use foliofs_vfs::{Error, FileType, Result};
 
+use crate::format::{
+    DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV, FT_DIR, FT_FIFO, FT_REG_FILE, FT_SOCK, FT_SYMLINK,
+};
 use crate::Corrupt;
-
-/// Size of one on-disk directory entry.
-pub const DIRENT_SIZE: usize = 12;
 
 /// One entry of a directory block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,13 +22,13 @@ impl Dirent<'_> {
     /// The entry's file type, if it is one EROFS defines.
     pub fn kind(&self) -> Option<FileType> {
         Some(match self.file_type {
-            1 => FileType::RegularFile,
-            2 => FileType::Directory,
-            3 => FileType::CharDevice,
-            4 => FileType::BlockDevice,
-            5 => FileType::Fifo,
-            6 => FileType::Socket,
-            7 => FileType::Symlink,
+            FT_REG_FILE => FileType::RegularFile,
+            FT_DIR => FileType::Directory,
+            FT_CHRDEV => FileType::CharDevice,
+            FT_BLKDEV => FileType::BlockDevice,
+            FT_FIFO => FileType::Fifo,
+            FT_SOCK => FileType::Socket,
+            FT_SYMLINK => FileType::Symlink,
             _ => return None,
         })
     }

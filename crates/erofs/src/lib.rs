@@ -22,7 +22,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// The on-disk structures have a public module each. Reading an image is
+// The on-disk format's constants, ids and byte readers are one leaf
+// module (`format`) that imports nothing else of the crate; the on-disk
+// structures have a public module each. Reading an image is
 // split by job, much as Linux splits its driver: opening the image and its
 // devices (`mount`), mapping and reading plain data (`data`), decoding
 // compressed extents (`zdata`; `zmap` and `zmap_ext` map them), fragments
@@ -37,6 +39,7 @@ mod dir;
 pub mod dirent;
 mod error;
 pub mod extent;
+pub mod format;
 mod fragment;
 mod fs;
 pub mod fsck;
@@ -54,7 +57,8 @@ pub mod zmap_ext;
 
 pub use error::{ConfigProblem, Corrupt, Decode, Incompatible};
 pub use extent::Extent;
+pub use format::Layout;
 pub use fsck::FsckReport;
-pub use inode::{Inode, Layout};
+pub use inode::Inode;
 pub use metabox::{ino_to_nid, nid_to_ino};
 pub use mount::{Erofs, NAME_MAX};

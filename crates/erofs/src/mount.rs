@@ -7,11 +7,12 @@ use std::sync::Mutex;
 use foliofs_block::{BlockDev, BlockSizeChoice, OpenOptions, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use foliofs_vfs::{Error, FileType, Result, StatFs};
 
-use crate::inode::Inode;
-use crate::superblock::{
-    self, CompressionConfigs, DeviceSlot, Superblock, DEVT_SLOT_SIZE, SUPER_OFFSET, SUPER_SIZE,
-    SUPER_SIZE_EXT,
+use crate::format::{
+    COMPAT_SB_CHKSUM, DEVT_SLOT_SIZE, INCOMPAT_48BIT, INCOMPAT_DEVICE_TABLE, SUPER_OFFSET,
+    SUPER_SIZE, SUPER_SIZE_EXT,
 };
+use crate::inode::Inode;
+use crate::superblock::{self, CompressionConfigs, DeviceSlot, Superblock};
 use crate::xattr::LongPrefix;
 use crate::zdata::CachedExtent;
 use crate::zmap_ext::RunningSums;
@@ -134,7 +135,7 @@ impl Erofs {
     }
 
     pub(crate) fn check_superblock(&mut self) -> Result<()> {
-        if self.sb.has_compat(superblock::COMPAT_SB_CHKSUM) {
+        if self.sb.has_compat(COMPAT_SB_CHKSUM) {
             let mut block = vec![0u8; superblock::checksum_len(&self.sb)];
             self.meta(SUPER_OFFSET, &mut block)?;
             superblock::verify_checksum(&self.sb, &block)?;
@@ -152,7 +153,7 @@ impl Erofs {
     pub(crate) fn open_devices(&mut self, opts: &OpenOptions, paths: &[PathBuf]) -> Result<()> {
         // As the kernel does, the device count means nothing without the
         // device table feature.
-        let n = if self.sb.has_incompat(superblock::INCOMPAT_DEVICE_TABLE) {
+        let n = if self.sb.has_incompat(INCOMPAT_DEVICE_TABLE) {
             usize::from(self.sb.extra_devices)
         } else {
             0
@@ -173,7 +174,7 @@ impl Erofs {
             self.meta(base + i * DEVT_SLOT_SIZE, &mut raw)?;
             slots.push(DeviceSlot::parse(
                 &raw,
-                self.sb.has_incompat(superblock::INCOMPAT_48BIT),
+                self.sb.has_incompat(INCOMPAT_48BIT),
             ));
         }
         self.device_id_mask = ((n + 1).next_power_of_two() - 1) as u16;

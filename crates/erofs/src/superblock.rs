@@ -5,54 +5,19 @@
 use foliofs_vfs::{Error, Result};
 
 use crate::error::ConfigProblem;
+use crate::format::{le16, le32, le64, Algorithm};
 use crate::{Corrupt, Incompatible};
 
-/// Byte offset of the superblock in the image.
-pub const SUPER_OFFSET: u64 = 1024;
-/// Size of the fixed part of the on-disk superblock.
-pub const SUPER_SIZE: usize = 128;
-/// Size of the superblock with its first extension slot, which holds the
-/// metabox nid: the most of it this reader has fields for.
-pub const SUPER_SIZE_EXT: usize = 144;
-/// Largest superblock (with its extension slots) the kernel takes: the
-/// rest of a 4 KiB page after byte 1024.
-pub const SUPER_MAX_SIZE: u64 = 4096 - SUPER_OFFSET;
-/// `EROFS_SUPER_MAGIC_V1`.
-pub const MAGIC: u32 = 0xE0F5_E1E2;
-
-/// Compat: the superblock carries a crc32c.
-pub const COMPAT_SB_CHKSUM: u32 = 0x1;
-/// Compat: inodes carry their own mtime.
-pub const COMPAT_MTIME: u32 = 0x2;
-/// Compat: xattr bloom filters (a hint; safe to ignore).
-pub const COMPAT_XATTR_FILTER: u32 = 0x4;
-/// Compat: shared xattrs live in the metabox inode's data, not the image.
-pub const COMPAT_SHARED_EA_IN_METABOX: u32 = 0x8;
-/// Compat: the long xattr prefix table is in the image even when the image
-/// has a packed inode or a metabox.
-pub const COMPAT_PLAIN_XATTR_PFX: u32 = 0x10;
-/// Compat: inodes carry a content digest xattr for page-cache sharing (a
-/// hint; safe to ignore).
-pub const COMPAT_ISHARE_XATTRS: u32 = 0x20;
-
-/// Incompat: LZ4 data right-aligned in its physical cluster.
-pub const INCOMPAT_LZ4_0PADDING: u32 = 0x1;
-/// Incompat: compression configuration records and big physical clusters.
-pub const INCOMPAT_COMPR_CFGS: u32 = 0x2;
-/// Incompat: chunk-based files.
-pub const INCOMPAT_CHUNKED_FILE: u32 = 0x4;
-/// Incompat: a device table for extra devices.
-pub const INCOMPAT_DEVICE_TABLE: u32 = 0x8;
-/// Incompat: the last physical cluster of a file inline with its inode.
-pub const INCOMPAT_ZTAILPACKING: u32 = 0x10;
-/// Incompat: fragments packed into a special inode (and deduplication).
-pub const INCOMPAT_FRAGMENTS: u32 = 0x20;
-/// Incompat: long xattr name prefixes.
-pub const INCOMPAT_XATTR_PREFIXES: u32 = 0x40;
-/// Incompat: 48-bit block addresses.
-pub const INCOMPAT_48BIT: u32 = 0x80;
-/// Incompat: metadata kept in a separate "metabox" inode.
-pub const INCOMPAT_METABOX: u32 = 0x100;
+// The superblock's constants are the format's; they stay reachable here,
+// where the command line and the tests find them.
+pub use crate::format::{
+    algorithm_name, compat_name, incompat_name, COMPAT_ISHARE_XATTRS, COMPAT_MTIME,
+    COMPAT_PLAIN_XATTR_PFX, COMPAT_SB_CHKSUM, COMPAT_SHARED_EA_IN_METABOX, COMPAT_XATTR_FILTER,
+    DEVT_SLOT_SIZE, INCOMPAT_48BIT, INCOMPAT_CHUNKED_FILE, INCOMPAT_COMPR_CFGS,
+    INCOMPAT_DEVICE_TABLE, INCOMPAT_FRAGMENTS, INCOMPAT_LZ4_0PADDING, INCOMPAT_METABOX,
+    INCOMPAT_XATTR_PREFIXES, INCOMPAT_ZTAILPACKING, MAGIC, NID_METABOX, SUPER_MAX_SIZE,
+    SUPER_OFFSET, SUPER_SIZE, SUPER_SIZE_EXT,
+};
 
 /// Incompat bits this reader implements.
 pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_LZ4_0PADDING
@@ -65,31 +30,6 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_LZ4_0PADDING
     | INCOMPAT_48BIT
     | INCOMPAT_METABOX;
 
-/// The name of a compat feature bit, for listings (`None` for bits EROFS
-/// does not define).
-pub fn compat_name(bit: u32) -> Option<&'static str> {
-    Some(match bit {
-        COMPAT_SB_CHKSUM => "sb_csum",
-        COMPAT_MTIME => "mtime",
-        COMPAT_XATTR_FILTER => "xattr_filter",
-        COMPAT_SHARED_EA_IN_METABOX => "shared_ea_in_metabox",
-        COMPAT_PLAIN_XATTR_PFX => "plain_xattr_pfx",
-        COMPAT_ISHARE_XATTRS => "ishare_xattrs",
-        _ => return None,
-    })
-}
-
-/// Compression algorithm numbers (bit positions in the algorithm bitmap).
-pub const ALG_LZ4: u8 = 0;
-/// MicroLZMA.
-pub const ALG_LZMA: u8 = 1;
-/// Raw DEFLATE.
-pub const ALG_DEFLATE: u8 = 2;
-/// Zstandard.
-pub const ALG_ZSTD: u8 = 3;
-/// Every algorithm this reader decodes, as a bitmap.
-pub const KNOWN_ALGORITHMS: u16 = 1 << ALG_LZ4 | 1 << ALG_LZMA | 1 << ALG_DEFLATE | 1 << ALG_ZSTD;
-
 /// Smallest MicroLZMA dictionary the kernel takes.
 pub const LZMA_MIN_DICT: u32 = 4 << 10;
 /// Largest MicroLZMA dictionary the kernel takes.
@@ -98,33 +38,6 @@ pub const LZMA_MAX_DICT: u32 = 8 << 20;
 pub const DEFLATE_MAX_WINDOWBITS: u8 = 15;
 /// Largest Zstd window log above 1 KiB the kernel takes (1 MiB windows).
 pub const ZSTD_MAX_WINDOWLOG: u8 = 10;
-
-/// The name of an incompat feature bit, for refusal messages.
-pub fn incompat_name(bit: u32) -> String {
-    match bit {
-        INCOMPAT_LZ4_0PADDING => "lz4_0padding".into(),
-        INCOMPAT_COMPR_CFGS => "compr_cfgs (big pclusters)".into(),
-        INCOMPAT_CHUNKED_FILE => "chunked_file".into(),
-        INCOMPAT_DEVICE_TABLE => "device_table".into(),
-        INCOMPAT_ZTAILPACKING => "ztailpacking".into(),
-        INCOMPAT_FRAGMENTS => "fragments/dedupe".into(),
-        INCOMPAT_XATTR_PREFIXES => "xattr_prefixes".into(),
-        INCOMPAT_48BIT => "48bit block addresses".into(),
-        INCOMPAT_METABOX => "metabox".into(),
-        other => format!("unknown incompat feature bit {other:#x}"),
-    }
-}
-
-/// The name of a compression algorithm number.
-pub fn algorithm_name(alg: u8) -> String {
-    match alg {
-        0 => "LZ4".into(),
-        1 => "MicroLZMA".into(),
-        2 => "DEFLATE".into(),
-        3 => "Zstd".into(),
-        n => format!("unknown algorithm {n}"),
-    }
-}
 
 /// LZ4's configuration record (or, without records, the superblock's
 /// max distance).
@@ -196,7 +109,10 @@ impl CompressionConfigs {
             return Ok(cfgs);
         }
         let algs = sb.compr_u16;
-        let unknown = algs & !KNOWN_ALGORITHMS;
+        let known = Algorithm::ALL
+            .iter()
+            .fold(0u16, |bits, a| bits | 1 << a.number());
+        let unknown = algs & !known;
         if unknown != 0 {
             return Err(Error::incompatible(Incompatible::Algorithm {
                 algorithm: unknown.trailing_zeros() as u8,
@@ -205,7 +121,8 @@ impl CompressionConfigs {
         // Records follow in ascending algorithm order, each 4-byte aligned,
         // a u16 length and then that many bytes.
         let mut pos = SUPER_OFFSET + sb.size();
-        for alg in 0..16u8 {
+        for algorithm in Algorithm::ALL {
+            let alg = algorithm.number();
             if algs & (1 << alg) == 0 {
                 continue;
             }
@@ -229,16 +146,16 @@ impl CompressionConfigs {
             // The kernel takes a longer record than it knows for LZ4,
             // DEFLATE and Zstd (room for new fields), but MicroLZMA's only
             // at its exact size.
-            let (expected, exact) = match alg {
-                ALG_LZ4 => (14, false),
-                ALG_LZMA => (14, true),
-                _ => (6, false),
+            let (expected, exact) = match algorithm {
+                Algorithm::Lz4 => (14, false),
+                Algorithm::MicroLzma => (14, true),
+                Algorithm::Deflate | Algorithm::Zstd => (6, false),
             };
             if len < expected || (exact && len != expected) {
                 return Err(bad(ConfigProblem::Size { len, expected }));
             }
-            match alg {
-                ALG_LZ4 => {
+            match algorithm {
+                Algorithm::Lz4 => {
                     let c = Lz4Config {
                         max_distance: le16(&rec, 0),
                         max_pclusterblks: le16(&rec, 2),
@@ -251,7 +168,7 @@ impl CompressionConfigs {
                     }
                     cfgs.lz4 = Some(c);
                 }
-                ALG_LZMA => {
+                Algorithm::MicroLzma => {
                     let dict_size = le32(&rec, 0);
                     let format = le16(&rec, 4);
                     if format != 0 {
@@ -262,14 +179,14 @@ impl CompressionConfigs {
                     }
                     cfgs.lzma = Some(LzmaConfig { dict_size });
                 }
-                ALG_DEFLATE => {
+                Algorithm::Deflate => {
                     let windowbits = rec[0];
                     if windowbits > DEFLATE_MAX_WINDOWBITS {
                         return Err(bad(ConfigProblem::DeflateWindowBits { windowbits }));
                     }
                     cfgs.deflate = Some(DeflateConfig { windowbits });
                 }
-                _ => {
+                Algorithm::Zstd => {
                     let (format, windowlog) = (rec[0], rec[1]);
                     if format != 0 {
                         return Err(bad(ConfigProblem::ZstdFormat { format }));
@@ -287,14 +204,14 @@ impl CompressionConfigs {
     /// The algorithms configured, by number.
     pub fn algorithms(&self) -> Vec<u8> {
         [
-            (self.lz4.is_some(), ALG_LZ4),
-            (self.lzma.is_some(), ALG_LZMA),
-            (self.deflate.is_some(), ALG_DEFLATE),
-            (self.zstd.is_some(), ALG_ZSTD),
+            (self.lz4.is_some(), Algorithm::Lz4),
+            (self.lzma.is_some(), Algorithm::MicroLzma),
+            (self.deflate.is_some(), Algorithm::Deflate),
+            (self.zstd.is_some(), Algorithm::Zstd),
         ]
         .iter()
         .filter(|(on, _)| *on)
-        .map(|(_, alg)| *alg)
+        .map(|(_, alg)| alg.number())
         .collect()
     }
 }
@@ -351,20 +268,6 @@ pub struct Superblock {
     pub packed_nid: u64,
     /// The metabox inode's nid (0 = none; only with METABOX).
     pub metabox_nid: u64,
-}
-
-/// Bit 63 of a nid: the inode lives in the metabox inode's data.
-pub const NID_METABOX: u64 = 1 << 63;
-
-/// Little-endian fields at byte `at` of `b` (callers check the length).
-pub(crate) fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 impl Superblock {
@@ -509,7 +412,7 @@ impl Superblock {
         if self.has_incompat(INCOMPAT_COMPR_CFGS) {
             self.compr_u16
         } else {
-            1 << ALG_LZ4
+            1 << Algorithm::Lz4.number()
         }
     }
 
@@ -564,9 +467,6 @@ pub struct DeviceSlot {
     /// Where the device's blocks start in a flat address space (0 = not mapped).
     pub mapped_blkaddr: u64,
 }
-
-/// Size of one device table slot.
-pub const DEVT_SLOT_SIZE: u64 = 128;
 
 impl DeviceSlot {
     /// Parses one 128-byte slot; `wide` (48BIT) adds the high 16 bits of
@@ -711,8 +611,8 @@ mod tests {
         assert_eq!(c.zstd, Some(ZstdConfig { windowlog: 5 }));
         assert_eq!(c.zstd.unwrap().window_size(), 32 << 10);
         assert_eq!(c.algorithms(), vec![0, 1, 2, 3]);
-        let only_zstd = load(1 << ALG_ZSTD, &[&ZSTD]).unwrap();
-        assert_eq!(only_zstd.algorithms(), vec![ALG_ZSTD]);
+        let only_zstd = load(1 << Algorithm::Zstd.number(), &[&ZSTD]).unwrap();
+        assert_eq!(only_zstd.algorithms(), vec![Algorithm::Zstd.number()]);
     }
 
     #[test]
@@ -724,7 +624,7 @@ mod tests {
         assert_eq!(
             config_problem(&e),
             (
-                ALG_LZMA,
+                Algorithm::MicroLzma.number(),
                 ConfigProblem::LzmaDictSize {
                     dict_size: 16 << 20
                 }
@@ -759,14 +659,17 @@ mod tests {
         assert_eq!(
             config_problem(&e),
             (
-                ALG_DEFLATE,
+                Algorithm::Deflate.number(),
                 ConfigProblem::DeflateWindowBits { windowbits: 16 }
             )
         );
         let e = load(8, &[&[0, 11, 0, 0, 0, 0]]).unwrap_err();
         assert_eq!(
             config_problem(&e),
-            (ALG_ZSTD, ConfigProblem::ZstdWindowLog { windowlog: 11 })
+            (
+                Algorithm::Zstd.number(),
+                ConfigProblem::ZstdWindowLog { windowlog: 11 }
+            )
         );
         let e = load(8, &[&[1, 5, 0, 0, 0, 0]]).unwrap_err();
         assert_eq!(
@@ -777,7 +680,7 @@ mod tests {
         assert_eq!(
             config_problem(&e),
             (
-                ALG_LZ4,
+                Algorithm::Lz4.number(),
                 ConfigProblem::Size {
                     len: 10,
                     expected: 14
@@ -806,7 +709,7 @@ mod tests {
     fn without_records_only_lz4_exists() {
         let sb = Superblock::parse(&minimal()).unwrap();
         let c = CompressionConfigs::load(&sb, |_, _| panic!("no records to read")).unwrap();
-        assert_eq!(c.algorithms(), vec![ALG_LZ4]);
+        assert_eq!(c.algorithms(), vec![Algorithm::Lz4.number()]);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use foliofs_block::OpenOptions;
 
-use crate::superblock::{MAGIC, SUPER_OFFSET};
+use crate::format::{MAGIC, SUPER_OFFSET};
 use crate::Erofs;
 
 /// Block size of every test image.

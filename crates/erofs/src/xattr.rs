@@ -3,27 +3,12 @@
 
 use foliofs_vfs::{Error, Result};
 
+use crate::format::{
+    xattr_prefix, COMPAT_PLAIN_XATTR_PFX, COMPAT_SHARED_EA_IN_METABOX, XATTR_IBODY_HEADER,
+    XATTR_LONG_PREFIX,
+};
 use crate::inode::Inode;
-use crate::superblock::{COMPAT_PLAIN_XATTR_PFX, COMPAT_SHARED_EA_IN_METABOX};
 use crate::{Corrupt, Erofs};
-
-/// Size of the in-inode xattr header.
-const IBODY_HEADER: u64 = 12;
-/// Bit of `e_name_index` selecting a long prefix.
-pub const LONG_PREFIX: u8 = 0x80;
-
-/// The name prefix of a built-in index, as the kernel lists it. Index 5
-/// (Lustre) has no handler in Linux and is neither listed nor found.
-pub fn base_prefix(index: u8) -> Option<&'static [u8]> {
-    Some(match index {
-        1 => b"user.",
-        2 => b"system.posix_acl_access",
-        3 => b"system.posix_acl_default",
-        4 => b"trusted.",
-        6 => b"security.",
-        _ => return None,
-    })
-}
 
 /// A long xattr name prefix from the prefix table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,19 +99,19 @@ impl Erofs {
     /// The full name for `index` + `suffix`, or `None` when the kernel would
     /// not show this attribute.
     fn full_name(&self, index: u8, suffix: &[u8]) -> Option<Vec<u8>> {
-        if index & LONG_PREFIX != 0 {
-            let i = usize::from(index & !LONG_PREFIX);
+        if index & XATTR_LONG_PREFIX != 0 {
+            let i = usize::from(index & !XATTR_LONG_PREFIX);
             // Like the kernel, an attribute naming a prefix that does not
             // exist, or one on an unknown base, is not shown.
             let p = self.prefixes.get(i)?;
-            let base = base_prefix(p.base_index)?;
+            let base = xattr_prefix(p.base_index)?;
             let mut n = Vec::with_capacity(base.len() + p.infix.len() + suffix.len());
             n.extend_from_slice(base);
             n.extend_from_slice(&p.infix);
             n.extend_from_slice(suffix);
             return Some(n);
         }
-        base_prefix(index).map(|base| {
+        xattr_prefix(index).map(|base| {
             let mut n = base.to_vec();
             n.extend_from_slice(suffix);
             n
@@ -179,7 +164,7 @@ impl Erofs {
         let mut h = [0u8; 12];
         self.meta_of(inode, body, &mut h)?;
         let shared = u64::from(h[4]);
-        if IBODY_HEADER + 4 * shared > total {
+        if XATTR_IBODY_HEADER + 4 * shared > total {
             return Err(Error::corrupt(
                 body,
                 Corrupt::SharedXattrOverrun {
@@ -196,12 +181,12 @@ impl Erofs {
             self.metabox.is_some() && self.sb.has_compat(COMPAT_SHARED_EA_IN_METABOX);
         for k in 0..shared {
             let mut id = [0u8; 4];
-            self.meta_of(inode, body + IBODY_HEADER + 4 * k, &mut id)?;
+            self.meta_of(inode, body + XATTR_IBODY_HEADER + 4 * k, &mut id)?;
             let pos = shared_base + 4 * u64::from(u32::from_le_bytes(id));
             let (e, _) = self.xattr_entry(inode.nid, shared_in_metabox, pos)?;
             out.extend(e);
         }
-        let mut pos = body + IBODY_HEADER + 4 * shared;
+        let mut pos = body + XATTR_IBODY_HEADER + 4 * shared;
         let end = body + total;
         while pos < end {
             let (e, size) = self.xattr_entry(inode.nid, inode.in_metabox, pos)?;

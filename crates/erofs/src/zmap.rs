@@ -8,49 +8,15 @@
 
 use foliofs_vfs::{Error, Result};
 
-use crate::decompress::{Algorithm, MAX_DECODED};
-use crate::inode::{Inode, Layout};
-use crate::superblock::INCOMPAT_COMPR_CFGS;
+use crate::format::{
+    Algorithm, Layout, ADVISE_BIG_PCLUSTER_1, ADVISE_BIG_PCLUSTER_2, ADVISE_COMPACTED_2B,
+    ADVISE_EXTENTS, ADVISE_FRAGMENT_PCLUSTER, ADVISE_INLINE_PCLUSTER, ADVISE_INTERLACED_PCLUSTER,
+    INCOMPAT_COMPR_CFGS, LCLUSTER_HEAD1, LCLUSTER_HEAD2, LCLUSTER_NONHEAD, LCLUSTER_PLAIN,
+    LI_D0_CBLKCNT, LI_PARTIAL_REF, MAP_FRAGMENT_INODE, MAX_DECODED, MAX_EXTENT, MAX_PCLUSTER,
+};
+use crate::inode::Inode;
 use crate::zmap_ext::ExtentMap;
 use crate::{Corrupt, Erofs, Incompatible};
-
-/// Logical cluster type: starts an uncompressed extent.
-pub const TYPE_PLAIN: u8 = 0;
-/// Logical cluster type: starts an extent of the first algorithm.
-pub const TYPE_HEAD1: u8 = 1;
-/// Logical cluster type: continues an extent.
-pub const TYPE_NONHEAD: u8 = 2;
-/// Logical cluster type: starts an extent of the second algorithm.
-pub const TYPE_HEAD2: u8 = 3;
-
-/// `Z_EROFS_LI_D0_CBLKCNT`: `delta[0]` holds a compressed block count.
-const D0_CBLKCNT: u32 = 1 << 11;
-/// `Z_EROFS_LI_PARTIAL_REF` (full indexes, head types): the extent is a
-/// prefix of its physical cluster's output (dedupe).
-const LI_PARTIAL_REF: u16 = 1 << 15;
-/// Map header bit 63: the whole file is one fragment of the packed inode.
-const FRAGMENT_INODE: u64 = 1 << 63;
-
-/// Map header advice: 2-byte compact indexes are used.
-pub const ADVISE_COMPACTED_2B: u16 = 0x1;
-/// Map header advice (full layout): extent records instead of lcluster
-/// indexes (the same bit as [`ADVISE_COMPACTED_2B`]).
-pub const ADVISE_EXTENTS: u16 = 0x1;
-/// Map header advice: HEAD1 clusters may span several blocks.
-pub const ADVISE_BIG_PCLUSTER_1: u16 = 0x2;
-/// Map header advice: HEAD2 clusters may span several blocks.
-pub const ADVISE_BIG_PCLUSTER_2: u16 = 0x4;
-/// Map header advice: the last cluster is inline (ztailpacking).
-pub const ADVISE_INLINE_PCLUSTER: u16 = 0x8;
-/// Map header advice: uncompressed clusters are rotated.
-pub const ADVISE_INTERLACED_PCLUSTER: u16 = 0x10;
-/// Map header advice: the tail lives in a fragment.
-pub const ADVISE_FRAGMENT_PCLUSTER: u16 = 0x20;
-
-/// Largest physical cluster the kernel accepts.
-pub const MAX_PCLUSTER: u64 = 1 << 20;
-/// Largest decompressed extent this reader will materialise.
-pub const MAX_EXTENT: u64 = 16 << 20;
 
 /// Per-inode compression facts from the map header.
 #[derive(Clone, Debug)]
@@ -197,7 +163,7 @@ impl Erofs {
         let bad = |kind: Corrupt| Error::corrupt(header_pos, kind);
         let word = u64::from_le_bytes(h);
         let advise = u16::from_le_bytes([h[4], h[5]]);
-        let whole_fragment = word & FRAGMENT_INODE != 0;
+        let whole_fragment = word & MAP_FRAGMENT_INODE != 0;
         let uses_fragment = whole_fragment || advise & ADVISE_FRAGMENT_PCLUSTER != 0;
         // Fragments live in the packed inode: one of its own would make
         // reading it read itself.
@@ -218,7 +184,7 @@ impl Erofs {
                 tail: None,
                 fragment: Some(Fragment {
                     head_lcn: 0,
-                    offset: word & !FRAGMENT_INODE,
+                    offset: word & !MAP_FRAGMENT_INODE,
                     header_only: true,
                 }),
                 extents: None,
@@ -347,14 +313,14 @@ impl Erofs {
             partial: advise & LI_PARTIAL_REF != 0,
             ..Default::default()
         };
-        if m.kind == TYPE_NONHEAD {
+        if m.kind == LCLUSTER_NONHEAD {
             m.clusterofs = 1 << z.lclusterbits;
             m.delta[0] = u32::from(u16::from_le_bytes([di[4], di[5]]));
-            if m.delta[0] & D0_CBLKCNT != 0 {
+            if m.delta[0] & LI_D0_CBLKCNT != 0 {
                 if z.advise & (ADVISE_BIG_PCLUSTER_1 | ADVISE_BIG_PCLUSTER_2) == 0 {
                     return Err(bad(Corrupt::BlockCountWithoutBigPcluster { nid, lcn }));
                 }
-                m.compressedblks = m.delta[0] & !D0_CBLKCNT;
+                m.compressedblks = m.delta[0] & !LI_D0_CBLKCNT;
                 m.delta[0] = 1;
             }
             m.delta[1] = u32::from(u16::from_le_bytes([di[6], di[7]]));
@@ -434,7 +400,7 @@ impl Erofs {
         };
         let (lo, kind) = decode(i);
         m.kind = kind;
-        if kind == TYPE_NONHEAD {
+        if kind == LCLUSTER_NONHEAD {
             m.clusterofs = 1 << z.lclusterbits;
             if lookahead {
                 let mut d1 = 0u32;
@@ -444,23 +410,23 @@ impl Erofs {
                 while j < i64::from(vcnt) {
                     let (l, t) = decode(j);
                     last_lo = l;
-                    if t != TYPE_NONHEAD {
+                    if t != LCLUSTER_NONHEAD {
                         ended = true;
                         break;
                     }
                     d1 += 1;
                     j += 1;
                 }
-                if !ended && last_lo & D0_CBLKCNT == 0 {
+                if !ended && last_lo & LI_D0_CBLKCNT == 0 {
                     d1 += last_lo.saturating_sub(1);
                 }
                 m.delta[1] = d1;
             }
-            if lo & D0_CBLKCNT != 0 {
+            if lo & LI_D0_CBLKCNT != 0 {
                 if !big {
                     return Err(bad(Corrupt::BlockCountWithoutBigPcluster { nid, lcn }));
                 }
-                m.compressedblks = lo & !D0_CBLKCNT;
+                m.compressedblks = lo & !LI_D0_CBLKCNT;
                 m.delta[0] = 1;
                 return Ok(m);
             } else if i + 1 != i64::from(vcnt) {
@@ -470,9 +436,9 @@ impl Erofs {
             // The last entry of a pack stores delta[1]; delta[0] comes from
             // the entry before it.
             let (plo, ptype) = decode(i - 1);
-            let plo = if ptype != TYPE_NONHEAD {
+            let plo = if ptype != LCLUSTER_NONHEAD {
                 0
-            } else if plo & D0_CBLKCNT != 0 {
+            } else if plo & LI_D0_CBLKCNT != 0 {
                 1
             } else {
                 plo
@@ -488,7 +454,7 @@ impl Erofs {
             while j > 0 {
                 j -= 1;
                 let (l, t) = decode(j);
-                if t == TYPE_NONHEAD {
+                if t == LCLUSTER_NONHEAD {
                     j -= i64::from(l);
                 }
                 if j >= 0 {
@@ -500,10 +466,10 @@ impl Erofs {
             while j > 0 {
                 j -= 1;
                 let (l, t) = decode(j);
-                if t == TYPE_NONHEAD {
-                    if l & D0_CBLKCNT != 0 {
+                if t == LCLUSTER_NONHEAD {
+                    if l & LI_D0_CBLKCNT != 0 {
                         j -= 1;
-                        nblk += i64::from(l & !D0_CBLKCNT);
+                        nblk += i64::from(l & !LI_D0_CBLKCNT);
                         continue;
                     }
                     if l <= 1 {
@@ -526,7 +492,7 @@ impl Erofs {
     fn lookback_from(&self, inode: &Inode, z: &ZInfo, m: Lcluster, ofs: u64) -> Result<Lcluster> {
         let endoff = (ofs & ((1u64 << z.lclusterbits) - 1)) as u32;
         let mut distance = match m.kind {
-            TYPE_PLAIN | TYPE_HEAD1 | TYPE_HEAD2 => {
+            LCLUSTER_PLAIN | LCLUSTER_HEAD1 | LCLUSTER_HEAD2 => {
                 if endoff >= m.clusterofs {
                     return Ok(m);
                 }
@@ -557,7 +523,7 @@ impl Erofs {
             let blks = cur.compressedblks;
             cur = prev;
             match cur.kind {
-                TYPE_NONHEAD => distance = cur.delta[0],
+                LCLUSTER_NONHEAD => distance = cur.delta[0],
                 _ => {
                     if cur.compressedblks == 0 && distance == 1 {
                         cur.compressedblks = blks;
@@ -612,7 +578,7 @@ impl Erofs {
             (pa, blks, false)
         };
         let llen = self.extent_len(inode, z, &head, la)?;
-        let format = if head.kind == TYPE_PLAIN {
+        let format = if head.kind == LCLUSTER_PLAIN {
             if llen > plen {
                 return Err(Error::corrupt(
                     head.pos,
@@ -629,7 +595,7 @@ impl Erofs {
                 ZFormat::Shifted
             }
         } else {
-            let alg = if head.kind == TYPE_HEAD2 {
+            let alg = if head.kind == LCLUSTER_HEAD2 {
                 z.algorithms[1]
             } else {
                 z.algorithms[0]
@@ -693,7 +659,7 @@ impl Erofs {
     /// and uncompressed heads with BIG_PCLUSTER_2), as the kernel sizes it.
     fn compressed_blocks(&self, inode: &Inode, z: &ZInfo, head: &Lcluster) -> Result<u64> {
         let big = match head.kind {
-            TYPE_HEAD1 => z.advise & ADVISE_BIG_PCLUSTER_1 != 0,
+            LCLUSTER_HEAD1 => z.advise & ADVISE_BIG_PCLUSTER_1 != 0,
             _ => z.advise & ADVISE_BIG_PCLUSTER_2 != 0,
         };
         if !big {
@@ -707,7 +673,7 @@ impl Erofs {
             } else {
                 let m = self.load_lcluster(inode, z, next, false)?;
                 match m.kind {
-                    TYPE_NONHEAD => {
+                    LCLUSTER_NONHEAD => {
                         if m.delta[0] != 1 || m.compressedblks == 0 {
                             return Err(Error::corrupt(
                                 m.pos,
@@ -753,7 +719,7 @@ impl Erofs {
                 ));
             }
             let m = self.load_lcluster(inode, z, lcn, true)?;
-            let step = if m.kind == TYPE_NONHEAD {
+            let step = if m.kind == LCLUSTER_NONHEAD {
                 m.delta[1].max(1)
             } else if lcn != head.lcn {
                 let end = (lcn << bits) + u64::from(m.clusterofs);

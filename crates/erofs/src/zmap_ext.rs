@@ -19,20 +19,13 @@ use std::sync::Arc;
 
 use foliofs_vfs::{Error, Result};
 
-use crate::decompress::{Algorithm, MAX_DECODED};
-use crate::inode::Inode;
-use crate::superblock::{le16, le32, le64};
-use crate::zmap::{
-    ZExtent, ZFormat, ZInfo, ADVISE_FRAGMENT_PCLUSTER, ADVISE_INTERLACED_PCLUSTER, MAX_PCLUSTER,
+use crate::format::{
+    le16, le32, le64, Algorithm, ADVISE_FRAGMENT_PCLUSTER, ADVISE_INTERLACED_PCLUSTER, MAX_DECODED,
+    MAX_PCLUSTER, PLEN_FMT_SHIFT, PLEN_MASK, PLEN_PARTIAL,
 };
+use crate::inode::Inode;
+use crate::zmap::{ZExtent, ZFormat, ZInfo};
 use crate::{Corrupt, Erofs, Incompatible};
-
-/// Record bits 0..20: the encoded length in bytes.
-pub const PLEN_MASK: u32 = 0x1F_FFFF;
-/// Record bit 27: the extent is a prefix of its cluster's output (dedupe).
-pub const PLEN_PARTIAL: u32 = 1 << 27;
-/// Record bits 28..31: 0 = stored, n = algorithm n - 1.
-pub const PLEN_FMT_SHIFT: u32 = 28;
 
 /// With 4-byte records an extent's address is the sum of the lengths
 /// before it; the running sum is kept at every this many records, so a

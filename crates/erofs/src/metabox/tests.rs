@@ -7,9 +7,7 @@ use std::ffi::OsStr;
 use foliofs_vfs::{Error, FileSystem, Scratch};
 
 use super::{ino_to_nid, nid_to_ino};
-use crate::superblock::{
-    COMPAT_SHARED_EA_IN_METABOX, INCOMPAT_48BIT, INCOMPAT_METABOX, NID_METABOX,
-};
+use crate::format::{COMPAT_SHARED_EA_IN_METABOX, INCOMPAT_48BIT, INCOMPAT_METABOX, NID_METABOX};
 use crate::testimage::{TestImage, BS, DATA_BLK, FLAT_INLINE, FLAT_PLAIN, ROOT};
 use crate::{Corrupt, Erofs};
 
