@@ -4,7 +4,7 @@
 use foliofs_vfs::{Error, Result};
 
 use crate::format::{
-    CHUNK_FORMAT_48BIT, CHUNK_FORMAT_BLKBITS_MASK, CHUNK_FORMAT_INDEXES, NULL_ADDR,
+    le16, le32, CHUNK_FORMAT_48BIT, CHUNK_FORMAT_BLKBITS_MASK, CHUNK_FORMAT_INDEXES, NULL_ADDR,
 };
 use crate::inode::Inode;
 use crate::{Corrupt, Incompatible};
@@ -83,20 +83,16 @@ impl ChunkEntry {
     /// for the 48BIT chunk format, whose indexes keep the address's high
     /// 16 bits where older ones had an unused field).
     pub fn parse(raw: &[u8], device_id_mask: u16, wide: bool) -> ChunkEntry {
-        let lo = |at: usize| {
-            u64::from(u32::from_le_bytes(
-                raw[at..at + 4].try_into().expect("4 bytes"),
-            ))
-        };
+        let lo = |at: usize| u64::from(le32(raw, at));
         let (device_id, addr, mask) = if raw.len() == 8 {
-            let hi = u64::from(u16::from_le_bytes([raw[0], raw[1]]));
+            let hi = u64::from(le16(raw, 0));
             let mask = if wide {
                 (1u64 << 48) - 1
             } else {
                 u64::from(NULL_ADDR)
             };
             (
-                u16::from_le_bytes([raw[2], raw[3]]) & device_id_mask,
+                le16(raw, 2) & device_id_mask,
                 (hi << 32 | lo(4)) & mask,
                 mask,
             )

@@ -18,7 +18,7 @@ use std::io::Read;
 use foliofs_vfs::{Error, Result};
 
 use crate::error::Decode;
-use crate::format::INCOMPAT_LZ4_0PADDING;
+use crate::format::{le64, INCOMPAT_LZ4_0PADDING};
 use crate::superblock::CompressionConfigs;
 use crate::zmap::{ZExtent, ZFormat};
 use crate::{Corrupt, Erofs};
@@ -424,7 +424,7 @@ fn zstd_window(frame: &[u8]) -> std::result::Result<u64, &'static str> {
         .ok_or("the frame header is cut short")?;
     let mut le = [0u8; 8];
     le[..fcs].copy_from_slice(bytes);
-    let size = u64::from_le_bytes(le);
+    let size = le64(&le, 0);
     // A 2-byte size counts from 256.
     Ok(if fcs == 2 { size + 256 } else { size })
 }

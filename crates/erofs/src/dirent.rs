@@ -3,7 +3,8 @@
 use foliofs_vfs::{Error, FileType, Result};
 
 use crate::format::{
-    DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV, FT_DIR, FT_FIFO, FT_REG_FILE, FT_SOCK, FT_SYMLINK,
+    le16, le64, DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV, FT_DIR, FT_FIFO, FT_REG_FILE, FT_SOCK,
+    FT_SYMLINK,
 };
 use crate::Corrupt;
 
@@ -51,7 +52,7 @@ impl<'a> DirBlock<'a> {
         if data.len() < DIRENT_SIZE {
             return Err(bad(Corrupt::DirBlockTooSmall { len: data.len() }));
         }
-        let first = usize::from(u16::from_le_bytes([data[8], data[9]]));
+        let first = usize::from(le16(data, 8));
         if first < DIRENT_SIZE || first % DIRENT_SIZE != 0 || first >= data.len() {
             return Err(bad(Corrupt::DirentFirstNameOffset {
                 nameoff: first,
@@ -109,7 +110,7 @@ impl<'a> DirBlock<'a> {
             start + tail.iter().position(|&b| b == 0).unwrap_or(tail.len())
         };
         Dirent {
-            nid: u64::from_le_bytes(d[at..at + 8].try_into().expect("8 bytes")),
+            nid: le64(d, at),
             file_type: d[at + 10],
             name: &d[start..end],
         }
@@ -137,7 +138,7 @@ impl<'a> DirBlock<'a> {
 
 fn nameoff(data: &[u8], i: usize) -> usize {
     let at = i * DIRENT_SIZE + 8;
-    usize::from(u16::from_le_bytes([data[at], data[at + 1]]))
+    usize::from(le16(data, at))
 }
 
 #[cfg(test)]

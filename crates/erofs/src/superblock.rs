@@ -5,7 +5,7 @@
 use foliofs_vfs::{Error, Result};
 
 use crate::error::ConfigProblem;
-use crate::format::{le16, le32, le64, Algorithm};
+use crate::format::{bytes, le16, le32, le64, Algorithm};
 use crate::{Corrupt, Incompatible};
 
 // The superblock's constants are the format's; they stay reachable here,
@@ -130,7 +130,7 @@ impl CompressionConfigs {
             let at = pos;
             let mut len = [0u8; 2];
             read(pos, &mut len)?;
-            let len = u16::from_le_bytes(len);
+            let len = le16(&len, 0);
             let mut rec = vec![0u8; usize::from(len)];
             read(pos + 2, &mut rec)?;
             pos += 2 + u64::from(len);
@@ -337,7 +337,7 @@ impl Superblock {
             blocks: u64::from(le32(raw, 0x24)) | blocks_hi << 32,
             meta_blkaddr: le32(raw, 0x28),
             xattr_blkaddr: le32(raw, 0x2C),
-            uuid: raw[0x30..0x40].try_into().expect("16 bytes"),
+            uuid: bytes(raw, 0x30),
             volume_name: raw[0x40..0x50].to_vec(),
             feature_incompat,
             compr_u16: le16(raw, 0x54),

@@ -4,8 +4,8 @@
 use foliofs_vfs::{Error, Result};
 
 use crate::format::{
-    xattr_prefix, COMPAT_PLAIN_XATTR_PFX, COMPAT_SHARED_EA_IN_METABOX, XATTR_IBODY_HEADER,
-    XATTR_LONG_PREFIX,
+    le16, le32, xattr_prefix, COMPAT_PLAIN_XATTR_PFX, COMPAT_SHARED_EA_IN_METABOX,
+    XATTR_IBODY_HEADER, XATTR_LONG_PREFIX,
 };
 use crate::inode::Inode;
 use crate::{Corrupt, Erofs};
@@ -60,7 +60,7 @@ impl Erofs {
             pos = pos.div_ceil(4) * 4;
             let mut len = [0u8; 2];
             self.prefix_bytes(holder.as_ref(), pos, &mut len)?;
-            let len = usize::from(u16::from_le_bytes(len));
+            let len = usize::from(le16(&len, 0));
             // The kernel's limit: a base index byte and an infix no longer
             // than a name.
             if len == 0 || len > 256 {
@@ -139,7 +139,7 @@ impl Erofs {
         let mut h = [0u8; 4];
         self.xattr_bytes(nid, in_metabox, pos, &mut h)?;
         let name_len = usize::from(h[0]);
-        let value_len = u16::from_le_bytes([h[2], h[3]]);
+        let value_len = le16(&h, 2);
         let mut suffix = vec![0u8; name_len];
         self.xattr_bytes(nid, in_metabox, pos + 4, &mut suffix)?;
         let size = (4 + name_len as u64 + u64::from(value_len)).div_ceil(4) * 4;
@@ -182,7 +182,7 @@ impl Erofs {
         for k in 0..shared {
             let mut id = [0u8; 4];
             self.meta_of(inode, body + XATTR_IBODY_HEADER + 4 * k, &mut id)?;
-            let pos = shared_base + 4 * u64::from(u32::from_le_bytes(id));
+            let pos = shared_base + 4 * u64::from(le32(&id, 0));
             let (e, _) = self.xattr_entry(inode.nid, shared_in_metabox, pos)?;
             out.extend(e);
         }

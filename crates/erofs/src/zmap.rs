@@ -9,10 +9,11 @@
 use foliofs_vfs::{Error, Result};
 
 use crate::format::{
-    Algorithm, Layout, ADVISE_BIG_PCLUSTER_1, ADVISE_BIG_PCLUSTER_2, ADVISE_COMPACTED_2B,
-    ADVISE_EXTENTS, ADVISE_FRAGMENT_PCLUSTER, ADVISE_INLINE_PCLUSTER, ADVISE_INTERLACED_PCLUSTER,
-    INCOMPAT_COMPR_CFGS, LCLUSTER_HEAD1, LCLUSTER_HEAD2, LCLUSTER_NONHEAD, LCLUSTER_PLAIN,
-    LI_D0_CBLKCNT, LI_PARTIAL_REF, MAP_FRAGMENT_INODE, MAX_DECODED, MAX_EXTENT, MAX_PCLUSTER,
+    le16, le32, le64, Algorithm, Layout, ADVISE_BIG_PCLUSTER_1, ADVISE_BIG_PCLUSTER_2,
+    ADVISE_COMPACTED_2B, ADVISE_EXTENTS, ADVISE_FRAGMENT_PCLUSTER, ADVISE_INLINE_PCLUSTER,
+    ADVISE_INTERLACED_PCLUSTER, INCOMPAT_COMPR_CFGS, LCLUSTER_HEAD1, LCLUSTER_HEAD2,
+    LCLUSTER_NONHEAD, LCLUSTER_PLAIN, LI_D0_CBLKCNT, LI_PARTIAL_REF, MAP_FRAGMENT_INODE,
+    MAX_DECODED, MAX_EXTENT, MAX_PCLUSTER,
 };
 use crate::inode::Inode;
 use crate::zmap_ext::ExtentMap;
@@ -161,8 +162,8 @@ impl Erofs {
         self.meta_of(inode, header_pos, &mut h)?;
         let nid = inode.nid;
         let bad = |kind: Corrupt| Error::corrupt(header_pos, kind);
-        let word = u64::from_le_bytes(h);
-        let advise = u16::from_le_bytes([h[4], h[5]]);
+        let word = le64(&h, 0);
+        let advise = le16(&h, 4);
         let whole_fragment = word & MAP_FRAGMENT_INODE != 0;
         let uses_fragment = whole_fragment || advise & ADVISE_FRAGMENT_PCLUSTER != 0;
         // Fragments live in the packed inode: one of its own would make
@@ -215,7 +216,7 @@ impl Erofs {
         // The first word holds the fragment offset when there is a
         // fragment, so a fragment rules out an inline tail.
         let idata_size = if advise & ADVISE_INLINE_PCLUSTER != 0 && !uses_fragment {
-            u16::from_le_bytes([h[2], h[3]])
+            le16(&h, 2)
         } else {
             0
         };
@@ -252,7 +253,7 @@ impl Erofs {
             let last = (inode.size - 1) >> lclusterbits;
             let m = self.load_lcluster(inode, &z, last, false)?;
             let head = self.lookback_from(inode, &z, m, inode.size - 1)?;
-            let mut offset = u64::from(u32::from_le_bytes(h[..4].try_into().expect("4 bytes")));
+            let mut offset = u64::from(le32(&h, 0));
             if !compact {
                 offset |= head.pblk << 32;
             }
@@ -304,7 +305,7 @@ impl Erofs {
         self.meta_of(inode, pos, &mut di)?;
         let nid = inode.nid;
         let bad = |kind: Corrupt| Error::corrupt(pos, kind);
-        let advise = u16::from_le_bytes([di[0], di[1]]);
+        let advise = le16(&di, 0);
         let mut m = Lcluster {
             lcn,
             kind: (advise & 3) as u8,
@@ -315,7 +316,7 @@ impl Erofs {
         };
         if m.kind == LCLUSTER_NONHEAD {
             m.clusterofs = 1 << z.lclusterbits;
-            m.delta[0] = u32::from(u16::from_le_bytes([di[4], di[5]]));
+            m.delta[0] = u32::from(le16(&di, 4));
             if m.delta[0] & LI_D0_CBLKCNT != 0 {
                 if z.advise & (ADVISE_BIG_PCLUSTER_1 | ADVISE_BIG_PCLUSTER_2) == 0 {
                     return Err(bad(Corrupt::BlockCountWithoutBigPcluster { nid, lcn }));
@@ -323,9 +324,9 @@ impl Erofs {
                 m.compressedblks = m.delta[0] & !LI_D0_CBLKCNT;
                 m.delta[0] = 1;
             }
-            m.delta[1] = u32::from(u16::from_le_bytes([di[6], di[7]]));
+            m.delta[1] = u32::from(le16(&di, 6));
         } else {
-            m.clusterofs = u32::from(u16::from_le_bytes([di[2], di[3]]));
+            m.clusterofs = u32::from(le16(&di, 2));
             if m.clusterofs >= 1 << z.lclusterbits {
                 return Err(bad(Corrupt::ClusterOffset {
                     nid,
@@ -333,7 +334,7 @@ impl Erofs {
                     clusterofs: m.clusterofs,
                 }));
             }
-            m.pblk = u64::from(u32::from_le_bytes(di[4..8].try_into().expect("4 bytes")));
+            m.pblk = u64::from(le32(&di, 4));
         }
         Ok(m)
     }
@@ -388,8 +389,7 @@ impl Erofs {
         let big = z.advise & ADVISE_BIG_PCLUSTER_1 != 0;
         let decode = |idx: i64| -> (u32, u8) {
             let bit = encodebits as usize * idx as usize;
-            let v = u32::from_le_bytes(pack[bit / 8..bit / 8 + 4].try_into().expect("4 bytes"))
-                >> (bit & 7);
+            let v = le32(&pack, bit / 8) >> (bit & 7);
             (v & ((1 << lobits) - 1), ((v >> lobits) & 3) as u8)
         };
         let mut m = Lcluster {
@@ -482,7 +482,7 @@ impl Erofs {
             }
         }
         let at = pack_len as usize - 4;
-        let base = u32::from_le_bytes(pack[at..at + 4].try_into().expect("4 bytes"));
+        let base = le32(&pack, at);
         m.pblk = (i64::from(base) + nblk) as u64;
         Ok(m)
     }

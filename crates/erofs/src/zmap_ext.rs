@@ -283,7 +283,7 @@ impl Erofs {
         } else {
             let mut base = [0u8; 8];
             self.meta_of(inode, m.records - 8, &mut base)?;
-            (0, u64::from_le_bytes(base))
+            (0, le64(&base, 0))
         };
         self.ext_add_lengths(inode, m, from, k, sum)
     }
@@ -304,7 +304,7 @@ impl Erofs {
             let chunk = &mut buf[..(n * 4) as usize];
             self.meta_of(inode, m.records + i * 4, chunk)?;
             for w in chunk.chunks_exact(4) {
-                let len = u32::from_le_bytes(w.try_into().expect("4 bytes")) & PLEN_MASK;
+                let len = le32(w, 0) & PLEN_MASK;
                 sum = sum.checked_add(u64::from(len)).ok_or_else(|| {
                     Error::corrupt(m.records, Corrupt::BlockAddressOverflow { nid: inode.nid })
                 })?;
@@ -326,7 +326,7 @@ impl Erofs {
         }
         let mut base = [0u8; 8];
         self.meta_of(inode, m.records - 8, &mut base)?;
-        let mut sum = u64::from_le_bytes(base);
+        let mut sum = le64(&base, 0);
         let mut sums = Vec::with_capacity((m.count / SUM_STRIDE + 1) as usize);
         let mut i = 0;
         while i < m.count {

@@ -3,6 +3,7 @@
 //! cluster as stored, then the bytes it decodes to), and garbage.
 
 use super::*;
+use crate::format::le32;
 use crate::superblock::{DeflateConfig, Lz4Config, LzmaConfig, ZstdConfig};
 
 /// The configuration records of the images the clusters come from
@@ -41,8 +42,8 @@ fn records(name: &str) -> Vec<Record> {
     let mut out = Vec::new();
     let mut p = 0;
     while p < d.len() {
-        let plen = u32::from_le_bytes(d[p..p + 4].try_into().unwrap()) as usize;
-        let llen = u32::from_le_bytes(d[p + 4..p + 8].try_into().unwrap()) as usize;
+        let plen = le32(&d, p) as usize;
+        let llen = le32(&d, p + 4) as usize;
         p += 8;
         out.push(Record {
             cluster: d[p..p + plen].to_vec(),
