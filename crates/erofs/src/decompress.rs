@@ -30,31 +30,6 @@ const MAX_TRIMS: usize = 64;
 // The format's own; kept reachable here, where decoding is.
 pub use crate::format::{Algorithm, MAX_DECODED};
 
-impl From<Algorithm> for ZFormat {
-    fn from(alg: Algorithm) -> ZFormat {
-        match alg {
-            Algorithm::Lz4 => ZFormat::Lz4,
-            Algorithm::MicroLzma => ZFormat::MicroLzma,
-            Algorithm::Deflate => ZFormat::Deflate,
-            Algorithm::Zstd => ZFormat::Zstd,
-        }
-    }
-}
-
-impl ZFormat {
-    /// The algorithm a compressed format is decoded with (`None` for the
-    /// uncompressed ones).
-    pub fn algorithm(self) -> Option<Algorithm> {
-        match self {
-            ZFormat::Lz4 => Some(Algorithm::Lz4),
-            ZFormat::MicroLzma => Some(Algorithm::MicroLzma),
-            ZFormat::Deflate => Some(Algorithm::Deflate),
-            ZFormat::Zstd => Some(Algorithm::Zstd),
-            _ => None,
-        }
-    }
-}
-
 /// What decoding needs to know about the image.
 #[derive(Clone, Copy, Debug)]
 pub struct Codec {
@@ -129,9 +104,10 @@ pub fn decompress_into(
             out[..llen].fill(0);
             Ok(())
         }
-        ZFormat::Lz4 if !codec.lz4_zero_padding => lz4_unpadded(src, out, llen).map_err(bad),
-        format => {
-            let alg = format.algorithm().expect("a compressed format");
+        ZFormat::Compressed(Algorithm::Lz4) if !codec.lz4_zero_padding => {
+            lz4_unpadded(src, out, llen).map_err(bad)
+        }
+        ZFormat::Compressed(alg) => {
             // The zero run ends within the cluster's first block.
             let window = src
                 .len()

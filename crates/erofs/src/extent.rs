@@ -58,7 +58,7 @@ impl Erofs {
                     length: e.llen,
                     physical: on_device.then_some((0, e.pa)),
                     physical_len: if stored { e.plen } else { 0 },
-                    compressed: e.format.algorithm().is_some(),
+                    compressed: matches!(e.format, ZFormat::Compressed(_)),
                     inline: e.inline,
                     fragment,
                 });

@@ -103,17 +103,11 @@ pub enum ZFormat {
     Shifted,
     /// Uncompressed, rotated by the extent's offset within a block.
     Interlaced,
-    /// LZ4-compressed.
-    Lz4,
+    /// Compressed with this algorithm.
+    Compressed(Algorithm),
     /// Kept in the packed inode: `pa` is the byte offset there of the
     /// extent's first byte.
     Fragment,
-    /// MicroLZMA-compressed.
-    MicroLzma,
-    /// DEFLATE-compressed.
-    Deflate,
-    /// Zstd-compressed.
-    Zstd,
     /// Not stored: the extent reads as zeros (an extent record of length 0).
     Zeros,
 }
@@ -641,7 +635,7 @@ impl Erofs {
                     },
                 ));
             }
-            ZFormat::from(algorithm)
+            ZFormat::Compressed(algorithm)
         };
         Ok(ZExtent {
             la,

@@ -244,7 +244,7 @@ impl Erofs {
             if algorithm == Algorithm::Lz4 && llen > plen * 255 + 64 {
                 return Err(Error::corrupt(at, Corrupt::Lz4Ratio { nid, llen, plen }));
             }
-            ZFormat::from(algorithm)
+            ZFormat::Compressed(algorithm)
         };
         Ok(ZExtent {
             la,

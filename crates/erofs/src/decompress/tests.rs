@@ -62,7 +62,7 @@ fn extent(alg: Algorithm, plen: usize, llen: usize) -> ZExtent {
         pa: 8192,
         plen: plen as u64,
         inline: false,
-        format: alg.into(),
+        format: ZFormat::Compressed(alg),
         partial: false,
     }
 }
