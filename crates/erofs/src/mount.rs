@@ -7,12 +7,13 @@ use std::sync::Mutex;
 use foliofs_block::{BlockDev, BlockSizeChoice, OpenOptions, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use foliofs_vfs::{Error, FileType, Result, StatFs};
 
+use crate::decompress::CompressionConfigs;
 use crate::format::{
     COMPAT_SB_CHKSUM, DEVT_SLOT_SIZE, INCOMPAT_48BIT, INCOMPAT_DEVICE_TABLE, SUPER_OFFSET,
     SUPER_SIZE, SUPER_SIZE_EXT,
 };
 use crate::inode::Inode;
-use crate::superblock::{self, CompressionConfigs, DeviceSlot, Superblock};
+use crate::superblock::{self, DeviceSlot, Superblock};
 use crate::xattr::LongPrefix;
 use crate::zdata::CachedExtent;
 use crate::zmap_ext::RunningSums;
