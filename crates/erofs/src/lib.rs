@@ -51,6 +51,7 @@ pub mod superblock;
 #[cfg(test)]
 mod testimage;
 pub mod xattr;
+mod zcache;
 mod zdata;
 pub mod zmap;
 pub mod zmap_ext;

@@ -15,8 +15,8 @@ use crate::format::{
 use crate::inode::Inode;
 use crate::superblock::{self, DeviceSlot, Superblock};
 use crate::xattr::LongPrefix;
-use crate::zdata::CachedExtent;
-use crate::zmap_ext::RunningSums;
+use crate::zcache::ExtentCache;
+use crate::zmap_ext::{self, RunningSums};
 use crate::{Corrupt, Incompatible};
 
 /// Longest name EROFS stores.
@@ -40,15 +40,15 @@ pub struct Erofs {
     pub(crate) prefixes: Vec<LongPrefix>,
     /// Each listed compression algorithm's configuration record.
     pub(crate) configs: CompressionConfigs,
-    /// Recently decompressed extents: (nid, logical start, bytes).
-    pub(crate) zcache: Mutex<Vec<CachedExtent>>,
+    /// Recently decompressed extents of files.
+    pub(crate) zcache: Mutex<ExtentCache>,
     /// Running sums of recently used 4-byte extent record tables.
-    pub(crate) ext_sums: Mutex<Vec<RunningSums>>,
+    pub(crate) ext_sums: Mutex<RunningSums>,
     /// The metabox inode, on images whose inodes may live in it.
     pub(crate) metabox: Option<Inode>,
     /// Recently decompressed extents of the metabox inode, apart from the
     /// files' so that reading files does not push inodes out.
-    pub(crate) mcache: Mutex<Vec<CachedExtent>>,
+    pub(crate) mcache: Mutex<ExtentCache>,
     pub(crate) path: PathBuf,
 }
 
@@ -95,10 +95,10 @@ impl Erofs {
             device_id_mask: 0,
             prefixes: Vec::new(),
             configs: CompressionConfigs::default(),
-            zcache: Mutex::new(Vec::new()),
-            ext_sums: Mutex::new(Vec::new()),
+            zcache: Mutex::new(ExtentCache::for_files()),
+            ext_sums: Mutex::new(zmap_ext::running_sums()),
             metabox: None,
-            mcache: Mutex::new(Vec::new()),
+            mcache: Mutex::new(ExtentCache::for_metabox()),
             path: path.to_owned(),
         };
         fs.check_superblock()?;

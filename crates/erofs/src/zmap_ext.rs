@@ -15,9 +15,11 @@
 //! holds; the table itself is checked to lie inside the image before any is
 //! read.
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use foliofs_vfs::{Error, Result};
+use lru::LruCache;
 
 use crate::format::{
     le16, le32, le64, Algorithm, ADVISE_FRAGMENT_PCLUSTER, ADVISE_INTERLACED_PCLUSTER, MAX_DECODED,
@@ -32,13 +34,18 @@ use crate::{Corrupt, Erofs, Incompatible};
 /// lookup adds at most this many.
 const SUM_STRIDE: u64 = 1024;
 /// Inodes whose running sums are kept.
-const SUM_CACHE_ENTRIES: usize = 8;
+const SUM_CACHE_ENTRIES: NonZeroUsize = NonZeroUsize::new(8).unwrap();
 /// Records read at once while summing or checking a table.
 const RECORDS_PER_READ: u64 = 512;
 
-/// Running sums of one inode's 4-byte records: (nid, sum before record
-/// `i * SUM_STRIDE`).
-pub(crate) type RunningSums = (u64, Arc<Vec<u64>>);
+/// The running sums of the recently used inodes with 4-byte records, by
+/// nid: the sum before record `i * SUM_STRIDE` at `i`.
+pub(crate) type RunningSums = LruCache<u64, Arc<Vec<u64>>>;
+
+/// An empty cache of running sums.
+pub(crate) fn running_sums() -> RunningSums {
+    LruCache::new(SUM_CACHE_ENTRIES)
+}
 
 /// Where an inode's extent records are and how to read them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -319,8 +326,8 @@ impl Erofs {
     /// recently used.
     fn ext_sums(&self, inode: &Inode, m: &ExtentMap) -> Result<Arc<Vec<u64>>> {
         {
-            let cache = self.ext_sums.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((_, sums)) = cache.iter().find(|(nid, _)| *nid == inode.nid) {
+            let mut cache = self.ext_sums.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(sums) = cache.get(&inode.nid) {
                 return Ok(sums.clone());
             }
         }
@@ -336,11 +343,10 @@ impl Erofs {
             i = to;
         }
         let sums = Arc::new(sums);
-        let mut cache = self.ext_sums.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() >= SUM_CACHE_ENTRIES {
-            cache.remove(0);
-        }
-        cache.push((inode.nid, sums.clone()));
+        self.ext_sums
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .put(inode.nid, sums.clone());
         Ok(sums)
     }
 
