@@ -23,11 +23,13 @@
 #![warn(missing_docs)]
 
 // The on-disk format's constants, ids and byte readers are one leaf
-// module (`format`) that imports nothing else of the crate; the on-disk
-// structures have a public module each. Reading an image is
-// split by job, much as Linux splits its driver: opening the image and its
-// devices (`mount`), mapping and reading plain data (`data`), decoding
-// compressed extents (`zdata`; `zmap` and `zmap_ext` map them), fragments
+// module (`format`) that imports nothing else of the crate, so that every
+// other module may use them without forming a cycle; the on-disk
+// structures have a public module each. Reading an image is split by job,
+// much as Linux splits its driver: opening the image and its devices
+// (`mount`), mapping and reading plain data (`data`), reading compressed
+// extents (`zdata`; `zmap` and `zmap_ext` map them, `decompress` decodes
+// them with one file per algorithm, `zcache` keeps them), fragments
 // in the packed inode (`fragment`), metadata in the metabox inode
 // (`metabox`), directories (`dir`), name lookup (`namei`), and the
 // `FileSystem` trait on top of them (`fs`).
