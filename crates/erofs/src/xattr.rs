@@ -153,7 +153,9 @@ impl Erofs {
         Ok((entry, size))
     }
 
-    /// Every attribute of `inode`, shared ones first (the kernel's order).
+    /// Every attribute of `inode`, in the kernel's order: those inline in
+    /// the inode first, then the shared ones. A name kept both ways is the
+    /// inline one's, as the kernel looks it up in the same order.
     pub fn xattrs(&self, inode: &Inode) -> Result<Vec<XattrEntry>> {
         let mut out = Vec::new();
         if inode.xattr_icount == 0 {
@@ -174,18 +176,6 @@ impl Erofs {
                 },
             ));
         }
-        // Shared xattrs are in the image, or in the metabox when the
-        // superblock says so.
-        let shared_base = u64::from(self.sb.xattr_blkaddr) << self.sb.blkszbits;
-        let shared_in_metabox =
-            self.metabox.is_some() && self.sb.has_compat(COMPAT_SHARED_EA_IN_METABOX);
-        for k in 0..shared {
-            let mut id = [0u8; 4];
-            self.meta_of(inode, body + XATTR_IBODY_HEADER + 4 * k, &mut id)?;
-            let pos = shared_base + 4 * u64::from(le32(&id, 0));
-            let (e, _) = self.xattr_entry(inode.nid, shared_in_metabox, pos)?;
-            out.extend(e);
-        }
         let mut pos = body + XATTR_IBODY_HEADER + 4 * shared;
         let end = body + total;
         while pos < end {
@@ -198,6 +188,18 @@ impl Erofs {
             }
             out.extend(e);
             pos += size;
+        }
+        // Shared xattrs are in the image, or in the metabox when the
+        // superblock says so.
+        let shared_base = u64::from(self.sb.xattr_blkaddr) << self.sb.blkszbits;
+        let shared_in_metabox =
+            self.metabox.is_some() && self.sb.has_compat(COMPAT_SHARED_EA_IN_METABOX);
+        for k in 0..shared {
+            let mut id = [0u8; 4];
+            self.meta_of(inode, body + XATTR_IBODY_HEADER + 4 * k, &mut id)?;
+            let pos = shared_base + 4 * u64::from(le32(&id, 0));
+            let (e, _) = self.xattr_entry(inode.nid, shared_in_metabox, pos)?;
+            out.extend(e);
         }
         Ok(out)
     }
