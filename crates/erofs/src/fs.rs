@@ -9,7 +9,7 @@ use foliofs_vfs::{
 
 use crate::data::Phys;
 use crate::inode::Layout;
-use crate::{Corrupt, Erofs, NAME_MAX};
+use crate::{xattr, Corrupt, Erofs, NAME_MAX};
 
 /// Longest symlink target read (the kernel's `PATH_MAX` less the NUL).
 const SYMLINK_MAX: u64 = 4095;
@@ -146,8 +146,9 @@ impl FileSystem for Erofs {
     }
 
     fn getxattr(&self, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {
-        let inode = self.inode(self.nid_of(ino))?;
         let name = name.as_bytes();
+        xattr::check_name(name)?;
+        let inode = self.inode(self.nid_of(ino))?;
         for e in self.xattrs(&inode)? {
             if e.name == name {
                 return self.xattr_value(&e);

@@ -10,6 +10,30 @@ use crate::format::{
 use crate::inode::Inode;
 use crate::{Corrupt, Erofs};
 
+/// Checks that the kernel's EROFS would look `name` up at all. Linux finds
+/// a handler for a name before the file system reads anything: EROFS has
+/// one for each prefix of [`xattr_prefix`] (`user.`, `trusted.`,
+/// `security.`), taking names longer than the prefix, and one for each
+/// POSIX ACL name, taking it whole. Any other name has none:
+/// `EOPNOTSUPP`, where an image could hold it (the Lustre index, a long
+/// prefix on an unknown base) or not. A bare prefix is no name: `EINVAL`.
+pub fn check_name(name: &[u8]) -> Result<()> {
+    for prefix in (0..XATTR_LONG_PREFIX).filter_map(xattr_prefix) {
+        let whole = !prefix.ends_with(b".");
+        if whole && name == prefix {
+            return Ok(());
+        }
+        if !whole && name.starts_with(prefix) {
+            return if name.len() > prefix.len() {
+                Ok(())
+            } else {
+                Err(Error::Invalid)
+            };
+        }
+    }
+    Err(Error::OperationNotSupported)
+}
+
 /// A long xattr name prefix from the prefix table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LongPrefix {
@@ -209,5 +233,41 @@ impl Erofs {
         let mut v = vec![0u8; usize::from(entry.value_len)];
         self.xattr_bytes(entry.nid, entry.in_metabox, entry.value_pos, &mut v)?;
         Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_as_the_kernel_finds_their_handler() {
+        for ok in [
+            &b"user.a"[..],
+            b"trusted.overlay.opaque",
+            b"security.selinux",
+            b"system.posix_acl_access",
+            b"system.posix_acl_default",
+        ] {
+            assert!(check_name(ok).is_ok(), "{:?}", String::from_utf8_lossy(ok));
+        }
+        for bare in [&b"user."[..], b"trusted.", b"security."] {
+            assert!(matches!(check_name(bare), Err(Error::Invalid)));
+        }
+        for none in [
+            &b"system.foo"[..],
+            b"system.posix_acl_accessX",
+            b"system.",
+            b"lustre.lov",
+            b"foo",
+            b"user",
+            b"",
+        ] {
+            assert!(
+                matches!(check_name(none), Err(Error::OperationNotSupported)),
+                "{:?}",
+                String::from_utf8_lossy(none)
+            );
+        }
     }
 }

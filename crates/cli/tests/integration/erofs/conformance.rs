@@ -26,8 +26,8 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 
 use super::walk::{
-    assert_same, host_xattrs, listing_in_order, set_mtime, set_xattr, walk_library, walk_mounted,
-    xattr_names_in_order, KernelMount, Tree,
+    assert_same, getxattr, host_xattrs, listing_in_order, set_mtime, set_xattr, walk_library,
+    walk_mounted, xattr_names_in_order, KernelMount, Tree,
 };
 
 /// The source tree: deterministic, built once into Cargo's scratch
@@ -1174,4 +1174,51 @@ fn xattr_order() {
         .unwrap();
     let img = order_image(tmp.path(), &Tools::installed(), &[]);
     same_as_kernel(&img, "listxattr", &|_, p| names(xattr_names_in_order(p)));
+}
+
+/// Names whose getxattr(2) answer depends on who handles their namespace:
+/// EROFS handles `user.`, `trusted.`, `security.` and the two POSIX ACL
+/// names, and a bare prefix is no name.
+const XATTR_PROBES: &[&str] = &[
+    "system.foo",
+    "lustre.lov",
+    "foo",
+    "user.",
+    "trusted.",
+    "security.",
+    "user.missing",
+    "trusted.missing",
+    "security.missing",
+    "user.shared",
+    "user.own",
+    "system.posix_acl_access",
+    "system.posix_acl_default",
+    "system.posix_acl_accessX",
+];
+
+/// getxattr(2) answers (value or errno) for names in no namespace EROFS
+/// handles, bare prefixes, and names that are or are not there, as the
+/// kernel gives them.
+#[test]
+fn xattr_namespaces() {
+    require!("root", "kernel-erofs", "mkfs.erofs");
+    let tmp = tempfile::Builder::new()
+        .prefix("foliofs-erofs-ns.")
+        .tempdir()
+        .unwrap();
+    let img = order_image(tmp.path(), &Tools::installed(), &[]);
+    let kernel = same_as_kernel(&img, "getxattr", &|rel, p| {
+        if rel.starts_with("big") {
+            return Vec::new();
+        }
+        XATTR_PROBES
+            .iter()
+            .map(|&name| (name, getxattr(p, name)))
+            .collect::<Vec<_>>()
+    });
+    let root = &kernel[Path::new("")];
+    assert!(
+        root.contains(&("system.foo", Err(libc::EOPNOTSUPP))),
+        "the kernel does not refuse system.foo: {root:?}"
+    );
 }

@@ -352,3 +352,22 @@ pub fn xattr_names_in_order(path: &Path) -> Vec<Vec<u8>> {
         .map(<[u8]>::to_vec)
         .collect()
 }
+/// getxattr(2) of `name` on `path`: the value, or the errno.
+pub fn getxattr(path: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    let n = CString::new(name).unwrap();
+    let mut v = vec![0u8; 1 << 16];
+    // SAFETY: valid NUL-terminated strings and a buffer of the stated size.
+    let m = unsafe {
+        libc::lgetxattr(
+            cstr(path).as_ptr(),
+            n.as_ptr(),
+            v.as_mut_ptr().cast(),
+            v.len(),
+        )
+    };
+    if m < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    v.truncate(m as usize);
+    Ok(v)
+}
