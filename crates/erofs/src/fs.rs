@@ -54,7 +54,22 @@ impl FileSystem for Erofs {
         offset: u64,
         sink: &mut dyn FnMut(DirEntry<'_>) -> bool,
     ) -> Result<()> {
-        self.readdir_inner(ino, offset, sink)
+        self.readdir_inner(ino, offset, false, sink)
+    }
+
+    /// The kernel's EROFS lists a directory's entries as they are stored,
+    /// sorted by name, "." and ".." among them.
+    fn lists_dots(&self) -> bool {
+        true
+    }
+
+    fn readdir_with_dots(
+        &self,
+        ino: Ino,
+        offset: u64,
+        sink: &mut dyn FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<()> {
+        self.readdir_inner(ino, offset, true, sink)
     }
 
     fn prefetch_dir(&self, ino: Ino, offset: u64) {

@@ -82,6 +82,9 @@ pub(crate) struct Server {
     /// The format can never change (`FsInfo::read_only`): it frees no
     /// inodes, so it keeps no lookup counts (see its `readdirplus`).
     immutable: bool,
+    /// The format lists "." and ".." itself, where its kernel driver does
+    /// (`FileSystem::lists_dots`); otherwise they are listed here, first.
+    lists_dots: bool,
 }
 
 /// The attributes of a negative entry: node 0 tells the kernel the name is
@@ -151,8 +154,10 @@ impl Server {
             })
             .flatten();
         let immutable = fs.info().read_only;
+        let lists_dots = fs.lists_dots();
         Server {
             immutable,
+            lists_dots,
             fs,
             ids,
             requests: cfg.requests.clone(),
@@ -758,6 +763,15 @@ impl fuser::Filesystem for Server {
         self.begin(Op::Readdir);
         self.log(format_args!("readdir({}, {offset})", ino.0));
         let dir = self.ino(ino);
+        if self.lists_dots {
+            let r = self.fs.readdir_with_dots(dir, offset, &mut |e| {
+                reply.add(INodeNo(e.ino), e.next, fuser_kind(e.kind), e.name)
+            });
+            return match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         // Cookies 1 and 2 follow "." and ".."; the file system's own cookies
         // are shifted up by 2 so they never collide with those.
         let mut off = offset;
@@ -797,8 +811,11 @@ impl fuser::Filesystem for Server {
         let ttl = self.cfg.ttl;
         let mut off = offset;
         // The kernel links no inode for "." and "..": their attributes only
-        // give d_ino, which is the file system's own number.
-        if off == 0 {
+        // give d_ino, which is the file system's own number. A format that
+        // lists them itself keeps cookies of its own; the others' are
+        // shifted up by 2, past those of the dots listed here first.
+        let shift = if self.lists_dots { 0 } else { 2 };
+        if off == 0 && !self.lists_dots {
             let a = match self.fs.getattr(dir) {
                 Ok(a) => a,
                 Err(e) => return reply.error(errno(&e)),
@@ -815,7 +832,7 @@ impl fuser::Filesystem for Server {
             }
             off = 1;
         }
-        if off == 1 {
+        if off == 1 && !self.lists_dots {
             let a = match self.dotdot(dir) {
                 Ok(a) => a,
                 Err(e) => return reply.error(errno(&e)),
@@ -832,11 +849,26 @@ impl fuser::Filesystem for Server {
             }
             off = 2;
         }
-        self.fs.prefetch_dir(dir, off - 2);
+        let from = off - shift;
+        self.fs.prefetch_dir(dir, from);
         let mut failed = None;
         let mut added = 0usize;
         let mut known = Vec::new();
-        let r = self.fs.readdir(dir, off - 2, &mut |e| {
+        let mut sink = |e: vfs::DirEntry<'_>| {
+            if self.lists_dots && (e.name == "." || e.name == "..") {
+                // As above: attributes for d_ino only, and no lookup, so
+                // nothing the kernel must be sent to give back.
+                return match self.fs.getattr(e.ino) {
+                    Ok(a) => {
+                        let attr = self.attr_out(a, a.ino);
+                        reply.add(INodeNo(a.ino), e.next, e.name, &ttl, &attr, Generation(0))
+                    }
+                    Err(err) => {
+                        failed = Some(err);
+                        true
+                    }
+                };
+            }
             // The kernel counts every entry of a readdirplus reply as a
             // lookup (and forgets it later), so the entry is looked up, which
             // a format that frees inodes counts too. A format that never
@@ -862,7 +894,7 @@ impl fuser::Filesystem for Server {
             let node = self.ids.to_fuse(a.ino);
             let full = reply.add(
                 INodeNo(node),
-                e.next + 2,
+                e.next + shift,
                 e.name,
                 &ttl,
                 &self.attr_out(a, node),
@@ -878,7 +910,12 @@ impl fuser::Filesystem for Server {
                 }
             }
             full
-        });
+        };
+        let r = if self.lists_dots {
+            self.fs.readdir_with_dots(dir, from, &mut sink)
+        } else {
+            self.fs.readdir(dir, from, &mut sink)
+        };
         match (r, failed) {
             (Err(e), _) | (Ok(()), Some(e)) => {
                 log::warn!("readdir of inode {dir}: {e}");

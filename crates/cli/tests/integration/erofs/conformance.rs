@@ -1222,3 +1222,44 @@ fn xattr_namespaces() {
         "the kernel does not refuse system.foo: {root:?}"
     );
 }
+
+/// readdir(3) order, "." and ".." included: where they are among a
+/// directory's sorted entries, as the kernel lists them, in a one-block
+/// directory and in one of several blocks, read in several requests.
+#[test]
+fn listing_order() {
+    require!("root", "kernel-erofs", "mkfs.erofs");
+    let tmp = tempfile::Builder::new()
+        .prefix("foliofs-erofs-ls.")
+        .tempdir()
+        .unwrap();
+    let img = order_image(tmp.path(), &Tools::installed(), &[]);
+    same_as_kernel(&img, "readdir", &|_, p| {
+        p.is_dir().then(|| names(listing_in_order(p)))
+    });
+}
+
+/// The same for directories that keep no "." entry (`-Edot-omitted`): the
+/// kernel lists "." after every entry they keep.
+#[test]
+fn listing_order_dot_omitted() {
+    require!("root", "kernel-erofs");
+    let Some(tools) = Tools::v1_9_3("listing_order_dot_omitted") else {
+        return;
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix("foliofs-erofs-ls.")
+        .tempdir()
+        .unwrap();
+    let img = order_image(tmp.path(), &tools, &["-Edot-omitted"]);
+    let kernel = same_as_kernel(&img, "readdir", &|_, p| {
+        p.is_dir().then(|| names(listing_in_order(p)))
+    });
+    for (dir, listed) in kernel.iter().filter_map(|(d, l)| Some((d, l.as_ref()?))) {
+        assert_eq!(
+            listed.last().map(String::as_str),
+            Some("."),
+            "{dir:?}: the kernel lists \".\" elsewhere than last"
+        );
+    }
+}
