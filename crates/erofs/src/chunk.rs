@@ -3,17 +3,11 @@
 
 use foliofs_vfs::{Error, Result};
 
+use crate::format::{
+    le16, le32, CHUNK_FORMAT_48BIT, CHUNK_FORMAT_BLKBITS_MASK, CHUNK_FORMAT_INDEXES, NULL_ADDR,
+};
 use crate::inode::Inode;
 use crate::{Corrupt, Incompatible};
-
-/// `EROFS_NULL_ADDR`: a chunk with no blocks (a hole).
-pub const NULL_ADDR: u32 = 0xFFFF_FFFF;
-/// Chunk format bit: 8-byte indexes instead of the 4-byte block map.
-pub const FORMAT_INDEXES: u16 = 0x20;
-/// Chunk format bits giving `chunkbits - blkszbits`.
-pub const FORMAT_BLKBITS_MASK: u16 = 0x1F;
-/// Chunk format bit: 8-byte indexes carry 48-bit block addresses.
-pub const FORMAT_48BIT: u16 = 0x40;
 
 /// The chunk format of a chunk-based inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,13 +24,13 @@ impl ChunkFormat {
     /// Decodes the format word in `i_u` of `inode`.
     pub fn of(inode: &Inode, blkszbits: u8) -> Result<ChunkFormat> {
         let fmt = inode.i_u as u16;
-        if fmt & !(FORMAT_48BIT | FORMAT_INDEXES | FORMAT_BLKBITS_MASK) != 0 {
+        if fmt & !(CHUNK_FORMAT_48BIT | CHUNK_FORMAT_INDEXES | CHUNK_FORMAT_BLKBITS_MASK) != 0 {
             return Err(Error::incompatible(Incompatible::ChunkFormat {
                 nid: inode.nid,
                 format: fmt,
             }));
         }
-        let chunkbits = u32::from(blkszbits) + u32::from(fmt & FORMAT_BLKBITS_MASK);
+        let chunkbits = u32::from(blkszbits) + u32::from(fmt & CHUNK_FORMAT_BLKBITS_MASK);
         if chunkbits > 47 {
             return Err(Error::corrupt(
                 inode.pos + 16,
@@ -48,8 +42,8 @@ impl ChunkFormat {
         }
         Ok(ChunkFormat {
             chunkbits,
-            indexes: fmt & FORMAT_INDEXES != 0,
-            wide: fmt & FORMAT_48BIT != 0,
+            indexes: fmt & CHUNK_FORMAT_INDEXES != 0,
+            wide: fmt & CHUNK_FORMAT_48BIT != 0,
         })
     }
 
@@ -89,20 +83,16 @@ impl ChunkEntry {
     /// for the 48BIT chunk format, whose indexes keep the address's high
     /// 16 bits where older ones had an unused field).
     pub fn parse(raw: &[u8], device_id_mask: u16, wide: bool) -> ChunkEntry {
-        let lo = |at: usize| {
-            u64::from(u32::from_le_bytes(
-                raw[at..at + 4].try_into().expect("4 bytes"),
-            ))
-        };
+        let lo = |at: usize| u64::from(le32(raw, at));
         let (device_id, addr, mask) = if raw.len() == 8 {
-            let hi = u64::from(u16::from_le_bytes([raw[0], raw[1]]));
+            let hi = u64::from(le16(raw, 0));
             let mask = if wide {
                 (1u64 << 48) - 1
             } else {
                 u64::from(NULL_ADDR)
             };
             (
-                u16::from_le_bytes([raw[2], raw[3]]) & device_id_mask,
+                le16(raw, 2) & device_id_mask,
                 (hi << 32 | lo(4)) & mask,
                 mask,
             )

@@ -8,8 +8,9 @@ use std::os::unix::ffi::OsStrExt;
 use foliofs_vfs::{DirEntry, Error, FileType, Ino, Result, Scratch};
 
 use crate::data::{with_scratch, Phys};
-use crate::dirent::{self, DirBlock, DIRENT_SIZE};
-use crate::inode::{self, Inode, Layout};
+use crate::dirent::{self, DirBlock};
+use crate::format::{Layout, DIRENT_SIZE, MAX_INODE_SIZE};
+use crate::inode::Inode;
 use crate::{Corrupt, Erofs};
 
 /// Directory blocks whose entries' inodes one READDIRPLUS prefetches (at
@@ -71,16 +72,22 @@ impl Erofs {
 
     /// Lists directory `ino` from byte position `offset` on, for
     /// [`FileSystem::readdir`](foliofs_vfs::FileSystem::readdir): each
-    /// entry's `next` is where the entry after it starts.
+    /// entry's `next` is where the entry after it starts. With `dots`, "."
+    /// and ".." are listed as the kernel lists them: where they are among
+    /// the sorted entries, and a "." the directory does not keep
+    /// (DOT_OMITTED) after the last entry, at the position just past its
+    /// blocks.
     pub(crate) fn readdir_inner(
         &self,
         ino: Ino,
         offset: u64,
+        dots: bool,
         sink: &mut dyn FnMut(DirEntry<'_>) -> bool,
     ) -> Result<()> {
         let dir = self.dir_inode(ino)?;
         let bs = u64::from(self.sb.block_size());
         let nblocks = dir.size.div_ceil(bs);
+        let end = nblocks * bs;
         let mut block = offset / bs;
         let mut first = ((offset % bs) as usize).div_ceil(DIRENT_SIZE);
         while block < nblocks {
@@ -100,7 +107,7 @@ impl Erofs {
                 Ok(v)
             })?;
             for (nid, ftype, name, next) in entries {
-                if name == b"." || name == b".." {
+                if !dots && (name == b"." || name == b"..") {
                     continue;
                 }
                 let d = dirent::Dirent {
@@ -123,6 +130,14 @@ impl Erofs {
             }
             block += 1;
             first = 0;
+        }
+        if dots && dir.dot_omitted && offset <= end {
+            sink(DirEntry {
+                ino: self.ino_of(dir.nid),
+                next: end + 1,
+                kind: FileType::Directory,
+                name: OsStr::new("."),
+            });
         }
         Ok(())
     }
@@ -147,7 +162,7 @@ impl Erofs {
             let more = self.with_dir_block(&dir, block, |b| {
                 for pos in (0..b.len()).filter_map(|i| Inode::position(&self.sb, b.get(i).nid)) {
                     // An extended inode may run into the next block.
-                    at.extend([pos, pos.saturating_add(inode::MAX_INODE_SIZE as u64 - 1)]);
+                    at.extend([pos, pos.saturating_add(MAX_INODE_SIZE as u64 - 1)]);
                 }
                 Ok(())
             });
@@ -156,5 +171,80 @@ impl Erofs {
             }
         }
         self.dev.prefetch(at);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use foliofs_vfs::FileSystem;
+
+    use crate::format::{FT_DIR, FT_REG_FILE, I_FORMAT_BIT4};
+    use crate::testimage::{TestImage, FLAT_INLINE, ROOT};
+    use crate::Erofs;
+
+    /// Every (name, cookie after it) of the root listed from `offset`, with
+    /// the dots or without.
+    fn listing(fs: &Erofs, offset: u64, dots: bool) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        let mut sink = |e: foliofs_vfs::DirEntry<'_>| {
+            out.push((e.name.to_string_lossy().into_owned(), e.next));
+            false
+        };
+        if dots {
+            fs.readdir_with_dots(fs.root(), offset, &mut sink).unwrap();
+        } else {
+            fs.readdir(fs.root(), offset, &mut sink).unwrap();
+        }
+        out
+    }
+
+    fn names(list: &[(String, u64)]) -> Vec<&str> {
+        list.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    #[test]
+    fn the_dots_are_listed_where_they_are_stored() {
+        let mut t = TestImage::new(0, 0);
+        t.root(&[("#hash", 2, FT_REG_FILE), ("z", 3, FT_REG_FILE)]);
+        let (_d, fs) = t.open();
+        assert_eq!(names(&listing(&fs, 0, false)), ["#hash", "z"]);
+        let all = listing(&fs, 0, true);
+        assert_eq!(names(&all), ["#hash", ".", "..", "z"]);
+        // Each cookie resumes right after its entry.
+        for (i, (_, next)) in all.iter().enumerate() {
+            assert_eq!(listing(&fs, *next, true), all[i + 1..]);
+        }
+    }
+
+    #[test]
+    fn an_omitted_dot_comes_after_every_stored_entry() {
+        let mut t = TestImage::new(0, 0);
+        let block = TestImage::dirents(&mut [
+            ("..", ROOT, FT_DIR),
+            ("#hash", 2, FT_REG_FILE),
+            ("z", 3, FT_REG_FILE),
+        ]);
+        t.inode(
+            ROOT,
+            FLAT_INLINE | I_FORMAT_BIT4,
+            0o40755,
+            block.len() as u32,
+            0,
+        );
+        t.put(TestImage::inode_pos(ROOT) + 32, &block);
+        let (_d, fs) = t.open();
+        assert_eq!(names(&listing(&fs, 0, false)), ["#hash", "z"]);
+        let all = listing(&fs, 0, true);
+        assert_eq!(names(&all), ["#hash", "..", "z", "."]);
+        for (i, (_, next)) in all.iter().enumerate() {
+            assert_eq!(listing(&fs, *next, true), all[i + 1..]);
+        }
+        let mut dot = None;
+        fs.readdir_with_dots(fs.root(), all[2].1, &mut |e| {
+            dot = Some((e.ino, e.kind));
+            true
+        })
+        .unwrap();
+        assert_eq!(dot, Some((fs.root(), foliofs_vfs::FileType::Directory)));
     }
 }

@@ -2,10 +2,11 @@
 
 use foliofs_vfs::{Error, FileType, Result};
 
+use crate::format::{
+    le16, le64, DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV, FT_DIR, FT_FIFO, FT_REG_FILE, FT_SOCK,
+    FT_SYMLINK,
+};
 use crate::Corrupt;
-
-/// Size of one on-disk directory entry.
-pub const DIRENT_SIZE: usize = 12;
 
 /// One entry of a directory block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,13 +23,13 @@ impl Dirent<'_> {
     /// The entry's file type, if it is one EROFS defines.
     pub fn kind(&self) -> Option<FileType> {
         Some(match self.file_type {
-            1 => FileType::RegularFile,
-            2 => FileType::Directory,
-            3 => FileType::CharDevice,
-            4 => FileType::BlockDevice,
-            5 => FileType::Fifo,
-            6 => FileType::Socket,
-            7 => FileType::Symlink,
+            FT_REG_FILE => FileType::RegularFile,
+            FT_DIR => FileType::Directory,
+            FT_CHRDEV => FileType::CharDevice,
+            FT_BLKDEV => FileType::BlockDevice,
+            FT_FIFO => FileType::Fifo,
+            FT_SOCK => FileType::Socket,
+            FT_SYMLINK => FileType::Symlink,
             _ => return None,
         })
     }
@@ -51,7 +52,7 @@ impl<'a> DirBlock<'a> {
         if data.len() < DIRENT_SIZE {
             return Err(bad(Corrupt::DirBlockTooSmall { len: data.len() }));
         }
-        let first = usize::from(u16::from_le_bytes([data[8], data[9]]));
+        let first = usize::from(le16(data, 8));
         if first < DIRENT_SIZE || first % DIRENT_SIZE != 0 || first >= data.len() {
             return Err(bad(Corrupt::DirentFirstNameOffset {
                 nameoff: first,
@@ -109,7 +110,7 @@ impl<'a> DirBlock<'a> {
             start + tail.iter().position(|&b| b == 0).unwrap_or(tail.len())
         };
         Dirent {
-            nid: u64::from_le_bytes(d[at..at + 8].try_into().expect("8 bytes")),
+            nid: le64(d, at),
             file_type: d[at + 10],
             name: &d[start..end],
         }
@@ -137,7 +138,7 @@ impl<'a> DirBlock<'a> {
 
 fn nameoff(data: &[u8], i: usize) -> usize {
     let at = i * DIRENT_SIZE + 8;
-    usize::from(u16::from_le_bytes([data[at], data[at + 1]]))
+    usize::from(le16(data, at))
 }
 
 #[cfg(test)]

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use foliofs_vfs::FileType;
 
-use crate::decompress::{Algorithm, MAX_DECODED};
-use crate::superblock::{algorithm_name, incompat_name};
-use crate::zmap::{MAX_EXTENT, MAX_PCLUSTER};
+use crate::format::{
+    algorithm_name, incompat_name, Algorithm, MAGIC, MAX_DECODED, MAX_EXTENT, MAX_PCLUSTER,
+};
 
 /// What is wrong with an EROFS image. Reading reports the first of these
 /// it meets; [`Erofs::fsck`](crate::Erofs::fsck) reports every one it finds.
@@ -32,10 +32,7 @@ pub enum Corrupt {
         size: u64,
     },
     /// Not the EROFS magic.
-    #[error(
-        "bad EROFS magic {found:#010x} (expected {:#010x})",
-        crate::superblock::MAGIC
-    )]
+    #[error("bad EROFS magic {found:#010x} (expected {MAGIC:#010x})")]
     BadMagic {
         /// The 32-bit word where the magic belongs.
         found: u32,

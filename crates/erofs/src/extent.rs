@@ -22,7 +22,8 @@ pub struct Extent {
     pub physical: Option<(usize, u64)>,
     /// Bytes stored on disk for this extent.
     pub physical_len: u64,
-    /// LZ4-compressed (as opposed to stored as is).
+    /// Compressed, with any of the image's algorithms (as opposed to
+    /// stored as is, zeros or a fragment).
     pub compressed: bool,
     /// Stored inline in the metadata, after the inode.
     pub inline: bool,
@@ -58,7 +59,7 @@ impl Erofs {
                     length: e.llen,
                     physical: on_device.then_some((0, e.pa)),
                     physical_len: if stored { e.plen } else { 0 },
-                    compressed: e.format.algorithm().is_some(),
+                    compressed: matches!(e.format, ZFormat::Compressed(_)),
                     inline: e.inline,
                     fragment,
                 });

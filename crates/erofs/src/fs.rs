@@ -9,7 +9,7 @@ use foliofs_vfs::{
 
 use crate::data::Phys;
 use crate::inode::Layout;
-use crate::{Corrupt, Erofs, NAME_MAX};
+use crate::{xattr, Corrupt, Erofs, NAME_MAX};
 
 /// Longest symlink target read (the kernel's `PATH_MAX` less the NUL).
 const SYMLINK_MAX: u64 = 4095;
@@ -54,7 +54,22 @@ impl FileSystem for Erofs {
         offset: u64,
         sink: &mut dyn FnMut(DirEntry<'_>) -> bool,
     ) -> Result<()> {
-        self.readdir_inner(ino, offset, sink)
+        self.readdir_inner(ino, offset, false, sink)
+    }
+
+    /// The kernel's EROFS lists a directory's entries as they are stored,
+    /// sorted by name, "." and ".." among them.
+    fn lists_dots(&self) -> bool {
+        true
+    }
+
+    fn readdir_with_dots(
+        &self,
+        ino: Ino,
+        offset: u64,
+        sink: &mut dyn FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<()> {
+        self.readdir_inner(ino, offset, true, sink)
     }
 
     fn prefetch_dir(&self, ino: Ino, offset: u64) {
@@ -146,8 +161,9 @@ impl FileSystem for Erofs {
     }
 
     fn getxattr(&self, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {
-        let inode = self.inode(self.nid_of(ino))?;
         let name = name.as_bytes();
+        xattr::check_name(name)?;
+        let inode = self.inode(self.nid_of(ino))?;
         for e in self.xattrs(&inode)? {
             if e.name == name {
                 return self.xattr_value(&e);

@@ -3,41 +3,15 @@
 
 use foliofs_vfs::{Attr, Error, FileType, Rdev, Result, Timespec};
 
-use crate::superblock::{le16, le32, le64, Superblock, NID_METABOX};
+// The layout ids are the format's; they stay reachable here, beside the
+// inodes they describe.
+pub use crate::format::Layout;
+use crate::format::{
+    le16, le32, le64, INODE_COMPACT_SIZE, I_FORMAT_ALL, I_FORMAT_BIT4, I_FORMAT_EXTENDED,
+    MAX_INODE_SIZE, NID_METABOX, XATTR_IBODY_HEADER,
+};
+use crate::superblock::Superblock;
 use crate::{Corrupt, Erofs, Incompatible};
-
-/// How an inode's data is laid out (`i_format` bits 1..3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
-    /// Contiguous blocks from `i_u` on.
-    FlatPlain,
-    /// Compressed, one 8-byte index per logical cluster.
-    CompressedFull,
-    /// Blocks from `i_u`, the tail inline after the inode.
-    FlatInline,
-    /// Compressed, packed ("compacted") indexes.
-    CompressedCompact,
-    /// A table of chunk addresses after the inode.
-    ChunkBased,
-}
-
-impl Layout {
-    /// True for the two compressed layouts.
-    pub fn is_compressed(self) -> bool {
-        matches!(self, Layout::CompressedFull | Layout::CompressedCompact)
-    }
-
-    /// A short name for listings.
-    pub fn name(self) -> &'static str {
-        match self {
-            Layout::FlatPlain => "flat-plain",
-            Layout::CompressedFull => "compressed-full",
-            Layout::FlatInline => "flat-inline",
-            Layout::CompressedCompact => "compressed-compact",
-            Layout::ChunkBased => "chunk-based",
-        }
-    }
-}
 
 /// A parsed inode.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,14 +58,6 @@ pub struct Inode {
     pub mtime: Timespec,
 }
 
-/// Largest number of bytes an inode occupies on disk.
-pub const MAX_INODE_SIZE: usize = 64;
-/// `i_format` bit 4: NLINK_1 (compact non-directories: the link count is
-/// 1 and `i_nb` holds high address bits) or DOT_OMITTED (directories).
-pub const FORMAT_BIT4: u16 = 0x10;
-/// Every `i_format` bit EROFS defines.
-pub const FORMAT_ALL: u16 = 0x1F;
-
 impl Inode {
     /// Where inode `nid` lives in the image, or `None` when the address
     /// overflows or the inode is in the metabox.
@@ -108,31 +74,25 @@ impl Inode {
     pub fn parse(sb: &Superblock, nid: u64, pos: u64, raw: &[u8]) -> Result<Inode> {
         let format = le16(raw, 0);
         let bad = |kind: Corrupt| Error::corrupt(pos, kind);
-        if format & !FORMAT_ALL != 0 {
+        if format & !I_FORMAT_ALL != 0 {
             return Err(bad(Corrupt::BadInodeFormat { nid, format }));
         }
-        let extended = format & 1 != 0;
-        if extended && raw.len() < 64 {
+        let extended = format & I_FORMAT_EXTENDED != 0;
+        if extended && raw.len() < MAX_INODE_SIZE {
             return Err(bad(Corrupt::ExtendedInodeTruncated { nid }));
         }
-        let layout = match (format >> 1) & 7 {
-            0 => Layout::FlatPlain,
-            1 => Layout::CompressedFull,
-            2 => Layout::FlatInline,
-            3 => Layout::CompressedCompact,
-            4 => Layout::ChunkBased,
-            layout => {
-                return Err(Error::incompatible(Incompatible::DataLayout {
-                    nid,
-                    layout,
-                }))
-            }
-        };
+        let layout_id = (format >> 1) & 7;
+        let layout = Layout::from_id(layout_id).ok_or_else(|| {
+            Error::incompatible(Incompatible::DataLayout {
+                nid,
+                layout: layout_id,
+            })
+        })?;
         let mode = le16(raw, 4);
         let kind = FileType::from_mode(u32::from(mode))
             .ok_or_else(|| bad(Corrupt::BadFileType { nid, mode }))?;
         // Bit 4 is NLINK_1 on anything but a directory, DOT_OMITTED on one.
-        let bit4 = format & FORMAT_BIT4 != 0;
+        let bit4 = format & I_FORMAT_BIT4 != 0;
         let is_dir = kind == FileType::Directory;
         let i_nb = le16(raw, 6);
         let (nlink, size, i_u, uid, gid, mtime) = if extended {
@@ -225,15 +185,15 @@ impl Inode {
 
     /// True when `raw`'s first bytes announce the 64-byte form.
     pub fn is_extended(raw: &[u8]) -> bool {
-        raw[0] & 1 != 0
+        le16(raw, 0) & I_FORMAT_EXTENDED != 0
     }
 
     /// Bytes of the inode core.
     pub fn inode_size(&self) -> u64 {
         if self.extended {
-            64
+            MAX_INODE_SIZE as u64
         } else {
-            32
+            INODE_COMPACT_SIZE as u64
         }
     }
 
@@ -242,7 +202,7 @@ impl Inode {
         if self.xattr_icount == 0 {
             0
         } else {
-            12 + 4 * (u64::from(self.xattr_icount) - 1)
+            XATTR_IBODY_HEADER + 4 * (u64::from(self.xattr_icount) - 1)
         }
     }
 
@@ -275,18 +235,21 @@ impl Erofs {
         let pos = Inode::position(&self.sb, nid)
             .ok_or_else(|| Error::corrupt(0, Corrupt::NidOverflow { nid }))?;
         let mut raw = [0u8; MAX_INODE_SIZE];
-        self.dev.check_range(pos, 32).map_err(|_| {
-            Error::corrupt(
-                pos,
-                Corrupt::InodeOutOfImage {
-                    nid,
-                    size: self.dev.size(),
-                },
-            )
-        })?;
-        self.meta(pos, &mut raw[..32])?;
+        self.dev
+            .check_range(pos, INODE_COMPACT_SIZE as u64)
+            .map_err(|_| {
+                Error::corrupt(
+                    pos,
+                    Corrupt::InodeOutOfImage {
+                        nid,
+                        size: self.dev.size(),
+                    },
+                )
+            })?;
+        let compact = INODE_COMPACT_SIZE;
+        self.meta(pos, &mut raw[..compact])?;
         if Inode::is_extended(&raw) {
-            self.meta(pos + 32, &mut raw[32..])?;
+            self.meta(pos + compact as u64, &mut raw[compact..])?;
         }
         Inode::parse(&self.sb, nid, pos, &raw)
     }
@@ -321,8 +284,8 @@ mod tests {
     use super::*;
 
     fn sb() -> Superblock {
-        let mut raw = vec![0u8; crate::superblock::SUPER_SIZE];
-        raw[..4].copy_from_slice(&crate::superblock::MAGIC.to_le_bytes());
+        let mut raw = vec![0u8; crate::format::SUPER_SIZE];
+        raw[..4].copy_from_slice(&crate::format::MAGIC.to_le_bytes());
         raw[0x0C] = 12;
         raw[0x18..0x20].copy_from_slice(&1_000u64.to_le_bytes());
         raw[0x20..0x24].copy_from_slice(&5u32.to_le_bytes());

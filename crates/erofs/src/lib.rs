@@ -22,10 +22,14 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// The on-disk structures have a public module each. Reading an image is
-// split by job, much as Linux splits its driver: opening the image and its
-// devices (`mount`), mapping and reading plain data (`data`), decoding
-// compressed extents (`zdata`; `zmap` and `zmap_ext` map them), fragments
+// The on-disk format's constants, ids and byte readers are one leaf
+// module (`format`) that imports nothing else of the crate, so that every
+// other module may use them without forming a cycle; the on-disk
+// structures have a public module each. Reading an image is split by job,
+// much as Linux splits its driver: opening the image and its devices
+// (`mount`), mapping and reading plain data (`data`), reading compressed
+// extents (`zdata`; `zmap` and `zmap_ext` map them, `decompress` decodes
+// them with one file per algorithm, `zcache` keeps them), fragments
 // in the packed inode (`fragment`), metadata in the metabox inode
 // (`metabox`), directories (`dir`), name lookup (`namei`), and the
 // `FileSystem` trait on top of them (`fs`).
@@ -37,6 +41,7 @@ mod dir;
 pub mod dirent;
 mod error;
 pub mod extent;
+pub mod format;
 mod fragment;
 mod fs;
 pub mod fsck;
@@ -48,13 +53,15 @@ pub mod superblock;
 #[cfg(test)]
 mod testimage;
 pub mod xattr;
+mod zcache;
 mod zdata;
 pub mod zmap;
 pub mod zmap_ext;
 
 pub use error::{ConfigProblem, Corrupt, Decode, Incompatible};
 pub use extent::Extent;
+pub use format::Layout;
 pub use fsck::FsckReport;
-pub use inode::{Inode, Layout};
+pub use inode::Inode;
 pub use metabox::{ino_to_nid, nid_to_ino};
 pub use mount::{Erofs, NAME_MAX};

@@ -20,8 +20,8 @@ use std::cell::RefCell;
 use foliofs_vfs::{Error, FileType, Ino, Result, Scratch};
 
 use crate::data::with_scratch;
+use crate::format::{INCOMPAT_METABOX, MAX_INODE_SIZE, NID_METABOX};
 use crate::inode::Inode;
-use crate::superblock::{INCOMPAT_METABOX, NID_METABOX};
 use crate::{Corrupt, Erofs};
 
 thread_local! {
@@ -148,7 +148,7 @@ impl Erofs {
                 },
             ));
         }
-        let mut raw = [0u8; crate::inode::MAX_INODE_SIZE];
+        let mut raw = [0u8; MAX_INODE_SIZE];
         self.metabox_bytes(nid, pos, &mut raw[..32])?;
         if Inode::is_extended(&raw) {
             self.metabox_bytes(nid, pos + 32, &mut raw[32..])?;

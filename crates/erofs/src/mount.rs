@@ -7,14 +7,16 @@ use std::sync::Mutex;
 use foliofs_block::{BlockDev, BlockSizeChoice, OpenOptions, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use foliofs_vfs::{Error, FileType, Result, StatFs};
 
-use crate::inode::Inode;
-use crate::superblock::{
-    self, CompressionConfigs, DeviceSlot, Superblock, DEVT_SLOT_SIZE, SUPER_OFFSET, SUPER_SIZE,
-    SUPER_SIZE_EXT,
+use crate::decompress::CompressionConfigs;
+use crate::format::{
+    COMPAT_SB_CHKSUM, DEVT_SLOT_SIZE, INCOMPAT_48BIT, INCOMPAT_DEVICE_TABLE, SUPER_OFFSET,
+    SUPER_SIZE, SUPER_SIZE_EXT,
 };
+use crate::inode::Inode;
+use crate::superblock::{self, DeviceSlot, Superblock};
 use crate::xattr::LongPrefix;
-use crate::zdata::CachedExtent;
-use crate::zmap_ext::RunningSums;
+use crate::zcache::ExtentCache;
+use crate::zmap_ext::{self, RunningSums};
 use crate::{Corrupt, Incompatible};
 
 /// Longest name EROFS stores.
@@ -38,15 +40,15 @@ pub struct Erofs {
     pub(crate) prefixes: Vec<LongPrefix>,
     /// Each listed compression algorithm's configuration record.
     pub(crate) configs: CompressionConfigs,
-    /// Recently decompressed extents: (nid, logical start, bytes).
-    pub(crate) zcache: Mutex<Vec<CachedExtent>>,
+    /// Recently decompressed extents of files.
+    pub(crate) zcache: Mutex<ExtentCache>,
     /// Running sums of recently used 4-byte extent record tables.
-    pub(crate) ext_sums: Mutex<Vec<RunningSums>>,
+    pub(crate) ext_sums: Mutex<RunningSums>,
     /// The metabox inode, on images whose inodes may live in it.
     pub(crate) metabox: Option<Inode>,
     /// Recently decompressed extents of the metabox inode, apart from the
     /// files' so that reading files does not push inodes out.
-    pub(crate) mcache: Mutex<Vec<CachedExtent>>,
+    pub(crate) mcache: Mutex<ExtentCache>,
     pub(crate) path: PathBuf,
 }
 
@@ -93,10 +95,10 @@ impl Erofs {
             device_id_mask: 0,
             prefixes: Vec::new(),
             configs: CompressionConfigs::default(),
-            zcache: Mutex::new(Vec::new()),
-            ext_sums: Mutex::new(Vec::new()),
+            zcache: Mutex::new(ExtentCache::for_files()),
+            ext_sums: Mutex::new(zmap_ext::running_sums()),
             metabox: None,
-            mcache: Mutex::new(Vec::new()),
+            mcache: Mutex::new(ExtentCache::for_metabox()),
             path: path.to_owned(),
         };
         fs.check_superblock()?;
@@ -134,7 +136,7 @@ impl Erofs {
     }
 
     pub(crate) fn check_superblock(&mut self) -> Result<()> {
-        if self.sb.has_compat(superblock::COMPAT_SB_CHKSUM) {
+        if self.sb.has_compat(COMPAT_SB_CHKSUM) {
             let mut block = vec![0u8; superblock::checksum_len(&self.sb)];
             self.meta(SUPER_OFFSET, &mut block)?;
             superblock::verify_checksum(&self.sb, &block)?;
@@ -152,7 +154,7 @@ impl Erofs {
     pub(crate) fn open_devices(&mut self, opts: &OpenOptions, paths: &[PathBuf]) -> Result<()> {
         // As the kernel does, the device count means nothing without the
         // device table feature.
-        let n = if self.sb.has_incompat(superblock::INCOMPAT_DEVICE_TABLE) {
+        let n = if self.sb.has_incompat(INCOMPAT_DEVICE_TABLE) {
             usize::from(self.sb.extra_devices)
         } else {
             0
@@ -173,7 +175,7 @@ impl Erofs {
             self.meta(base + i * DEVT_SLOT_SIZE, &mut raw)?;
             slots.push(DeviceSlot::parse(
                 &raw,
-                self.sb.has_incompat(superblock::INCOMPAT_48BIT),
+                self.sb.has_incompat(INCOMPAT_48BIT),
             ));
         }
         self.device_id_mask = ((n + 1).next_power_of_two() - 1) as u16;

@@ -1,58 +1,23 @@
 //! The EROFS superblock (128 bytes at byte 1024, and 16 more per extension
-//! slot), its checksum, the compression configuration records after it and
-//! the device table.
+//! slot), its checksum and the device table. The compression configuration
+//! records that follow it are read in `decompress`, beside the decoders
+//! they configure.
 
 use foliofs_vfs::{Error, Result};
 
-use crate::error::ConfigProblem;
+use crate::format::{bytes, le16, le32, le64, Algorithm};
 use crate::{Corrupt, Incompatible};
 
-/// Byte offset of the superblock in the image.
-pub const SUPER_OFFSET: u64 = 1024;
-/// Size of the fixed part of the on-disk superblock.
-pub const SUPER_SIZE: usize = 128;
-/// Size of the superblock with its first extension slot, which holds the
-/// metabox nid: the most of it this reader has fields for.
-pub const SUPER_SIZE_EXT: usize = 144;
-/// Largest superblock (with its extension slots) the kernel takes: the
-/// rest of a 4 KiB page after byte 1024.
-pub const SUPER_MAX_SIZE: u64 = 4096 - SUPER_OFFSET;
-/// `EROFS_SUPER_MAGIC_V1`.
-pub const MAGIC: u32 = 0xE0F5_E1E2;
-
-/// Compat: the superblock carries a crc32c.
-pub const COMPAT_SB_CHKSUM: u32 = 0x1;
-/// Compat: inodes carry their own mtime.
-pub const COMPAT_MTIME: u32 = 0x2;
-/// Compat: xattr bloom filters (a hint; safe to ignore).
-pub const COMPAT_XATTR_FILTER: u32 = 0x4;
-/// Compat: shared xattrs live in the metabox inode's data, not the image.
-pub const COMPAT_SHARED_EA_IN_METABOX: u32 = 0x8;
-/// Compat: the long xattr prefix table is in the image even when the image
-/// has a packed inode or a metabox.
-pub const COMPAT_PLAIN_XATTR_PFX: u32 = 0x10;
-/// Compat: inodes carry a content digest xattr for page-cache sharing (a
-/// hint; safe to ignore).
-pub const COMPAT_ISHARE_XATTRS: u32 = 0x20;
-
-/// Incompat: LZ4 data right-aligned in its physical cluster.
-pub const INCOMPAT_LZ4_0PADDING: u32 = 0x1;
-/// Incompat: compression configuration records and big physical clusters.
-pub const INCOMPAT_COMPR_CFGS: u32 = 0x2;
-/// Incompat: chunk-based files.
-pub const INCOMPAT_CHUNKED_FILE: u32 = 0x4;
-/// Incompat: a device table for extra devices.
-pub const INCOMPAT_DEVICE_TABLE: u32 = 0x8;
-/// Incompat: the last physical cluster of a file inline with its inode.
-pub const INCOMPAT_ZTAILPACKING: u32 = 0x10;
-/// Incompat: fragments packed into a special inode (and deduplication).
-pub const INCOMPAT_FRAGMENTS: u32 = 0x20;
-/// Incompat: long xattr name prefixes.
-pub const INCOMPAT_XATTR_PREFIXES: u32 = 0x40;
-/// Incompat: 48-bit block addresses.
-pub const INCOMPAT_48BIT: u32 = 0x80;
-/// Incompat: metadata kept in a separate "metabox" inode.
-pub const INCOMPAT_METABOX: u32 = 0x100;
+// The superblock's constants are the format's; they stay reachable here,
+// where the command line and the tests find them.
+pub use crate::format::{
+    algorithm_name, compat_name, incompat_name, COMPAT_ISHARE_XATTRS, COMPAT_MTIME,
+    COMPAT_PLAIN_XATTR_PFX, COMPAT_SB_CHKSUM, COMPAT_SHARED_EA_IN_METABOX, COMPAT_XATTR_FILTER,
+    DEVT_SLOT_SIZE, INCOMPAT_48BIT, INCOMPAT_CHUNKED_FILE, INCOMPAT_COMPR_CFGS,
+    INCOMPAT_DEVICE_TABLE, INCOMPAT_FRAGMENTS, INCOMPAT_LZ4_0PADDING, INCOMPAT_METABOX,
+    INCOMPAT_XATTR_PREFIXES, INCOMPAT_ZTAILPACKING, MAGIC, NID_METABOX, SUPER_MAX_SIZE,
+    SUPER_OFFSET, SUPER_SIZE, SUPER_SIZE_EXT,
+};
 
 /// Incompat bits this reader implements.
 pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_LZ4_0PADDING
@@ -64,240 +29,6 @@ pub const SUPPORTED_INCOMPAT: u32 = INCOMPAT_LZ4_0PADDING
     | INCOMPAT_XATTR_PREFIXES
     | INCOMPAT_48BIT
     | INCOMPAT_METABOX;
-
-/// The name of a compat feature bit, for listings (`None` for bits EROFS
-/// does not define).
-pub fn compat_name(bit: u32) -> Option<&'static str> {
-    Some(match bit {
-        COMPAT_SB_CHKSUM => "sb_csum",
-        COMPAT_MTIME => "mtime",
-        COMPAT_XATTR_FILTER => "xattr_filter",
-        COMPAT_SHARED_EA_IN_METABOX => "shared_ea_in_metabox",
-        COMPAT_PLAIN_XATTR_PFX => "plain_xattr_pfx",
-        COMPAT_ISHARE_XATTRS => "ishare_xattrs",
-        _ => return None,
-    })
-}
-
-/// Compression algorithm numbers (bit positions in the algorithm bitmap).
-pub const ALG_LZ4: u8 = 0;
-/// MicroLZMA.
-pub const ALG_LZMA: u8 = 1;
-/// Raw DEFLATE.
-pub const ALG_DEFLATE: u8 = 2;
-/// Zstandard.
-pub const ALG_ZSTD: u8 = 3;
-/// Every algorithm this reader decodes, as a bitmap.
-pub const KNOWN_ALGORITHMS: u16 = 1 << ALG_LZ4 | 1 << ALG_LZMA | 1 << ALG_DEFLATE | 1 << ALG_ZSTD;
-
-/// Smallest MicroLZMA dictionary the kernel takes.
-pub const LZMA_MIN_DICT: u32 = 4 << 10;
-/// Largest MicroLZMA dictionary the kernel takes.
-pub const LZMA_MAX_DICT: u32 = 8 << 20;
-/// Largest DEFLATE window (log2) the kernel takes.
-pub const DEFLATE_MAX_WINDOWBITS: u8 = 15;
-/// Largest Zstd window log above 1 KiB the kernel takes (1 MiB windows).
-pub const ZSTD_MAX_WINDOWLOG: u8 = 10;
-
-/// The name of an incompat feature bit, for refusal messages.
-pub fn incompat_name(bit: u32) -> String {
-    match bit {
-        INCOMPAT_LZ4_0PADDING => "lz4_0padding".into(),
-        INCOMPAT_COMPR_CFGS => "compr_cfgs (big pclusters)".into(),
-        INCOMPAT_CHUNKED_FILE => "chunked_file".into(),
-        INCOMPAT_DEVICE_TABLE => "device_table".into(),
-        INCOMPAT_ZTAILPACKING => "ztailpacking".into(),
-        INCOMPAT_FRAGMENTS => "fragments/dedupe".into(),
-        INCOMPAT_XATTR_PREFIXES => "xattr_prefixes".into(),
-        INCOMPAT_48BIT => "48bit block addresses".into(),
-        INCOMPAT_METABOX => "metabox".into(),
-        other => format!("unknown incompat feature bit {other:#x}"),
-    }
-}
-
-/// The name of a compression algorithm number.
-pub fn algorithm_name(alg: u8) -> String {
-    match alg {
-        0 => "LZ4".into(),
-        1 => "MicroLZMA".into(),
-        2 => "DEFLATE".into(),
-        3 => "Zstd".into(),
-        n => format!("unknown algorithm {n}"),
-    }
-}
-
-/// LZ4's configuration record (or, without records, the superblock's
-/// max distance).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Lz4Config {
-    /// Longest match distance the compressor used (0 = the LZ4 default).
-    pub max_distance: u16,
-    /// Largest physical cluster, in blocks (0 = not recorded).
-    pub max_pclusterblks: u16,
-}
-
-/// MicroLZMA's configuration record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LzmaConfig {
-    /// Dictionary size in bytes.
-    pub dict_size: u32,
-}
-
-/// DEFLATE's configuration record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DeflateConfig {
-    /// log2 of the window the compressor used.
-    pub windowbits: u8,
-}
-
-/// Zstd's configuration record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ZstdConfig {
-    /// The window is `1 << (windowlog + 10)` bytes.
-    pub windowlog: u8,
-}
-
-impl ZstdConfig {
-    /// Largest frame window the image's Zstd data may ask for.
-    pub fn window_size(&self) -> u64 {
-        1 << (u32::from(self.windowlog) + 10)
-    }
-}
-
-/// The configuration of every algorithm the superblock lists (`None` for
-/// the ones it does not).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CompressionConfigs {
-    /// LZ4 (always present on an image that can hold compressed files).
-    pub lz4: Option<Lz4Config>,
-    /// MicroLZMA.
-    pub lzma: Option<LzmaConfig>,
-    /// DEFLATE.
-    pub deflate: Option<DeflateConfig>,
-    /// Zstd.
-    pub zstd: Option<ZstdConfig>,
-}
-
-impl CompressionConfigs {
-    /// Reads the configuration records that follow the superblock (with
-    /// COMPR_CFGS; without it only LZ4 exists, configured by the
-    /// superblock's u16), validated as the kernel validates them at mount.
-    /// `read` reads image bytes at a position.
-    pub fn load(
-        sb: &Superblock,
-        mut read: impl FnMut(u64, &mut [u8]) -> Result<()>,
-    ) -> Result<CompressionConfigs> {
-        let mut cfgs = CompressionConfigs::default();
-        if !sb.has_incompat(INCOMPAT_COMPR_CFGS) {
-            cfgs.lz4 = Some(Lz4Config {
-                max_distance: sb.compr_u16,
-                max_pclusterblks: 0,
-            });
-            return Ok(cfgs);
-        }
-        let algs = sb.compr_u16;
-        let unknown = algs & !KNOWN_ALGORITHMS;
-        if unknown != 0 {
-            return Err(Error::incompatible(Incompatible::Algorithm {
-                algorithm: unknown.trailing_zeros() as u8,
-            }));
-        }
-        // Records follow in ascending algorithm order, each 4-byte aligned,
-        // a u16 length and then that many bytes.
-        let mut pos = SUPER_OFFSET + sb.size();
-        for alg in 0..16u8 {
-            if algs & (1 << alg) == 0 {
-                continue;
-            }
-            pos = pos.div_ceil(4) * 4;
-            let at = pos;
-            let mut len = [0u8; 2];
-            read(pos, &mut len)?;
-            let len = u16::from_le_bytes(len);
-            let mut rec = vec![0u8; usize::from(len)];
-            read(pos + 2, &mut rec)?;
-            pos += 2 + u64::from(len);
-            let bad = |problem: ConfigProblem| {
-                Error::corrupt(
-                    at,
-                    Corrupt::CompressionConfig {
-                        algorithm: alg,
-                        problem,
-                    },
-                )
-            };
-            // The kernel takes a longer record than it knows for LZ4,
-            // DEFLATE and Zstd (room for new fields), but MicroLZMA's only
-            // at its exact size.
-            let (expected, exact) = match alg {
-                ALG_LZ4 => (14, false),
-                ALG_LZMA => (14, true),
-                _ => (6, false),
-            };
-            if len < expected || (exact && len != expected) {
-                return Err(bad(ConfigProblem::Size { len, expected }));
-            }
-            match alg {
-                ALG_LZ4 => {
-                    let c = Lz4Config {
-                        max_distance: le16(&rec, 0),
-                        max_pclusterblks: le16(&rec, 2),
-                    };
-                    let most = (1u32 << 20) >> sb.blkszbits;
-                    if u32::from(c.max_pclusterblks) > most {
-                        return Err(bad(ConfigProblem::Lz4PclusterBlocks {
-                            blocks: c.max_pclusterblks,
-                        }));
-                    }
-                    cfgs.lz4 = Some(c);
-                }
-                ALG_LZMA => {
-                    let dict_size = le32(&rec, 0);
-                    let format = le16(&rec, 4);
-                    if format != 0 {
-                        return Err(bad(ConfigProblem::LzmaFormat { format }));
-                    }
-                    if !(LZMA_MIN_DICT..=LZMA_MAX_DICT).contains(&dict_size) {
-                        return Err(bad(ConfigProblem::LzmaDictSize { dict_size }));
-                    }
-                    cfgs.lzma = Some(LzmaConfig { dict_size });
-                }
-                ALG_DEFLATE => {
-                    let windowbits = rec[0];
-                    if windowbits > DEFLATE_MAX_WINDOWBITS {
-                        return Err(bad(ConfigProblem::DeflateWindowBits { windowbits }));
-                    }
-                    cfgs.deflate = Some(DeflateConfig { windowbits });
-                }
-                _ => {
-                    let (format, windowlog) = (rec[0], rec[1]);
-                    if format != 0 {
-                        return Err(bad(ConfigProblem::ZstdFormat { format }));
-                    }
-                    if windowlog > ZSTD_MAX_WINDOWLOG {
-                        return Err(bad(ConfigProblem::ZstdWindowLog { windowlog }));
-                    }
-                    cfgs.zstd = Some(ZstdConfig { windowlog });
-                }
-            }
-        }
-        Ok(cfgs)
-    }
-
-    /// The algorithms configured, by number.
-    pub fn algorithms(&self) -> Vec<u8> {
-        [
-            (self.lz4.is_some(), ALG_LZ4),
-            (self.lzma.is_some(), ALG_LZMA),
-            (self.deflate.is_some(), ALG_DEFLATE),
-            (self.zstd.is_some(), ALG_ZSTD),
-        ]
-        .iter()
-        .filter(|(on, _)| *on)
-        .map(|(_, alg)| *alg)
-        .collect()
-    }
-}
 
 /// The parsed superblock.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -351,20 +82,6 @@ pub struct Superblock {
     pub packed_nid: u64,
     /// The metabox inode's nid (0 = none; only with METABOX).
     pub metabox_nid: u64,
-}
-
-/// Bit 63 of a nid: the inode lives in the metabox inode's data.
-pub const NID_METABOX: u64 = 1 << 63;
-
-/// Little-endian fields at byte `at` of `b` (callers check the length).
-pub(crate) fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 impl Superblock {
@@ -434,7 +151,7 @@ impl Superblock {
             blocks: u64::from(le32(raw, 0x24)) | blocks_hi << 32,
             meta_blkaddr: le32(raw, 0x28),
             xattr_blkaddr: le32(raw, 0x2C),
-            uuid: raw[0x30..0x40].try_into().expect("16 bytes"),
+            uuid: bytes(raw, 0x30),
             volume_name: raw[0x40..0x50].to_vec(),
             feature_incompat,
             compr_u16: le16(raw, 0x54),
@@ -509,7 +226,7 @@ impl Superblock {
         if self.has_incompat(INCOMPAT_COMPR_CFGS) {
             self.compr_u16
         } else {
-            1 << ALG_LZ4
+            1 << Algorithm::Lz4.number()
         }
     }
 
@@ -564,9 +281,6 @@ pub struct DeviceSlot {
     /// Where the device's blocks start in a flat address space (0 = not mapped).
     pub mapped_blkaddr: u64,
 }
-
-/// Size of one device table slot.
-pub const DEVT_SLOT_SIZE: u64 = 128;
 
 impl DeviceSlot {
     /// Parses one 128-byte slot; `wide` (48BIT) adds the high 16 bits of
@@ -647,166 +361,6 @@ mod tests {
             "unsupported feature: EROFS image uses fragments/dedupe, \
              unknown incompat feature bit 0x8000"
         );
-    }
-
-    /// A superblock with COMPR_CFGS listing `algs`, followed by `records`
-    /// (each as its payload; lengths and alignment are added here).
-    fn with_configs(algs: u16, records: &[&[u8]]) -> (Superblock, Vec<u8>) {
-        let mut raw = minimal();
-        raw[0x50..0x54].copy_from_slice(&INCOMPAT_COMPR_CFGS.to_le_bytes());
-        raw[0x54..0x56].copy_from_slice(&algs.to_le_bytes());
-        let sb = Superblock::parse(&raw).unwrap();
-        let mut image = vec![0u8; SUPER_OFFSET as usize];
-        image.extend_from_slice(&raw);
-        for rec in records {
-            while image.len() & 3 != 0 {
-                image.push(0);
-            }
-            image.extend_from_slice(&(rec.len() as u16).to_le_bytes());
-            image.extend_from_slice(rec);
-        }
-        (sb, image)
-    }
-
-    fn load(algs: u16, records: &[&[u8]]) -> Result<CompressionConfigs> {
-        let (sb, image) = with_configs(algs, records);
-        CompressionConfigs::load(&sb, |pos, buf| {
-            let pos = pos as usize;
-            match image.get(pos..pos + buf.len()) {
-                Some(b) => {
-                    buf.copy_from_slice(b);
-                    Ok(())
-                }
-                None => Err(Error::corrupt(pos as u64, Corrupt::SuperblockTruncated)),
-            }
-        })
-    }
-
-    fn config_problem(e: &Error) -> (u8, ConfigProblem) {
-        match e.corruption::<Corrupt>() {
-            Some(Corrupt::CompressionConfig { algorithm, problem }) => {
-                (*algorithm, problem.clone())
-            }
-            other => panic!("not a config problem: {other:?} ({e})"),
-        }
-    }
-
-    const LZ4: [u8; 14] = [0xff, 0xff, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-    const LZMA: [u8; 14] = [0, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-    const DEFLATE: [u8; 6] = [15, 0, 0, 0, 0, 0];
-    const ZSTD: [u8; 6] = [0, 5, 0, 0, 0, 0];
-
-    #[test]
-    fn every_config_record_is_read() {
-        let c = load(0xF, &[&LZ4, &LZMA, &DEFLATE, &ZSTD]).unwrap();
-        assert_eq!(
-            c.lz4,
-            Some(Lz4Config {
-                max_distance: 0xffff,
-                max_pclusterblks: 1
-            })
-        );
-        assert_eq!(c.lzma, Some(LzmaConfig { dict_size: 0x8000 }));
-        assert_eq!(c.deflate, Some(DeflateConfig { windowbits: 15 }));
-        assert_eq!(c.zstd, Some(ZstdConfig { windowlog: 5 }));
-        assert_eq!(c.zstd.unwrap().window_size(), 32 << 10);
-        assert_eq!(c.algorithms(), vec![0, 1, 2, 3]);
-        let only_zstd = load(1 << ALG_ZSTD, &[&ZSTD]).unwrap();
-        assert_eq!(only_zstd.algorithms(), vec![ALG_ZSTD]);
-    }
-
-    #[test]
-    fn config_records_are_validated_like_the_kernel() {
-        let mut lzma = LZMA;
-        lzma[..4].copy_from_slice(&(16u32 << 20).to_le_bytes());
-        let e = load(2, &[&lzma]).unwrap_err();
-        assert_eq!(e.offset(), Some(SUPER_OFFSET + SUPER_SIZE as u64));
-        assert_eq!(
-            config_problem(&e),
-            (
-                ALG_LZMA,
-                ConfigProblem::LzmaDictSize {
-                    dict_size: 16 << 20
-                }
-            )
-        );
-        assert!(
-            e.to_string().contains("MicroLZMA configuration record"),
-            "{e}"
-        );
-        lzma[..4].copy_from_slice(&2048u32.to_le_bytes());
-        let e = load(2, &[&lzma]).unwrap_err();
-        assert_eq!(
-            config_problem(&e).1,
-            ConfigProblem::LzmaDictSize { dict_size: 2048 }
-        );
-        let mut lzma = LZMA;
-        lzma[4] = 1;
-        let e = load(2, &[&lzma]).unwrap_err();
-        assert_eq!(
-            config_problem(&e).1,
-            ConfigProblem::LzmaFormat { format: 1 }
-        );
-        let e = load(2, &[&LZMA[..12]]).unwrap_err();
-        assert_eq!(
-            config_problem(&e).1,
-            ConfigProblem::Size {
-                len: 12,
-                expected: 14
-            }
-        );
-        let e = load(4, &[&[16, 0, 0, 0, 0, 0]]).unwrap_err();
-        assert_eq!(
-            config_problem(&e),
-            (
-                ALG_DEFLATE,
-                ConfigProblem::DeflateWindowBits { windowbits: 16 }
-            )
-        );
-        let e = load(8, &[&[0, 11, 0, 0, 0, 0]]).unwrap_err();
-        assert_eq!(
-            config_problem(&e),
-            (ALG_ZSTD, ConfigProblem::ZstdWindowLog { windowlog: 11 })
-        );
-        let e = load(8, &[&[1, 5, 0, 0, 0, 0]]).unwrap_err();
-        assert_eq!(
-            config_problem(&e).1,
-            ConfigProblem::ZstdFormat { format: 1 }
-        );
-        let e = load(1, &[&LZ4[..10]]).unwrap_err();
-        assert_eq!(
-            config_problem(&e),
-            (
-                ALG_LZ4,
-                ConfigProblem::Size {
-                    len: 10,
-                    expected: 14
-                }
-            )
-        );
-        // The second record is found past the first's alignment.
-        let e = load(0b101, &[&LZ4, &[16, 0, 0, 0, 0, 0]]).unwrap_err();
-        assert_eq!(e.offset(), Some(SUPER_OFFSET + SUPER_SIZE as u64 + 16));
-    }
-
-    #[test]
-    fn an_unknown_algorithm_is_refused_by_name() {
-        let e = load(1 | 1 << 4, &[&LZ4]).unwrap_err();
-        assert_eq!(
-            e.incompatibility::<Incompatible>(),
-            Some(&Incompatible::Algorithm { algorithm: 4 })
-        );
-        assert!(
-            e.to_string().contains("unknown algorithm 4 compression"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn without_records_only_lz4_exists() {
-        let sb = Superblock::parse(&minimal()).unwrap();
-        let c = CompressionConfigs::load(&sb, |_, _| panic!("no records to read")).unwrap();
-        assert_eq!(c.algorithms(), vec![ALG_LZ4]);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use foliofs_block::OpenOptions;
 
-use crate::superblock::{MAGIC, SUPER_OFFSET};
+use crate::format::{MAGIC, SUPER_OFFSET};
 use crate::Erofs;
 
 /// Block size of every test image.
@@ -90,17 +90,23 @@ impl TestImage {
     pub(crate) fn dir_block(entries: &[(&str, u64, u8)], nid: u64, parent: u64) -> Vec<u8> {
         let mut all: Vec<(&str, u64, u8)> = vec![(".", nid, 2), ("..", parent, 2)];
         all.extend_from_slice(entries);
+        Self::dirents(&mut all)
+    }
+
+    /// One directory block of exactly `all` (name, nid, EROFS file type),
+    /// sorted as mkfs.erofs sorts them.
+    pub(crate) fn dirents(all: &mut [(&str, u64, u8)]) -> Vec<u8> {
         all.sort_by(|a, b| a.0.cmp(b.0));
         let mut block = Vec::new();
         let mut nameoff = 12 * all.len();
-        for (name, nid, ft) in &all {
+        for (name, nid, ft) in all.iter() {
             block.extend_from_slice(&nid.to_le_bytes());
             block.extend_from_slice(&(nameoff as u16).to_le_bytes());
             block.push(*ft);
             block.push(0);
             nameoff += name.len();
         }
-        for (name, _, _) in &all {
+        for (name, _, _) in all.iter() {
             block.extend_from_slice(name.as_bytes());
         }
         block

@@ -3,26 +3,35 @@
 
 use foliofs_vfs::{Error, Result};
 
+use crate::format::{
+    le16, le32, xattr_prefix, COMPAT_PLAIN_XATTR_PFX, COMPAT_SHARED_EA_IN_METABOX,
+    XATTR_IBODY_HEADER, XATTR_LONG_PREFIX,
+};
 use crate::inode::Inode;
-use crate::superblock::{COMPAT_PLAIN_XATTR_PFX, COMPAT_SHARED_EA_IN_METABOX};
 use crate::{Corrupt, Erofs};
 
-/// Size of the in-inode xattr header.
-const IBODY_HEADER: u64 = 12;
-/// Bit of `e_name_index` selecting a long prefix.
-pub const LONG_PREFIX: u8 = 0x80;
-
-/// The name prefix of a built-in index, as the kernel lists it. Index 5
-/// (Lustre) has no handler in Linux and is neither listed nor found.
-pub fn base_prefix(index: u8) -> Option<&'static [u8]> {
-    Some(match index {
-        1 => b"user.",
-        2 => b"system.posix_acl_access",
-        3 => b"system.posix_acl_default",
-        4 => b"trusted.",
-        6 => b"security.",
-        _ => return None,
-    })
+/// Checks that the kernel's EROFS would look `name` up at all. Linux finds
+/// a handler for a name before the file system reads anything: EROFS has
+/// one for each prefix of [`xattr_prefix`] (`user.`, `trusted.`,
+/// `security.`), taking names longer than the prefix, and one for each
+/// POSIX ACL name, taking it whole. Any other name has none:
+/// `EOPNOTSUPP`, where an image could hold it (the Lustre index, a long
+/// prefix on an unknown base) or not. A bare prefix is no name: `EINVAL`.
+pub fn check_name(name: &[u8]) -> Result<()> {
+    for prefix in (0..XATTR_LONG_PREFIX).filter_map(xattr_prefix) {
+        let whole = !prefix.ends_with(b".");
+        if whole && name == prefix {
+            return Ok(());
+        }
+        if !whole && name.starts_with(prefix) {
+            return if name.len() > prefix.len() {
+                Ok(())
+            } else {
+                Err(Error::Invalid)
+            };
+        }
+    }
+    Err(Error::OperationNotSupported)
 }
 
 /// A long xattr name prefix from the prefix table.
@@ -75,7 +84,7 @@ impl Erofs {
             pos = pos.div_ceil(4) * 4;
             let mut len = [0u8; 2];
             self.prefix_bytes(holder.as_ref(), pos, &mut len)?;
-            let len = usize::from(u16::from_le_bytes(len));
+            let len = usize::from(le16(&len, 0));
             // The kernel's limit: a base index byte and an infix no longer
             // than a name.
             if len == 0 || len > 256 {
@@ -114,19 +123,19 @@ impl Erofs {
     /// The full name for `index` + `suffix`, or `None` when the kernel would
     /// not show this attribute.
     fn full_name(&self, index: u8, suffix: &[u8]) -> Option<Vec<u8>> {
-        if index & LONG_PREFIX != 0 {
-            let i = usize::from(index & !LONG_PREFIX);
+        if index & XATTR_LONG_PREFIX != 0 {
+            let i = usize::from(index & !XATTR_LONG_PREFIX);
             // Like the kernel, an attribute naming a prefix that does not
             // exist, or one on an unknown base, is not shown.
             let p = self.prefixes.get(i)?;
-            let base = base_prefix(p.base_index)?;
+            let base = xattr_prefix(p.base_index)?;
             let mut n = Vec::with_capacity(base.len() + p.infix.len() + suffix.len());
             n.extend_from_slice(base);
             n.extend_from_slice(&p.infix);
             n.extend_from_slice(suffix);
             return Some(n);
         }
-        base_prefix(index).map(|base| {
+        xattr_prefix(index).map(|base| {
             let mut n = base.to_vec();
             n.extend_from_slice(suffix);
             n
@@ -154,7 +163,7 @@ impl Erofs {
         let mut h = [0u8; 4];
         self.xattr_bytes(nid, in_metabox, pos, &mut h)?;
         let name_len = usize::from(h[0]);
-        let value_len = u16::from_le_bytes([h[2], h[3]]);
+        let value_len = le16(&h, 2);
         let mut suffix = vec![0u8; name_len];
         self.xattr_bytes(nid, in_metabox, pos + 4, &mut suffix)?;
         let size = (4 + name_len as u64 + u64::from(value_len)).div_ceil(4) * 4;
@@ -168,7 +177,9 @@ impl Erofs {
         Ok((entry, size))
     }
 
-    /// Every attribute of `inode`, shared ones first (the kernel's order).
+    /// Every attribute of `inode`, in the kernel's order: those inline in
+    /// the inode first, then the shared ones. A name kept both ways is the
+    /// inline one's, as the kernel looks it up in the same order.
     pub fn xattrs(&self, inode: &Inode) -> Result<Vec<XattrEntry>> {
         let mut out = Vec::new();
         if inode.xattr_icount == 0 {
@@ -179,7 +190,7 @@ impl Erofs {
         let mut h = [0u8; 12];
         self.meta_of(inode, body, &mut h)?;
         let shared = u64::from(h[4]);
-        if IBODY_HEADER + 4 * shared > total {
+        if XATTR_IBODY_HEADER + 4 * shared > total {
             return Err(Error::corrupt(
                 body,
                 Corrupt::SharedXattrOverrun {
@@ -189,19 +200,7 @@ impl Erofs {
                 },
             ));
         }
-        // Shared xattrs are in the image, or in the metabox when the
-        // superblock says so.
-        let shared_base = u64::from(self.sb.xattr_blkaddr) << self.sb.blkszbits;
-        let shared_in_metabox =
-            self.metabox.is_some() && self.sb.has_compat(COMPAT_SHARED_EA_IN_METABOX);
-        for k in 0..shared {
-            let mut id = [0u8; 4];
-            self.meta_of(inode, body + IBODY_HEADER + 4 * k, &mut id)?;
-            let pos = shared_base + 4 * u64::from(u32::from_le_bytes(id));
-            let (e, _) = self.xattr_entry(inode.nid, shared_in_metabox, pos)?;
-            out.extend(e);
-        }
-        let mut pos = body + IBODY_HEADER + 4 * shared;
+        let mut pos = body + XATTR_IBODY_HEADER + 4 * shared;
         let end = body + total;
         while pos < end {
             let (e, size) = self.xattr_entry(inode.nid, inode.in_metabox, pos)?;
@@ -214,6 +213,18 @@ impl Erofs {
             out.extend(e);
             pos += size;
         }
+        // Shared xattrs are in the image, or in the metabox when the
+        // superblock says so.
+        let shared_base = u64::from(self.sb.xattr_blkaddr) << self.sb.blkszbits;
+        let shared_in_metabox =
+            self.metabox.is_some() && self.sb.has_compat(COMPAT_SHARED_EA_IN_METABOX);
+        for k in 0..shared {
+            let mut id = [0u8; 4];
+            self.meta_of(inode, body + XATTR_IBODY_HEADER + 4 * k, &mut id)?;
+            let pos = shared_base + 4 * u64::from(le32(&id, 0));
+            let (e, _) = self.xattr_entry(inode.nid, shared_in_metabox, pos)?;
+            out.extend(e);
+        }
         Ok(out)
     }
 
@@ -222,5 +233,41 @@ impl Erofs {
         let mut v = vec![0u8; usize::from(entry.value_len)];
         self.xattr_bytes(entry.nid, entry.in_metabox, entry.value_pos, &mut v)?;
         Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_as_the_kernel_finds_their_handler() {
+        for ok in [
+            &b"user.a"[..],
+            b"trusted.overlay.opaque",
+            b"security.selinux",
+            b"system.posix_acl_access",
+            b"system.posix_acl_default",
+        ] {
+            assert!(check_name(ok).is_ok(), "{:?}", String::from_utf8_lossy(ok));
+        }
+        for bare in [&b"user."[..], b"trusted.", b"security."] {
+            assert!(matches!(check_name(bare), Err(Error::Invalid)));
+        }
+        for none in [
+            &b"system.foo"[..],
+            b"system.posix_acl_accessX",
+            b"system.",
+            b"lustre.lov",
+            b"foo",
+            b"user",
+            b"",
+        ] {
+            assert!(
+                matches!(check_name(none), Err(Error::OperationNotSupported)),
+                "{:?}",
+                String::from_utf8_lossy(none)
+            );
+        }
     }
 }

@@ -1,32 +1,24 @@
-//! Compressed file data: decoding extents and keeping the recently decoded
-//! ones for sequential readers.
+//! Compressed file data: decoding extents, straight into a reply or into
+//! the extent cache (`zcache`) for the readers that come back to them.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use foliofs_vfs::{Error, Result, Scratch};
 
 use crate::data::{with_scratch, PIECE};
 use crate::decompress;
 use crate::inode::Inode;
+use crate::zcache::ExtentCache;
 use crate::zmap::{self, ZExtent, ZInfo};
 use crate::{Corrupt, Erofs};
 
-/// Decompressed extents kept for sequential readers.
-const ZCACHE_ENTRIES: usize = 32;
 /// Most compressed bytes read with one I/O for extents decoded straight
 /// into a reply.
 const RUN_BYTES: u64 = 2 << 20;
-/// Decompressed extents of the metabox inode kept (every inode lookup on a
-/// metabox image reads one), and the most bytes they may hold together.
-const MCACHE_ENTRIES: usize = 512;
-const MCACHE_BYTES: usize = 32 << 20;
 
 /// An extent with the device and offset its cluster starts at (`None`
 /// for one inline in its inode's metadata).
 type Located = (ZExtent, Option<(usize, u64)>);
-
-/// A decompressed extent: owning nid, logical start, bytes.
-pub(crate) type CachedExtent = (u64, u64, Arc<Vec<u8>>);
 
 /// The extent holding an offset, with its bytes unless they are a fragment
 /// (read from the packed inode where they are needed, never copied whole:
@@ -225,49 +217,41 @@ impl Erofs {
         self.decode_extent(inode, &ext, &mut data)?;
         data.truncate(ext.llen as usize);
         let data = Arc::new(data);
-        let (cache, entries, bytes) = self.cache_for(inode.nid);
-        let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-        let mut held: usize = cache.iter().map(|(_, _, d)| d.len()).sum();
-        while !cache.is_empty() && (cache.len() >= entries || held + data.len() > bytes) {
-            held -= cache.remove(0).2.len();
-        }
-        cache.push((inode.nid, ext.la, data.clone()));
+        self.cache_for(inode.nid)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(inode.nid, ext.la, data.clone());
         Ok(Piece::Decoded(ext, data))
     }
 
-    /// The cache `nid`'s extents go to, with its entry and byte limits:
-    /// the metabox inode's own, or the files'.
-    fn cache_for(&self, nid: u64) -> (&std::sync::Mutex<Vec<CachedExtent>>, usize, usize) {
+    /// The cache `nid`'s extents go to: the metabox inode's own, or the
+    /// files'.
+    fn cache_for(&self, nid: u64) -> &Mutex<ExtentCache> {
         if self.metabox.as_ref().is_some_and(|m| m.nid == nid) {
-            (&self.mcache, MCACHE_ENTRIES, MCACHE_BYTES)
+            &self.mcache
         } else {
-            (&self.zcache, ZCACHE_ENTRIES, usize::MAX)
+            &self.zcache
         }
     }
 
     /// The cached decompressed extent of `nid` holding `ofs`, if any.
     fn cached_extent(&self, nid: u64, ofs: u64) -> Option<(ZExtent, Arc<Vec<u8>>)> {
-        let cache = self
+        let (la, data) = self
             .cache_for(nid)
-            .0
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        cache
-            .iter()
-            .find(|(n, la, data)| *n == nid && *la <= ofs && ofs < *la + data.len() as u64)
-            .map(|(_, la, data)| {
-                // Only the fields the readers use matter for a cache hit.
-                let ext = ZExtent {
-                    la: *la,
-                    llen: data.len() as u64,
-                    pa: 0,
-                    plen: 0,
-                    inline: false,
-                    format: zmap::ZFormat::Shifted,
-                    partial: false,
-                };
-                (ext, data.clone())
-            })
+            .unwrap_or_else(|e| e.into_inner())
+            .get(nid, ofs)?;
+        // Only the fields the readers use matter for a cache hit.
+        let ext = ZExtent {
+            la,
+            llen: data.len() as u64,
+            pa: 0,
+            plen: 0,
+            inline: false,
+            format: zmap::ZFormat::Shifted,
+            partial: false,
+        };
+        Some((ext, data))
     }
 
     /// The extent holding `ofs`, checked to hold it.

@@ -1,5 +1,6 @@
-//! Compressed files: the map header, logical-cluster indexes (full and
-//! compact) and the mapping from a file offset to its compressed extent.
+//! Compressed files: the map header and the mapping from a file offset to
+//! its compressed extent, over logical-cluster indexes (full and compact,
+//! decoded in `zmap/lcluster.rs`) or extent records (`zmap_ext`).
 //!
 //! The walk follows the kernel's `zmap.c` rules so the same images map the
 //! same way; every step that follows a stored distance moves strictly in one
@@ -8,49 +9,19 @@
 
 use foliofs_vfs::{Error, Result};
 
-use crate::decompress::{Algorithm, MAX_DECODED};
-use crate::inode::{Inode, Layout};
-use crate::superblock::INCOMPAT_COMPR_CFGS;
+use crate::format::{
+    le16, le32, le64, Algorithm, Layout, ADVISE_BIG_PCLUSTER_1, ADVISE_BIG_PCLUSTER_2,
+    ADVISE_EXTENTS, ADVISE_FRAGMENT_PCLUSTER, ADVISE_INLINE_PCLUSTER, ADVISE_INTERLACED_PCLUSTER,
+    INCOMPAT_COMPR_CFGS, LCLUSTER_HEAD1, LCLUSTER_HEAD2, LCLUSTER_NONHEAD, LCLUSTER_PLAIN,
+    MAP_FRAGMENT_INODE, MAX_DECODED, MAX_EXTENT, MAX_PCLUSTER,
+};
+use crate::inode::Inode;
 use crate::zmap_ext::ExtentMap;
 use crate::{Corrupt, Erofs, Incompatible};
 
-/// Logical cluster type: starts an uncompressed extent.
-pub const TYPE_PLAIN: u8 = 0;
-/// Logical cluster type: starts an extent of the first algorithm.
-pub const TYPE_HEAD1: u8 = 1;
-/// Logical cluster type: continues an extent.
-pub const TYPE_NONHEAD: u8 = 2;
-/// Logical cluster type: starts an extent of the second algorithm.
-pub const TYPE_HEAD2: u8 = 3;
+mod lcluster;
 
-/// `Z_EROFS_LI_D0_CBLKCNT`: `delta[0]` holds a compressed block count.
-const D0_CBLKCNT: u32 = 1 << 11;
-/// `Z_EROFS_LI_PARTIAL_REF` (full indexes, head types): the extent is a
-/// prefix of its physical cluster's output (dedupe).
-const LI_PARTIAL_REF: u16 = 1 << 15;
-/// Map header bit 63: the whole file is one fragment of the packed inode.
-const FRAGMENT_INODE: u64 = 1 << 63;
-
-/// Map header advice: 2-byte compact indexes are used.
-pub const ADVISE_COMPACTED_2B: u16 = 0x1;
-/// Map header advice (full layout): extent records instead of lcluster
-/// indexes (the same bit as [`ADVISE_COMPACTED_2B`]).
-pub const ADVISE_EXTENTS: u16 = 0x1;
-/// Map header advice: HEAD1 clusters may span several blocks.
-pub const ADVISE_BIG_PCLUSTER_1: u16 = 0x2;
-/// Map header advice: HEAD2 clusters may span several blocks.
-pub const ADVISE_BIG_PCLUSTER_2: u16 = 0x4;
-/// Map header advice: the last cluster is inline (ztailpacking).
-pub const ADVISE_INLINE_PCLUSTER: u16 = 0x8;
-/// Map header advice: uncompressed clusters are rotated.
-pub const ADVISE_INTERLACED_PCLUSTER: u16 = 0x10;
-/// Map header advice: the tail lives in a fragment.
-pub const ADVISE_FRAGMENT_PCLUSTER: u16 = 0x20;
-
-/// Largest physical cluster the kernel accepts.
-pub const MAX_PCLUSTER: u64 = 1 << 20;
-/// Largest decompressed extent this reader will materialise.
-pub const MAX_EXTENT: u64 = 16 << 20;
+use lcluster::Lcluster;
 
 /// Per-inode compression facts from the map header.
 #[derive(Clone, Debug)]
@@ -111,24 +82,6 @@ pub struct Fragment {
     pub header_only: bool,
 }
 
-/// One decoded logical-cluster index.
-#[derive(Clone, Copy, Debug, Default)]
-struct Lcluster {
-    lcn: u64,
-    kind: u8,
-    clusterofs: u32,
-    pblk: u64,
-    delta: [u32; 2],
-    compressedblks: u32,
-    /// Image position just past this index's pack (ztailpacking data follows
-    /// the last pack).
-    nextpackoff: u64,
-    /// Image position of the index, for error messages.
-    pos: u64,
-    /// A head whose extent is a prefix of its cluster's output.
-    partial: bool,
-}
-
 /// How an extent's bytes are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ZFormat {
@@ -136,17 +89,11 @@ pub enum ZFormat {
     Shifted,
     /// Uncompressed, rotated by the extent's offset within a block.
     Interlaced,
-    /// LZ4-compressed.
-    Lz4,
+    /// Compressed with this algorithm.
+    Compressed(Algorithm),
     /// Kept in the packed inode: `pa` is the byte offset there of the
     /// extent's first byte.
     Fragment,
-    /// MicroLZMA-compressed.
-    MicroLzma,
-    /// DEFLATE-compressed.
-    Deflate,
-    /// Zstd-compressed.
-    Zstd,
     /// Not stored: the extent reads as zeros (an extent record of length 0).
     Zeros,
 }
@@ -195,9 +142,9 @@ impl Erofs {
         self.meta_of(inode, header_pos, &mut h)?;
         let nid = inode.nid;
         let bad = |kind: Corrupt| Error::corrupt(header_pos, kind);
-        let word = u64::from_le_bytes(h);
-        let advise = u16::from_le_bytes([h[4], h[5]]);
-        let whole_fragment = word & FRAGMENT_INODE != 0;
+        let word = le64(&h, 0);
+        let advise = le16(&h, 4);
+        let whole_fragment = word & MAP_FRAGMENT_INODE != 0;
         let uses_fragment = whole_fragment || advise & ADVISE_FRAGMENT_PCLUSTER != 0;
         // Fragments live in the packed inode: one of its own would make
         // reading it read itself.
@@ -218,7 +165,7 @@ impl Erofs {
                 tail: None,
                 fragment: Some(Fragment {
                     head_lcn: 0,
-                    offset: word & !FRAGMENT_INODE,
+                    offset: word & !MAP_FRAGMENT_INODE,
                     header_only: true,
                 }),
                 extents: None,
@@ -249,7 +196,7 @@ impl Erofs {
         // The first word holds the fragment offset when there is a
         // fragment, so a fragment rules out an inline tail.
         let idata_size = if advise & ADVISE_INLINE_PCLUSTER != 0 && !uses_fragment {
-            u16::from_le_bytes([h[2], h[3]])
+            le16(&h, 2)
         } else {
             0
         };
@@ -286,7 +233,7 @@ impl Erofs {
             let last = (inode.size - 1) >> lclusterbits;
             let m = self.load_lcluster(inode, &z, last, false)?;
             let head = self.lookback_from(inode, &z, m, inode.size - 1)?;
-            let mut offset = u64::from(u32::from_le_bytes(h[..4].try_into().expect("4 bytes")));
+            let mut offset = u64::from(le32(&h, 0));
             if !compact {
                 offset |= head.pblk << 32;
             }
@@ -308,225 +255,12 @@ impl Erofs {
         Ok(z)
     }
 
-    fn load_lcluster(
-        &self,
-        inode: &Inode,
-        z: &ZInfo,
-        lcn: u64,
-        lookahead: bool,
-    ) -> Result<Lcluster> {
-        if lcn >= z.total {
-            return Err(Error::corrupt(
-                z.header_pos,
-                Corrupt::LclusterBeyondFile {
-                    nid: inode.nid,
-                    lcn,
-                    total: z.total,
-                },
-            ));
-        }
-        if z.compact {
-            self.load_compact(inode, z, lcn, lookahead)
-        } else {
-            self.load_full(inode, z, lcn)
-        }
-    }
-
-    fn load_full(&self, inode: &Inode, z: &ZInfo, lcn: u64) -> Result<Lcluster> {
-        let pos = z.header_pos + 16 + lcn * 8;
-        let mut di = [0u8; 8];
-        self.meta_of(inode, pos, &mut di)?;
-        let nid = inode.nid;
-        let bad = |kind: Corrupt| Error::corrupt(pos, kind);
-        let advise = u16::from_le_bytes([di[0], di[1]]);
-        let mut m = Lcluster {
-            lcn,
-            kind: (advise & 3) as u8,
-            nextpackoff: pos + 8,
-            pos,
-            partial: advise & LI_PARTIAL_REF != 0,
-            ..Default::default()
-        };
-        if m.kind == TYPE_NONHEAD {
-            m.clusterofs = 1 << z.lclusterbits;
-            m.delta[0] = u32::from(u16::from_le_bytes([di[4], di[5]]));
-            if m.delta[0] & D0_CBLKCNT != 0 {
-                if z.advise & (ADVISE_BIG_PCLUSTER_1 | ADVISE_BIG_PCLUSTER_2) == 0 {
-                    return Err(bad(Corrupt::BlockCountWithoutBigPcluster { nid, lcn }));
-                }
-                m.compressedblks = m.delta[0] & !D0_CBLKCNT;
-                m.delta[0] = 1;
-            }
-            m.delta[1] = u32::from(u16::from_le_bytes([di[6], di[7]]));
-        } else {
-            m.clusterofs = u32::from(u16::from_le_bytes([di[2], di[3]]));
-            if m.clusterofs >= 1 << z.lclusterbits {
-                return Err(bad(Corrupt::ClusterOffset {
-                    nid,
-                    lcn,
-                    clusterofs: m.clusterofs,
-                }));
-            }
-            m.pblk = u64::from(u32::from_le_bytes(di[4..8].try_into().expect("4 bytes")));
-        }
-        Ok(m)
-    }
-
-    fn load_compact(
-        &self,
-        inode: &Inode,
-        z: &ZInfo,
-        lcn: u64,
-        lookahead: bool,
-    ) -> Result<Lcluster> {
-        let ebase = z.header_pos + 8;
-        let initial_4b = ((32 - ebase % 32) / 4) & 7;
-        let compacted_2b = if z.advise & ADVISE_COMPACTED_2B != 0 && initial_4b < z.total {
-            (z.total - initial_4b) / 16 * 16
-        } else {
-            0
-        };
-        let mut pos = ebase;
-        let mut shift = 2u32;
-        let mut rel = lcn;
-        if rel >= initial_4b {
-            pos += initial_4b * 4;
-            rel -= initial_4b;
-            if rel < compacted_2b {
-                shift = 1;
-            } else {
-                pos += compacted_2b * 2;
-                rel -= compacted_2b;
-            }
-        }
-        pos += rel << shift;
-        let vcnt: u32 = if shift == 2 {
-            2
-        } else if z.lclusterbits <= 12 {
-            16
-        } else {
-            return Err(Error::incompatible(Incompatible::CompactIndexes2B {
-                nid: inode.nid,
-                lclusterbits: z.lclusterbits,
-            }));
-        };
-        let pack_len = u64::from(vcnt) << shift;
-        let pack_pos = pos / pack_len * pack_len;
-        let mut pack = [0u8; 36];
-        self.meta_of(inode, pack_pos, &mut pack[..pack_len as usize])?;
-        let nid = inode.nid;
-        let bad = |kind: Corrupt| Error::corrupt(pos, kind);
-        let lobits = z.lclusterbits.max(12);
-        let encodebits = ((pack_len as u32 - 4) * 8) / vcnt;
-        let i = ((pos - pack_pos) >> shift) as i64;
-        let big = z.advise & ADVISE_BIG_PCLUSTER_1 != 0;
-        let decode = |idx: i64| -> (u32, u8) {
-            let bit = encodebits as usize * idx as usize;
-            let v = u32::from_le_bytes(pack[bit / 8..bit / 8 + 4].try_into().expect("4 bytes"))
-                >> (bit & 7);
-            (v & ((1 << lobits) - 1), ((v >> lobits) & 3) as u8)
-        };
-        let mut m = Lcluster {
-            lcn,
-            nextpackoff: pack_pos + pack_len,
-            pos,
-            ..Default::default()
-        };
-        let (lo, kind) = decode(i);
-        m.kind = kind;
-        if kind == TYPE_NONHEAD {
-            m.clusterofs = 1 << z.lclusterbits;
-            if lookahead {
-                let mut d1 = 0u32;
-                let mut j = i;
-                let mut last_lo = 0;
-                let mut ended = false;
-                while j < i64::from(vcnt) {
-                    let (l, t) = decode(j);
-                    last_lo = l;
-                    if t != TYPE_NONHEAD {
-                        ended = true;
-                        break;
-                    }
-                    d1 += 1;
-                    j += 1;
-                }
-                if !ended && last_lo & D0_CBLKCNT == 0 {
-                    d1 += last_lo.saturating_sub(1);
-                }
-                m.delta[1] = d1;
-            }
-            if lo & D0_CBLKCNT != 0 {
-                if !big {
-                    return Err(bad(Corrupt::BlockCountWithoutBigPcluster { nid, lcn }));
-                }
-                m.compressedblks = lo & !D0_CBLKCNT;
-                m.delta[0] = 1;
-                return Ok(m);
-            } else if i + 1 != i64::from(vcnt) {
-                m.delta[0] = lo;
-                return Ok(m);
-            }
-            // The last entry of a pack stores delta[1]; delta[0] comes from
-            // the entry before it.
-            let (plo, ptype) = decode(i - 1);
-            let plo = if ptype != TYPE_NONHEAD {
-                0
-            } else if plo & D0_CBLKCNT != 0 {
-                1
-            } else {
-                plo
-            };
-            m.delta[0] = plo + 1;
-            return Ok(m);
-        }
-        m.clusterofs = lo;
-        let mut nblk: i64;
-        let mut j = i;
-        if !big {
-            nblk = 1;
-            while j > 0 {
-                j -= 1;
-                let (l, t) = decode(j);
-                if t == TYPE_NONHEAD {
-                    j -= i64::from(l);
-                }
-                if j >= 0 {
-                    nblk += 1;
-                }
-            }
-        } else {
-            nblk = 0;
-            while j > 0 {
-                j -= 1;
-                let (l, t) = decode(j);
-                if t == TYPE_NONHEAD {
-                    if l & D0_CBLKCNT != 0 {
-                        j -= 1;
-                        nblk += i64::from(l & !D0_CBLKCNT);
-                        continue;
-                    }
-                    if l <= 1 {
-                        return Err(bad(Corrupt::PlainDeltaInBigPack { nid, lcn }));
-                    }
-                    j -= i64::from(l) - 2;
-                    continue;
-                }
-                nblk += 1;
-            }
-        }
-        let at = pack_len as usize - 4;
-        let base = u32::from_le_bytes(pack[at..at + 4].try_into().expect("4 bytes"));
-        m.pblk = (i64::from(base) + nblk) as u64;
-        Ok(m)
-    }
-
     /// From the lcluster `m` holding offset `ofs`, finds the head of the
     /// extent holding `ofs` (the kernel's lookback).
     fn lookback_from(&self, inode: &Inode, z: &ZInfo, m: Lcluster, ofs: u64) -> Result<Lcluster> {
         let endoff = (ofs & ((1u64 << z.lclusterbits) - 1)) as u32;
         let mut distance = match m.kind {
-            TYPE_PLAIN | TYPE_HEAD1 | TYPE_HEAD2 => {
+            LCLUSTER_PLAIN | LCLUSTER_HEAD1 | LCLUSTER_HEAD2 => {
                 if endoff >= m.clusterofs {
                     return Ok(m);
                 }
@@ -557,7 +291,7 @@ impl Erofs {
             let blks = cur.compressedblks;
             cur = prev;
             match cur.kind {
-                TYPE_NONHEAD => distance = cur.delta[0],
+                LCLUSTER_NONHEAD => distance = cur.delta[0],
                 _ => {
                     if cur.compressedblks == 0 && distance == 1 {
                         cur.compressedblks = blks;
@@ -612,7 +346,7 @@ impl Erofs {
             (pa, blks, false)
         };
         let llen = self.extent_len(inode, z, &head, la)?;
-        let format = if head.kind == TYPE_PLAIN {
+        let format = if head.kind == LCLUSTER_PLAIN {
             if llen > plen {
                 return Err(Error::corrupt(
                     head.pos,
@@ -629,7 +363,7 @@ impl Erofs {
                 ZFormat::Shifted
             }
         } else {
-            let alg = if head.kind == TYPE_HEAD2 {
+            let alg = if head.kind == LCLUSTER_HEAD2 {
                 z.algorithms[1]
             } else {
                 z.algorithms[0]
@@ -675,7 +409,7 @@ impl Erofs {
                     },
                 ));
             }
-            ZFormat::from(algorithm)
+            ZFormat::Compressed(algorithm)
         };
         Ok(ZExtent {
             la,
@@ -693,7 +427,7 @@ impl Erofs {
     /// and uncompressed heads with BIG_PCLUSTER_2), as the kernel sizes it.
     fn compressed_blocks(&self, inode: &Inode, z: &ZInfo, head: &Lcluster) -> Result<u64> {
         let big = match head.kind {
-            TYPE_HEAD1 => z.advise & ADVISE_BIG_PCLUSTER_1 != 0,
+            LCLUSTER_HEAD1 => z.advise & ADVISE_BIG_PCLUSTER_1 != 0,
             _ => z.advise & ADVISE_BIG_PCLUSTER_2 != 0,
         };
         if !big {
@@ -707,7 +441,7 @@ impl Erofs {
             } else {
                 let m = self.load_lcluster(inode, z, next, false)?;
                 match m.kind {
-                    TYPE_NONHEAD => {
+                    LCLUSTER_NONHEAD => {
                         if m.delta[0] != 1 || m.compressedblks == 0 {
                             return Err(Error::corrupt(
                                 m.pos,
@@ -753,7 +487,7 @@ impl Erofs {
                 ));
             }
             let m = self.load_lcluster(inode, z, lcn, true)?;
-            let step = if m.kind == TYPE_NONHEAD {
+            let step = if m.kind == LCLUSTER_NONHEAD {
                 m.delta[1].max(1)
             } else if lcn != head.lcn {
                 let end = (lcn << bits) + u64::from(m.clusterofs);

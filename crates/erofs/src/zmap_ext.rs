@@ -15,37 +15,37 @@
 //! holds; the table itself is checked to lie inside the image before any is
 //! read.
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use foliofs_vfs::{Error, Result};
+use lru::LruCache;
 
-use crate::decompress::{Algorithm, MAX_DECODED};
-use crate::inode::Inode;
-use crate::superblock::{le16, le32, le64};
-use crate::zmap::{
-    ZExtent, ZFormat, ZInfo, ADVISE_FRAGMENT_PCLUSTER, ADVISE_INTERLACED_PCLUSTER, MAX_PCLUSTER,
+use crate::format::{
+    le16, le32, le64, Algorithm, ADVISE_FRAGMENT_PCLUSTER, ADVISE_INTERLACED_PCLUSTER, MAX_DECODED,
+    MAX_PCLUSTER, PLEN_FMT_SHIFT, PLEN_MASK, PLEN_PARTIAL,
 };
+use crate::inode::Inode;
+use crate::zmap::{ZExtent, ZFormat, ZInfo};
 use crate::{Corrupt, Erofs, Incompatible};
-
-/// Record bits 0..20: the encoded length in bytes.
-pub const PLEN_MASK: u32 = 0x1F_FFFF;
-/// Record bit 27: the extent is a prefix of its cluster's output (dedupe).
-pub const PLEN_PARTIAL: u32 = 1 << 27;
-/// Record bits 28..31: 0 = stored, n = algorithm n - 1.
-pub const PLEN_FMT_SHIFT: u32 = 28;
 
 /// With 4-byte records an extent's address is the sum of the lengths
 /// before it; the running sum is kept at every this many records, so a
 /// lookup adds at most this many.
 const SUM_STRIDE: u64 = 1024;
 /// Inodes whose running sums are kept.
-const SUM_CACHE_ENTRIES: usize = 8;
+const SUM_CACHE_ENTRIES: NonZeroUsize = NonZeroUsize::new(8).unwrap();
 /// Records read at once while summing or checking a table.
 const RECORDS_PER_READ: u64 = 512;
 
-/// Running sums of one inode's 4-byte records: (nid, sum before record
-/// `i * SUM_STRIDE`).
-pub(crate) type RunningSums = (u64, Arc<Vec<u64>>);
+/// The running sums of the recently used inodes with 4-byte records, by
+/// nid: the sum before record `i * SUM_STRIDE` at `i`.
+pub(crate) type RunningSums = LruCache<u64, Arc<Vec<u64>>>;
+
+/// An empty cache of running sums.
+pub(crate) fn running_sums() -> RunningSums {
+    LruCache::new(SUM_CACHE_ENTRIES)
+}
 
 /// Where an inode's extent records are and how to read them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -251,7 +251,7 @@ impl Erofs {
             if algorithm == Algorithm::Lz4 && llen > plen * 255 + 64 {
                 return Err(Error::corrupt(at, Corrupt::Lz4Ratio { nid, llen, plen }));
             }
-            ZFormat::from(algorithm)
+            ZFormat::Compressed(algorithm)
         };
         Ok(ZExtent {
             la,
@@ -290,7 +290,7 @@ impl Erofs {
         } else {
             let mut base = [0u8; 8];
             self.meta_of(inode, m.records - 8, &mut base)?;
-            (0, u64::from_le_bytes(base))
+            (0, le64(&base, 0))
         };
         self.ext_add_lengths(inode, m, from, k, sum)
     }
@@ -311,7 +311,7 @@ impl Erofs {
             let chunk = &mut buf[..(n * 4) as usize];
             self.meta_of(inode, m.records + i * 4, chunk)?;
             for w in chunk.chunks_exact(4) {
-                let len = u32::from_le_bytes(w.try_into().expect("4 bytes")) & PLEN_MASK;
+                let len = le32(w, 0) & PLEN_MASK;
                 sum = sum.checked_add(u64::from(len)).ok_or_else(|| {
                     Error::corrupt(m.records, Corrupt::BlockAddressOverflow { nid: inode.nid })
                 })?;
@@ -326,14 +326,14 @@ impl Erofs {
     /// recently used.
     fn ext_sums(&self, inode: &Inode, m: &ExtentMap) -> Result<Arc<Vec<u64>>> {
         {
-            let cache = self.ext_sums.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((_, sums)) = cache.iter().find(|(nid, _)| *nid == inode.nid) {
+            let mut cache = self.ext_sums.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(sums) = cache.get(&inode.nid) {
                 return Ok(sums.clone());
             }
         }
         let mut base = [0u8; 8];
         self.meta_of(inode, m.records - 8, &mut base)?;
-        let mut sum = u64::from_le_bytes(base);
+        let mut sum = le64(&base, 0);
         let mut sums = Vec::with_capacity((m.count / SUM_STRIDE + 1) as usize);
         let mut i = 0;
         while i < m.count {
@@ -343,11 +343,10 @@ impl Erofs {
             i = to;
         }
         let sums = Arc::new(sums);
-        let mut cache = self.ext_sums.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() >= SUM_CACHE_ENTRIES {
-            cache.remove(0);
-        }
-        cache.push((inode.nid, sums.clone()));
+        self.ext_sums
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .put(inode.nid, sums.clone());
         Ok(sums)
     }
 

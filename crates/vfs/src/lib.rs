@@ -57,13 +57,40 @@ pub trait FileSystem: Send + Sync {
     /// that, the `next` cookie of the last entry seen). Cookies are stable:
     /// resuming at a cookie never repeats or skips an entry that was present
     /// for the whole listing. "." and ".." are not listed; the FUSE layer adds
-    /// them. `sink` returns `true` when it is full; listing stops there.
+    /// them (see [`FileSystem::lists_dots`]). `sink` returns `true` when it
+    /// is full; listing stops there.
     fn readdir(
         &self,
         ino: Ino,
         offset: u64,
         sink: &mut dyn FnMut(DirEntry<'_>) -> bool,
     ) -> Result<()>;
+
+    /// True when [`FileSystem::readdir_with_dots`] lists "." and ".." where
+    /// this format's own kernel driver lists them, which is not first (an
+    /// EROFS directory keeps them in its sorted entries, after names such as
+    /// `#a` or `-a`). False, the default, when that driver lists them
+    /// first: the FUSE layer then does so itself, before `readdir`'s
+    /// entries.
+    fn lists_dots(&self) -> bool {
+        false
+    }
+
+    /// As [`FileSystem::readdir`], with "." and ".." among the entries where
+    /// this format's kernel driver lists them (their `ino` the directory's
+    /// own and its parent's), for a format that [`lists_dots`]; cookies are
+    /// this listing's own, 0 the start. The default lists what `readdir`
+    /// lists.
+    ///
+    /// [`lists_dots`]: FileSystem::lists_dots
+    fn readdir_with_dots(
+        &self,
+        ino: Ino,
+        offset: u64,
+        sink: &mut dyn FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<()> {
+        self.readdir(ino, offset, sink)
+    }
 
     /// A hint that directory `ino` is being listed from `offset` with every
     /// entry looked up (a READDIRPLUS), as walkers like `find` do before

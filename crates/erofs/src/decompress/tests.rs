@@ -1,9 +1,10 @@
 //! Decoding real physical clusters cut from mkfs.erofs 1.9.3 images
 //! (`tests/data/pclusters/*.bin`: records of `<u32 plen><u32 llen>`, the
-//! cluster as stored, then the bytes it decodes to), and garbage.
+//! cluster as stored, then the bytes it decodes to), and garbage; reading
+//! and checking the configuration records.
 
 use super::*;
-use crate::superblock::{DeflateConfig, Lz4Config, LzmaConfig, ZstdConfig};
+use crate::format::{le32, INCOMPAT_COMPR_CFGS, MAGIC, SUPER_SIZE};
 
 /// The configuration records of the images the clusters come from
 /// (mkfs.erofs defaults at 4 KiB clusters).
@@ -41,8 +42,8 @@ fn records(name: &str) -> Vec<Record> {
     let mut out = Vec::new();
     let mut p = 0;
     while p < d.len() {
-        let plen = u32::from_le_bytes(d[p..p + 4].try_into().unwrap()) as usize;
-        let llen = u32::from_le_bytes(d[p + 4..p + 8].try_into().unwrap()) as usize;
+        let plen = le32(&d, p) as usize;
+        let llen = le32(&d, p + 4) as usize;
         p += 8;
         out.push(Record {
             cluster: d[p..p + plen].to_vec(),
@@ -61,7 +62,7 @@ fn extent(alg: Algorithm, plen: usize, llen: usize) -> ZExtent {
         pa: 8192,
         plen: plen as u64,
         inline: false,
-        format: alg.into(),
+        format: ZFormat::Compressed(alg),
         partial: false,
     }
 }
@@ -253,14 +254,14 @@ fn lz4_token_walk_counts_literals_and_matches() {
     let stream = [
         0x52, b'a', b'b', b'c', b'd', b'e', 5, 0, 0x30, b'x', b'y', b'z',
     ];
-    assert_eq!(lz4_decoded_len(&stream), Some(5 + 6 + 3));
+    assert_eq!(lz4::decoded_len(&stream), Some(5 + 6 + 3));
     // Literal lengths of 15 and more continue in following bytes.
     let mut long = vec![0xF0, 3];
     long.extend(std::iter::repeat_n(b'q', 18));
-    assert_eq!(lz4_decoded_len(&long), Some(18));
+    assert_eq!(lz4::decoded_len(&long), Some(18));
     // Tokens that promise more than the stream holds.
-    assert_eq!(lz4_decoded_len(&[0x50, b'a']), None);
-    assert_eq!(lz4_decoded_len(&[0xF0, 255]), None);
+    assert_eq!(lz4::decoded_len(&[0x50, b'a']), None);
+    assert_eq!(lz4::decoded_len(&[0xF0, 255]), None);
     let mut out = [0u8; 8];
     decode(Algorithm::Lz4, &configs(), &stream, &mut out, true).unwrap();
     assert_eq!(&out, b"abcdeabc");
@@ -288,11 +289,182 @@ fn zstd_frame_windows_from_the_header() {
     // A window descriptor of exponent 7, mantissa 2: 2^17 + 2 * 2^14.
     let mut f = magic.to_vec();
     f.extend([0x00, 7 << 3 | 2]);
-    assert_eq!(zstd_window(&f), Ok((1 << 17) + 2 * (1 << 14)));
+    assert_eq!(self::zstd::frame_window(&f), Ok((1 << 17) + 2 * (1 << 14)));
     // Single segment, no dictionary, a 2-byte content size (from 256).
     let mut f = magic.to_vec();
     f.extend([0x60, 0x00, 0x10]);
-    assert_eq!(zstd_window(&f), Ok(0x1000 + 256));
-    assert!(zstd_window(&magic).is_err());
-    assert!(zstd_window(b"not a frame").is_err());
+    assert_eq!(self::zstd::frame_window(&f), Ok(0x1000 + 256));
+    assert!(self::zstd::frame_window(&magic).is_err());
+    assert!(self::zstd::frame_window(b"not a frame").is_err());
+}
+
+// ---- the configuration records after the superblock
+
+/// The fixed superblock of a 4 KiB-block image, features to be added.
+fn minimal() -> Vec<u8> {
+    let mut raw = vec![0u8; SUPER_SIZE];
+    raw[..4].copy_from_slice(&MAGIC.to_le_bytes());
+    raw[0x0C] = 12;
+    raw
+}
+
+/// A superblock with COMPR_CFGS listing `algs`, followed by `records`
+/// (each as its payload; lengths and alignment are added here).
+fn with_configs(algs: u16, records: &[&[u8]]) -> (Superblock, Vec<u8>) {
+    let mut raw = minimal();
+    raw[0x50..0x54].copy_from_slice(&INCOMPAT_COMPR_CFGS.to_le_bytes());
+    raw[0x54..0x56].copy_from_slice(&algs.to_le_bytes());
+    let sb = Superblock::parse(&raw).unwrap();
+    let mut image = vec![0u8; SUPER_OFFSET as usize];
+    image.extend_from_slice(&raw);
+    for rec in records {
+        while image.len() & 3 != 0 {
+            image.push(0);
+        }
+        image.extend_from_slice(&(rec.len() as u16).to_le_bytes());
+        image.extend_from_slice(rec);
+    }
+    (sb, image)
+}
+
+fn load(algs: u16, records: &[&[u8]]) -> Result<CompressionConfigs> {
+    let (sb, image) = with_configs(algs, records);
+    CompressionConfigs::load(&sb, |pos, buf| {
+        let pos = pos as usize;
+        match image.get(pos..pos + buf.len()) {
+            Some(b) => {
+                buf.copy_from_slice(b);
+                Ok(())
+            }
+            None => Err(Error::corrupt(pos as u64, Corrupt::SuperblockTruncated)),
+        }
+    })
+}
+
+fn config_problem(e: &Error) -> (u8, ConfigProblem) {
+    match e.corruption::<Corrupt>() {
+        Some(Corrupt::CompressionConfig { algorithm, problem }) => (*algorithm, problem.clone()),
+        other => panic!("not a config problem: {other:?} ({e})"),
+    }
+}
+
+const LZ4: [u8; 14] = [0xff, 0xff, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+const LZMA: [u8; 14] = [0, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+const DEFLATE: [u8; 6] = [15, 0, 0, 0, 0, 0];
+const ZSTD: [u8; 6] = [0, 5, 0, 0, 0, 0];
+
+#[test]
+fn every_config_record_is_read() {
+    let c = load(0xF, &[&LZ4, &LZMA, &DEFLATE, &ZSTD]).unwrap();
+    assert_eq!(
+        c.lz4,
+        Some(Lz4Config {
+            max_distance: 0xffff,
+            max_pclusterblks: 1
+        })
+    );
+    assert_eq!(c.lzma, Some(LzmaConfig { dict_size: 0x8000 }));
+    assert_eq!(c.deflate, Some(DeflateConfig { windowbits: 15 }));
+    assert_eq!(c.zstd, Some(ZstdConfig { windowlog: 5 }));
+    assert_eq!(c.zstd.unwrap().window_size(), 32 << 10);
+    assert_eq!(c.algorithms(), vec![0, 1, 2, 3]);
+    let only_zstd = load(1 << Algorithm::Zstd.number(), &[&ZSTD]).unwrap();
+    assert_eq!(only_zstd.algorithms(), vec![Algorithm::Zstd.number()]);
+}
+
+#[test]
+fn config_records_are_validated_like_the_kernel() {
+    let mut lzma = LZMA;
+    lzma[..4].copy_from_slice(&(16u32 << 20).to_le_bytes());
+    let e = load(2, &[&lzma]).unwrap_err();
+    assert_eq!(e.offset(), Some(SUPER_OFFSET + SUPER_SIZE as u64));
+    assert_eq!(
+        config_problem(&e),
+        (
+            Algorithm::MicroLzma.number(),
+            ConfigProblem::LzmaDictSize {
+                dict_size: 16 << 20
+            }
+        )
+    );
+    assert!(
+        e.to_string().contains("MicroLZMA configuration record"),
+        "{e}"
+    );
+    lzma[..4].copy_from_slice(&2048u32.to_le_bytes());
+    let e = load(2, &[&lzma]).unwrap_err();
+    assert_eq!(
+        config_problem(&e).1,
+        ConfigProblem::LzmaDictSize { dict_size: 2048 }
+    );
+    let mut lzma = LZMA;
+    lzma[4] = 1;
+    let e = load(2, &[&lzma]).unwrap_err();
+    assert_eq!(
+        config_problem(&e).1,
+        ConfigProblem::LzmaFormat { format: 1 }
+    );
+    let e = load(2, &[&LZMA[..12]]).unwrap_err();
+    assert_eq!(
+        config_problem(&e).1,
+        ConfigProblem::Size {
+            len: 12,
+            expected: 14
+        }
+    );
+    let e = load(4, &[&[16, 0, 0, 0, 0, 0]]).unwrap_err();
+    assert_eq!(
+        config_problem(&e),
+        (
+            Algorithm::Deflate.number(),
+            ConfigProblem::DeflateWindowBits { windowbits: 16 }
+        )
+    );
+    let e = load(8, &[&[0, 11, 0, 0, 0, 0]]).unwrap_err();
+    assert_eq!(
+        config_problem(&e),
+        (
+            Algorithm::Zstd.number(),
+            ConfigProblem::ZstdWindowLog { windowlog: 11 }
+        )
+    );
+    let e = load(8, &[&[1, 5, 0, 0, 0, 0]]).unwrap_err();
+    assert_eq!(
+        config_problem(&e).1,
+        ConfigProblem::ZstdFormat { format: 1 }
+    );
+    let e = load(1, &[&LZ4[..10]]).unwrap_err();
+    assert_eq!(
+        config_problem(&e),
+        (
+            Algorithm::Lz4.number(),
+            ConfigProblem::Size {
+                len: 10,
+                expected: 14
+            }
+        )
+    );
+    // The second record is found past the first's alignment.
+    let e = load(0b101, &[&LZ4, &[16, 0, 0, 0, 0, 0]]).unwrap_err();
+    assert_eq!(e.offset(), Some(SUPER_OFFSET + SUPER_SIZE as u64 + 16));
+}
+
+#[test]
+fn an_unknown_algorithm_is_refused_by_name() {
+    let e = load(1 | 1 << 4, &[&LZ4]).unwrap_err();
+    assert_eq!(
+        e.incompatibility::<Incompatible>(),
+        Some(&Incompatible::Algorithm { algorithm: 4 })
+    );
+    assert!(
+        e.to_string().contains("unknown algorithm 4 compression"),
+        "{e}"
+    );
+}
+
+#[test]
+fn without_records_only_lz4_exists() {
+    let sb = Superblock::parse(&minimal()).unwrap();
+    let c = CompressionConfigs::load(&sb, |_, _| panic!("no records to read")).unwrap();
+    assert_eq!(c.algorithms(), vec![Algorithm::Lz4.number()]);
 }

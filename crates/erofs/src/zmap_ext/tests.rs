@@ -5,10 +5,11 @@
 use foliofs_vfs::Error;
 use rand::{Rng, SeedableRng};
 
-use super::{PLEN_FMT_SHIFT, PLEN_PARTIAL};
-use crate::superblock::{INCOMPAT_48BIT, INCOMPAT_FRAGMENTS, INCOMPAT_LZ4_0PADDING};
+use crate::format::{
+    ADVISE_EXTENTS, ADVISE_FRAGMENT_PCLUSTER, ADVISE_INTERLACED_PCLUSTER, INCOMPAT_48BIT,
+    INCOMPAT_FRAGMENTS, INCOMPAT_LZ4_0PADDING, PLEN_FMT_SHIFT, PLEN_PARTIAL,
+};
 use crate::testimage::{TestImage, BS, COMPRESSED_FULL, DATA_BLK, FLAT_PLAIN};
-use crate::zmap::{ADVISE_EXTENTS, ADVISE_FRAGMENT_PCLUSTER, ADVISE_INTERLACED_PCLUSTER};
 use crate::{Corrupt, Erofs};
 
 /// The file's nid.

@@ -291,6 +291,17 @@ impl Server {
         DIRBUF.with(|b| {
             let mut b = b.borrow_mut();
             b.start(arg.size);
+            // A format that lists the dots where its kernel driver does
+            // keeps cookies of its own.
+            if self.lists_dots {
+                let r = self
+                    .fs
+                    .readdir_with_dots(dir, arg.offset, &mut |e| !push(&mut b, e, 0));
+                return match r {
+                    Ok(()) => reply.parts(&[b.bytes()]),
+                    Err(e) => reply.error(e.errno()),
+                };
+            }
             // Cookies 1 and 2 follow "." and ".."; the file system's own
             // cookies are shifted up by 2 so they never collide with those.
             let mut off = arg.offset;
@@ -307,14 +318,7 @@ impl Server {
                 }
                 off = 2;
             }
-            let r = self.fs.readdir(dir, off - 2, &mut |e| {
-                !b.push(
-                    e.ino,
-                    e.next + 2,
-                    dirent_type(e.kind.mode_bits()),
-                    std::os::unix::ffi::OsStrExt::as_bytes(e.name),
-                )
-            });
+            let r = self.fs.readdir(dir, off - 2, &mut |e| !push(&mut b, e, 2));
             match r {
                 Ok(()) => reply.parts(&[b.bytes()]),
                 Err(e) => reply.error(e.errno()),
@@ -334,9 +338,13 @@ impl Server {
             b.start(arg.size);
             let mut off = arg.offset;
             // The kernel links no inode for "." and "..": their attributes
-            // only give d_ino, which is the file system's own number.
+            // only give d_ino, which is the file system's own number. A
+            // format that lists them itself keeps cookies of its own; the
+            // others' are shifted up by 2, past those of the dots listed
+            // here first.
+            let shift = if self.lists_dots { 0 } else { 2 };
             for (cookie, name) in [(1u64, &b"."[..]), (2, b"..")] {
-                if off != cookie - 1 {
+                if self.lists_dots || off != cookie - 1 {
                     continue;
                 }
                 let a = if cookie == 1 {
@@ -357,19 +365,23 @@ impl Server {
             // Lean entries (see `lean.rs`) take nothing from the format but
             // the listing itself: no inode read, and no inode read ahead.
             let full = self.lean.full();
+            let from = off - shift;
             if full {
-                self.fs.prefetch_dir(dir, off - 2);
+                self.fs.prefetch_dir(dir, from);
             }
             let mut lean = false;
             let mut failed = None;
             let mut added = 0usize;
-            let r = self.fs.readdir(dir, off - 2, &mut |e| {
+            let mut sink = |e: vfs::DirEntry<'_>| {
                 let name = std::os::unix::ffi::OsStrExt::as_bytes(e.name);
-                if !full && e.kind != vfs::FileType::Directory {
+                let dots = name == b"." || name == b"..";
+                // The dots a format lists itself, as above, and the lean
+                // entries: a name, d_ino and d_type, and no inode.
+                if dots || (!full && e.kind != vfs::FileType::Directory) {
                     let entry = crate::convert::entry_out(0, abi::Attr::default(), ttl);
                     let kind = dirent_type(e.kind.mode_bits());
-                    let fits = b.push_plus(&entry, e.ino, e.next + 2, kind, name);
-                    lean |= fits;
+                    let fits = b.push_plus(&entry, e.ino, e.next + shift, kind, name);
+                    lean |= fits && !dots;
                     added += usize::from(fits);
                     return !fits;
                 }
@@ -400,7 +412,7 @@ impl Server {
                 let fits = b.push_plus(
                     &entry,
                     entry.attr.ino,
-                    e.next + 2,
+                    e.next + shift,
                     dirent_type(entry.attr.mode),
                     name,
                 );
@@ -414,7 +426,12 @@ impl Server {
                     }
                 }
                 !fits
-            });
+            };
+            let r = if self.lists_dots {
+                self.fs.readdir_with_dots(dir, from, &mut sink)
+            } else {
+                self.fs.readdir(dir, from, &mut sink)
+            };
             // Before the reply: a stat of what it lists may come at once.
             if lean {
                 self.lean.listed(dir);
@@ -440,4 +457,15 @@ impl Server {
             self.known(a);
         }
     }
+}
+
+/// Adds a READDIR entry of the format's, its cookie shifted by `shift`;
+/// false when it does not fit.
+fn push(b: &mut crate::kernel::DirBuf, e: vfs::DirEntry<'_>, shift: u64) -> bool {
+    b.push(
+        e.ino,
+        e.next + shift,
+        dirent_type(e.kind.mode_bits()),
+        std::os::unix::ffi::OsStrExt::as_bytes(e.name),
+    )
 }

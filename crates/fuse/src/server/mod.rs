@@ -93,6 +93,9 @@ pub(crate) struct Server {
     /// The format can never change (`FsInfo::read_only`): it frees no
     /// inodes, so it keeps no lookup counts (see its `readdirplus`).
     immutable: bool,
+    /// The format lists "." and ".." itself, where its kernel driver does
+    /// (`FileSystem::lists_dots`); otherwise they are listed here, first.
+    lists_dots: bool,
     /// The flags INIT settled on.
     agreed: OnceLock<u64>,
     /// Which listing entries link an inode (see `lean.rs`).
@@ -138,8 +141,10 @@ impl Server {
             })
             .flatten();
         let immutable = fs.info().read_only;
+        let lists_dots = fs.lists_dots();
         Server {
             immutable,
+            lists_dots,
             fs,
             ids,
             requests: cfg.requests.clone(),

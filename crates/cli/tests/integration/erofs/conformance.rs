@@ -10,6 +10,7 @@
 
 use crate::common;
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -25,7 +26,8 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 
 use super::walk::{
-    assert_same, host_xattrs, set_mtime, set_xattr, walk_library, walk_mounted, KernelMount, Tree,
+    assert_same, getxattr, host_xattrs, listing_in_order, set_mtime, set_xattr, walk_library,
+    walk_mounted, xattr_names_in_order, KernelMount, Tree,
 };
 
 /// The source tree: deterministic, built once into Cargo's scratch
@@ -1017,4 +1019,247 @@ fn seeks(path: &Path) -> Vec<Seek> {
         }
     }
     out
+}
+
+/// A tree for what a walk does not compare: names that sort before "."
+/// (so the dots of a sorted directory sit inside its listing, not at its
+/// front), a directory of several blocks with the dots in its middle, and
+/// files with both inline and shared xattrs.
+fn order_tree(root: &Path) {
+    fs::create_dir_all(root.join("+plus")).unwrap();
+    for name in [
+        "!bang",
+        "#hash",
+        "-leading-dash",
+        "Z",
+        "~tilde",
+        "+plus/,comma",
+    ] {
+        fs::write(root.join(name), name.as_bytes()).unwrap();
+    }
+    let big = root.join("big");
+    fs::create_dir(&big).unwrap();
+    for i in 0..300 {
+        fs::write(big.join(format!("-before-the-dots-{i:03}")), b"").unwrap();
+        fs::write(big.join(format!("after-the-dots-{i:03}")), b"").unwrap();
+    }
+    let sub = root.join("sub");
+    fs::create_dir(&sub).unwrap();
+    for i in 0..10 {
+        let f = sub.join(format!("x{i}"));
+        fs::write(&f, b"x").unwrap();
+        // Used by every file, so mkfs.erofs shares them; the others are
+        // each file's own and stay inline.
+        set_xattr(&f, "user.shared", b"one value for every file");
+        set_xattr(&f, "trusted.shared", b"y");
+        set_xattr(&f, "user.own", format!("file {i}").as_bytes());
+        set_xattr(&f, "security.own", format!("{i}").as_bytes());
+    }
+    set_xattr(&root.join("Z"), "user.only", b"inline");
+}
+
+/// Every path of the tree mounted at `root`, with `f`'s answer for it.
+fn per_path<T>(root: &Path, f: &dyn Fn(&Path, &Path) -> T) -> BTreeMap<PathBuf, T> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let p = root.join(&rel);
+        if fs::symlink_metadata(&p).unwrap().is_dir() {
+            for e in fs::read_dir(&p).unwrap() {
+                stack.push(rel.join(e.unwrap().file_name()));
+            }
+        }
+        out.insert(rel.clone(), f(&rel, &p));
+    }
+    out
+}
+
+/// Builds [`order_tree`]'s image with `tools` and `args`, and returns the
+/// image's path (in `tmp`) after checking that the tree shows what it is
+/// for: the kernel lists a dot after other names, and an inode keeps
+/// xattrs both inline and shared.
+fn order_image(tmp: &Path, tools: &Tools, args: &[&str]) -> PathBuf {
+    let src = tmp.join("src");
+    order_tree(&src);
+    let img = tmp.join("image.erofs");
+    let out = common::run_timeout(
+        Command::new(&tools.mkfs)
+            .arg("--quiet")
+            .args(args)
+            .arg(&img)
+            .arg(&src),
+        Duration::from_secs(600),
+    );
+    assert!(
+        out.status.success(),
+        "{} {args:?}: {}",
+        tools.mkfs.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first = {
+        let km = KernelMount::new(&img, "");
+        listing_in_order(km.path()).first().cloned()
+    };
+    assert_ne!(
+        first.as_deref(),
+        Some(&b"."[..]),
+        "the root's listing starts with \".\": the tree does not test the dots' place"
+    );
+    let bytes = fs::read(&img).unwrap();
+    let e = Erofs::open(&img, &OpenOptions::default(), &[]).unwrap();
+    let sub = e.lookup(e.root(), OsStr::new("sub")).unwrap();
+    let x0 = e.lookup(sub.ino, OsStr::new("x0")).unwrap();
+    let inode = e.inode(e.nid_of(x0.ino)).unwrap();
+    let body = (inode.pos + inode.inode_size()) as usize;
+    let shared = u64::from(bytes[body + 4]);
+    assert!(
+        shared > 0 && inode.xattr_size() > 12 + 4 * shared,
+        "sub/x0 keeps {shared} shared xattrs in a {}-byte body: not both kinds",
+        inode.xattr_size()
+    );
+    img
+}
+
+/// `f`'s answers for every path through the kernel's mount of `img` and
+/// through a foliofs mount of it, which must be equal; the kernel's.
+/// Without FUSE, only the kernel's.
+fn same_as_kernel<T: PartialEq + std::fmt::Debug>(
+    img: &Path,
+    what: &str,
+    f: &dyn Fn(&Path, &Path) -> T,
+) -> BTreeMap<PathBuf, T> {
+    let kernel = {
+        let km = KernelMount::new(img, "");
+        per_path(km.path(), f)
+    };
+    if have!("fuse") {
+        let m = common::Mount::new(img, None, "").unwrap();
+        let fuse = per_path(m.path(), f);
+        m.unmount().unwrap();
+        let mut diffs = Vec::new();
+        for (path, want) in &kernel {
+            let have = fuse.get(path);
+            if have != Some(want) {
+                diffs.push(format!(
+                    "{what} of {path:?}:\n  kernel  {want:?}\n  foliofs {have:?}"
+                ));
+            }
+        }
+        let n = diffs.len();
+        diffs.truncate(10);
+        assert!(
+            n == 0,
+            "a foliofs mount differs from the kernel in {n} place(s):\n{}",
+            diffs.join("\n")
+        );
+    }
+    kernel
+}
+
+/// Names as text, for messages.
+fn names(list: Vec<Vec<u8>>) -> Vec<String> {
+    list.into_iter()
+        .map(|n| String::from_utf8_lossy(&n).into_owned())
+        .collect()
+}
+
+/// listxattr(2) lists an inode's inline xattrs first, then its shared
+/// ones, as the kernel does.
+#[test]
+fn xattr_order() {
+    require!("root", "kernel-erofs", "mkfs.erofs");
+    let tmp = tempfile::Builder::new()
+        .prefix("foliofs-erofs-order.")
+        .tempdir()
+        .unwrap();
+    let img = order_image(tmp.path(), &Tools::installed(), &[]);
+    same_as_kernel(&img, "listxattr", &|_, p| names(xattr_names_in_order(p)));
+}
+
+/// Names whose getxattr(2) answer depends on who handles their namespace:
+/// EROFS handles `user.`, `trusted.`, `security.` and the two POSIX ACL
+/// names, and a bare prefix is no name.
+const XATTR_PROBES: &[&str] = &[
+    "system.foo",
+    "lustre.lov",
+    "foo",
+    "user.",
+    "trusted.",
+    "security.",
+    "user.missing",
+    "trusted.missing",
+    "security.missing",
+    "user.shared",
+    "user.own",
+    "system.posix_acl_access",
+    "system.posix_acl_default",
+    "system.posix_acl_accessX",
+];
+
+/// getxattr(2) answers (value or errno) for names in no namespace EROFS
+/// handles, bare prefixes, and names that are or are not there, as the
+/// kernel gives them.
+#[test]
+fn xattr_namespaces() {
+    require!("root", "kernel-erofs", "mkfs.erofs");
+    let tmp = tempfile::Builder::new()
+        .prefix("foliofs-erofs-ns.")
+        .tempdir()
+        .unwrap();
+    let img = order_image(tmp.path(), &Tools::installed(), &[]);
+    let kernel = same_as_kernel(&img, "getxattr", &|rel, p| {
+        if rel.starts_with("big") {
+            return Vec::new();
+        }
+        XATTR_PROBES
+            .iter()
+            .map(|&name| (name, getxattr(p, name)))
+            .collect::<Vec<_>>()
+    });
+    let root = &kernel[Path::new("")];
+    assert!(
+        root.contains(&("system.foo", Err(libc::EOPNOTSUPP))),
+        "the kernel does not refuse system.foo: {root:?}"
+    );
+}
+
+/// readdir(3) order, "." and ".." included: where they are among a
+/// directory's sorted entries, as the kernel lists them, in a one-block
+/// directory and in one of several blocks, read in several requests.
+#[test]
+fn listing_order() {
+    require!("root", "kernel-erofs", "mkfs.erofs");
+    let tmp = tempfile::Builder::new()
+        .prefix("foliofs-erofs-ls.")
+        .tempdir()
+        .unwrap();
+    let img = order_image(tmp.path(), &Tools::installed(), &[]);
+    same_as_kernel(&img, "readdir", &|_, p| {
+        p.is_dir().then(|| names(listing_in_order(p)))
+    });
+}
+
+/// The same for directories that keep no "." entry (`-Edot-omitted`): the
+/// kernel lists "." after every entry they keep.
+#[test]
+fn listing_order_dot_omitted() {
+    require!("root", "kernel-erofs");
+    let Some(tools) = Tools::v1_9_3("listing_order_dot_omitted") else {
+        return;
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix("foliofs-erofs-ls.")
+        .tempdir()
+        .unwrap();
+    let img = order_image(tmp.path(), &tools, &["-Edot-omitted"]);
+    let kernel = same_as_kernel(&img, "readdir", &|_, p| {
+        p.is_dir().then(|| names(listing_in_order(p)))
+    });
+    for (dir, listed) in kernel.iter().filter_map(|(d, l)| Some((d, l.as_ref()?))) {
+        assert_eq!(
+            listed.last().map(String::as_str),
+            Some("."),
+            "{dir:?}: the kernel lists \".\" elsewhere than last"
+        );
+    }
 }

@@ -45,14 +45,17 @@ pub fn erofs_utils_193(what: &str) -> Option<PathBuf> {
 
 /// Built (once per run, and only the first time on a machine) by the
 /// script in `../shared/tools`, which prints its bin directory; a clone
-/// without `../shared` has none.
+/// without `../shared` has none. A worktree kept one directory further
+/// down, beside others (`wt/NAME`), finds the same `shared` one more
+/// level up.
 fn erofs_utils_193_bin() -> Option<&'static Path> {
     static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
     BIN.get_or_init(|| {
-        let script = common::workspace_root().join("../shared/tools/erofs-utils.sh");
-        if !script.exists() {
-            return None;
-        }
+        let root = common::workspace_root();
+        let script = ["../shared", "../../shared"]
+            .iter()
+            .map(|up| root.join(up).join("tools/erofs-utils.sh"))
+            .find(|script| script.exists())?;
         let out = common::run_timeout(Command::new("bash").arg(&script), Duration::from_secs(1800));
         if !out.status.success() {
             let _ = writeln!(

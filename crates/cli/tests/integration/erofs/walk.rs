@@ -303,3 +303,71 @@ impl Drop for KernelMount {
         unsafe { libc::umount2(cstr(self.dir.path()).as_ptr(), libc::MNT_DETACH) };
     }
 }
+
+/// Every name `dir` lists, "." and ".." included, in the order readdir(3)
+/// returns them: what `fs::read_dir` hides (the dots) and sorts away by
+/// being collected into a tree.
+pub fn listing_in_order(dir: &Path) -> Vec<Vec<u8>> {
+    let p = cstr(dir);
+    // SAFETY: a valid NUL-terminated path.
+    let d = unsafe { libc::opendir(p.as_ptr()) };
+    assert!(
+        !d.is_null(),
+        "opendir {}: {}",
+        dir.display(),
+        std::io::Error::last_os_error()
+    );
+    let mut names = Vec::new();
+    loop {
+        // SAFETY: `d` is an open directory stream, not yet closed.
+        let e = unsafe { libc::readdir(d) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: readdir returned an entry whose d_name is NUL-terminated
+        // and valid until the next readdir or closedir on `d`.
+        let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) };
+        names.push(name.to_bytes().to_vec());
+    }
+    // SAFETY: `d` is open and closed once.
+    unsafe { libc::closedir(d) };
+    names
+}
+
+/// The names `path` lists in listxattr(2)'s order.
+pub fn xattr_names_in_order(path: &Path) -> Vec<Vec<u8>> {
+    let mut names = vec![0u8; 1 << 16];
+    // SAFETY: valid path and a buffer of the stated size.
+    let n =
+        unsafe { libc::llistxattr(cstr(path).as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(
+        n >= 0,
+        "listxattr {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    names[..n as usize]
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+/// getxattr(2) of `name` on `path`: the value, or the errno.
+pub fn getxattr(path: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    let n = CString::new(name).unwrap();
+    let mut v = vec![0u8; 1 << 16];
+    // SAFETY: valid NUL-terminated strings and a buffer of the stated size.
+    let m = unsafe {
+        libc::lgetxattr(
+            cstr(path).as_ptr(),
+            n.as_ptr(),
+            v.as_mut_ptr().cast(),
+            v.len(),
+        )
+    };
+    if m < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    v.truncate(m as usize);
+    Ok(v)
+}
