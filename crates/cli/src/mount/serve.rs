@@ -1,0 +1,258 @@
+//! Serving a mount in this process: its FUSE settings, the record
+//! `foliofs mounts` shows, and its published counts.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use foliofs_block::remote::is_remote;
+use foliofs_block::IoMode;
+use foliofs_fuse::{MountConfig, Overrides, ServerConfig};
+
+use crate::open;
+
+use super::source::Opened;
+use super::watch::{mount_failure, spawn_watcher};
+use super::{report_failure, MountArgs};
+use crate::options::MountOpts;
+use foliofs_fuse::records::MountState;
+
+/// Server threads: enough for the kernel's parallel readahead and a
+/// metadata walk at once on a small machine.
+const THREADS: usize = 4;
+
+/// Pusher threads of a `directio` image mount: each reads a file while the
+/// others' reads are in the device's queue.
+const PUSH_READERS_DIRECT: usize = 4;
+/// Server threads of a ramfs: no more than the machine has cores, one
+/// fewer while a thread polls. Its requests are a few microseconds of work
+/// in memory, with no reads to overlap, so threads past that only add
+/// wake-ups: on two cores, creating small files one after another ran
+/// 15-20% faster with 2 threads than 4. The polling thread takes a core of
+/// its own, and every thread asleep in a read is woken for each request
+/// the poller then takes first: creates ran about 15% faster with it alone
+/// than beside a second thread.
+fn ramfs_threads(polling: bool) -> usize {
+    let cores = std::thread::available_parallelism().map_or(THREADS, |n| n.get().min(THREADS));
+    if polling {
+        (cores - 1).max(1)
+    } else {
+        cores
+    }
+}
+/// Lifetime of cached entries and attributes. An image cannot change under
+/// the mount, and a ramfs changes only through it: the kernel updates or
+/// drops its cached entries and attributes itself on every change it sends
+/// (it invalidates a directory's attributes after a create or unlink in it,
+/// a file's after a write, link, unlink or rename, and takes a SETATTR's
+/// reply as the new attributes), and the server tells it when it drops
+/// set-user-ID on a write by itself.
+const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The remote counters of this process (bytes read and fetched, cache
+/// hits and misses, fetch errors, retries), published as group `remote`:
+/// one mount is one process, so the process's counters are the mount's.
+fn remote_gauge() -> foliofs_fuse::published::Gauge {
+    foliofs_fuse::published::Gauge {
+        name: "remote",
+        read: Box::new(|| {
+            let r = foliofs_block::remote::stats();
+            vec![
+                ("bytes_read", r.bytes_read),
+                ("bytes_fetched", r.bytes_fetched),
+                ("cache_hits", r.cache_hits),
+                ("cache_misses", r.cache_misses),
+                ("fetch_errors", r.fetch_errors),
+                ("retries", r.retries),
+            ]
+        }),
+    }
+}
+
+/// Appends `,item` (or `item` to an empty list).
+fn push_option(list: &mut String, item: &str) {
+    if !list.is_empty() {
+        list.push(',');
+    }
+    list.push_str(item);
+}
+
+/// Mounts and serves until unmounted; reports readiness on `ready`.
+pub(super) fn serve(
+    args: &MountArgs,
+    source: &Path,
+    opts: &MountOpts,
+    opened: Opened,
+    ready: Option<File>,
+) -> anyhow::Result<i32> {
+    let read_only = opened.read_only || opts.fuse.read_only == Some(true);
+    // A ramfs's work comes as chains of requests each waiting on the last
+    // (lookup, create, write, setattr per file); an image's comes with its
+    // pushes and parallel reads, which need the CPU a poller would take: a
+    // cold walk of an image ran 10-20% slower with one polling.
+    // Whether polling pays is measured on this host (the same machine kind
+    // has seen it take a round trip from 14 to 9 µs, and from 21 to 34);
+    // over io_uring a request is answered on its caller's CPU and nothing
+    // polls.
+    let uring_likely = opts.fuse.io_uring != Some(false)
+        && std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+            .is_ok_and(|s| s.trim() == "Y");
+    let spin = opts.fuse.spin.unwrap_or_else(|| {
+        if opened.writable && !uring_likely {
+            let (window, why) = foliofs_fuse::spin::default_window();
+            log::info!("polling for the next request: {window:?} ({why})");
+            window
+        } else {
+            Duration::ZERO
+        }
+    });
+    let cfg = MountConfig {
+        mountpoint: args.mountpoint.clone(),
+        fsname: opts
+            .fuse
+            .fsname
+            .clone()
+            .unwrap_or_else(|| open::shown(source)),
+        flags: opts.fuse.flags,
+        read_only,
+        allow_other: opts.fuse.allow_other,
+        threads: opts.fuse.threads.unwrap_or(if opened.writable {
+            ramfs_threads(!spin.is_zero())
+        } else {
+            THREADS
+        }),
+        spin,
+        read_ahead_kb: read_only.then_some(foliofs_fuse::IMAGE_READ_AHEAD_KB),
+        server: ServerConfig {
+            ttl: TTL,
+            read_only,
+            overrides: if !opened.writable {
+                // romfs stores no owners (Linux reports 0:0): its files
+                // belong to whoever mounts it, as on vfat, unless uid=/gid=
+                // say otherwise. EROFS keeps the image's.
+                let own = opened.format == "romfs";
+                Overrides {
+                    uid: opts
+                        .fuse
+                        .uid
+                        .or_else(|| own.then(|| nix::unistd::getuid().as_raw())),
+                    gid: opts
+                        .fuse
+                        .gid
+                        .or_else(|| own.then(|| nix::unistd::getgid().as_raw())),
+                    umask: opts.fuse.umask,
+                }
+            } else {
+                Overrides::default()
+            },
+            debug: opts.fuse.debug,
+            writeback: opts.fuse.writeback,
+            requests: Default::default(),
+            push_budget: opened.push_budget,
+            // Direct reads wait for the device, whose queue serves several
+            // at once; buffered ones come from the page cache, where more
+            // threads would only take the CPU the reader needs.
+            push_readers: if opts.image.open.io_mode == IoMode::Direct {
+                PUSH_READERS_DIRECT
+            } else {
+                1
+            },
+            record: opened.record.clone(),
+            profile: opened.profile.clone(),
+            passthrough: opened.passthrough.as_ref().map(|(p, _)| p.clone()),
+            // Where root let the kernel offer it (`enable_uring`), unless
+            // refused by name.
+            io_uring: opts.fuse.io_uring != Some(false),
+        },
+    };
+    let mounted = match foliofs_fuse::mount(opened.fs, &cfg) {
+        Ok(m) => m,
+        Err(e) => return report_failure(ready, mount_failure(e, &args.mountpoint)),
+    };
+    let info = mounted.info().clone();
+    let mut shown = opened.shown;
+    if opts.fuse.io_uring == Some(true) && mounted.transport() != "io_uring" {
+        drop(mounted);
+        let _ = foliofs_fuse::unmount(&info.mountpoint);
+        return report_failure(
+            ready,
+            anyhow::anyhow!(
+                "mount option `io_uring`: the kernel did not offer FUSE over io_uring (Linux 6.14, CONFIG_FUSE_IO_URING, and root writing Y to /sys/module/fuse/parameters/enable_uring)"
+            ),
+        );
+    }
+    push_option(&mut shown, &format!("transport={}", mounted.transport()));
+    if let Some((p, asked)) = &opened.passthrough {
+        // INIT is over: the kernel took passthrough or it did not.
+        if p.active() {
+            push_option(&mut shown, "data=passthrough");
+        } else if *asked {
+            drop(mounted);
+            let _ = foliofs_fuse::unmount(&info.mountpoint);
+            return report_failure(
+                ready,
+                anyhow::anyhow!(
+                    "mount option `passthrough`: the kernel did not offer FUSE passthrough (CONFIG_FUSE_PASSTHROUGH)"
+                ),
+            );
+        } else {
+            // The files live in backing files still, read and written
+            // through the server.
+            push_option(&mut shown, "data=server");
+        }
+    } else if opened.format == "ramfs" {
+        push_option(&mut shown, "data=server");
+    }
+    // Held until this process ends, whichever way: its closing is what
+    // tells the watcher the server is gone.
+    let _watch = if opts.fuse.auto_unmount {
+        match spawn_watcher(&info) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                drop(mounted);
+                let _ = foliofs_fuse::unmount(&info.mountpoint);
+                return report_failure(ready, e.context("auto_unmount"));
+            }
+        }
+    } else {
+        None
+    };
+    let pid = std::process::id();
+    if opts.fuse.allow_other {
+        shown.push_str(",allow_other");
+    }
+    if opts.fuse.debug {
+        shown.push_str(",debug");
+    }
+    if opts.fuse.auto_unmount {
+        shown.push_str(",auto_unmount");
+    }
+    let state = MountState {
+        mount_id: info.mount_id,
+        pid,
+        source: info.source.clone(),
+        mountpoint: info.mountpoint.clone(),
+        format: opened.format.to_owned(),
+        options: shown,
+    };
+    if let Err(e) = state.save() {
+        log::warn!("cannot record the mount for `foliofs mounts`: {e}");
+    }
+    let remote = is_remote(source) || opts.image.devices.iter().any(|d| is_remote(d));
+    let mut gauges: Vec<_> = opened.gauge.into_iter().collect();
+    if remote {
+        gauges.push(remote_gauge());
+    }
+    let stats =
+        foliofs_fuse::published::publish(info.mount_id, cfg.server.requests.clone(), gauges);
+    if let Some(mut r) = ready {
+        let _ = writeln!(r, "ready");
+    }
+    let res = mounted.run();
+    MountState::remove(info.mount_id, pid);
+    stats.finish();
+    res.context("serving the mount failed")?;
+    Ok(0)
+}
