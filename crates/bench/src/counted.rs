@@ -153,7 +153,7 @@ pub(crate) fn trip_notes(trips: &[Trips], per: Option<(u64, &str)>) -> Vec<Strin
             let total: u64 = t
                 .counts
                 .iter()
-                .filter(|(k, _)| !foliofs_fuse::PUSH_NAMES.contains(&k.as_str()))
+                .filter(|(k, _)| !foliofs_fuse::EXTRA_NAMES.contains(&k.as_str()))
                 .map(|(_, n)| n)
                 .sum();
             let each = match per {

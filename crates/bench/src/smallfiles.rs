@@ -107,7 +107,7 @@ fn waited(counts: &Counts) -> u64 {
     counts
         .iter()
         .filter(|(k, _)| !matches!(k.as_str(), "forget" | "release" | "interrupt"))
-        .filter(|(k, _)| !foliofs_fuse::PUSH_NAMES.contains(&k.as_str()))
+        .filter(|(k, _)| !foliofs_fuse::EXTRA_NAMES.contains(&k.as_str()))
         .map(|(_, n)| n)
         .sum()
 }

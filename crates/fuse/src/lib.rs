@@ -10,13 +10,15 @@
 //! resolved for `foliofs mounts`, and [`published`] its request counts. The file system's root is node 1 to the kernel,
 //! while `st_ino` stays the format's own inode number.
 
-// One descriptor received over a socket needs `unsafe` to be owned
-// (`fusermount.rs`); nothing else may use it.
+// A descriptor received over a socket (`fusermount.rs`) or inherited from
+// a supervisor (`held.rs`) needs `unsafe` to be owned, and the ioctls of
+// `/dev/fuse` to be made (`kernel/dev.rs`); nothing else may use it.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod convert;
 pub mod fusermount;
+pub mod held;
 mod ids;
 mod kernel;
 pub mod options;
@@ -30,6 +32,7 @@ mod server;
 mod session;
 pub mod spin;
 mod stats;
+pub mod supervise;
 pub mod watch;
 
 pub use convert::Overrides;
@@ -43,4 +46,4 @@ pub use session::{
     find_mount, mount, mount_table, unmount, MountConfig, MountError, MountInfo, MountMethod,
     Mounted, FS_TYPE, IMAGE_READ_AHEAD_KB,
 };
-pub use stats::{Op, RequestCounts, PUSH_NAMES};
+pub use stats::{Op, RequestCounts, EXTRA_NAMES};

@@ -91,6 +91,10 @@ pub struct MountOptions {
     /// io_uring where the kernel offers it; the mount command's default
     /// when `None`.
     pub io_uring: Option<bool>,
+    /// `supervise` / `nosupervise`: whether a supervisor holds the
+    /// connection and starts a new server when one dies (see
+    /// [`crate::held`]); the mount command's default when `None`.
+    pub supervise: Option<bool>,
     /// `push=SIZE` / `nopush` (`Some(0)`): bytes an image mount may push
     /// into the kernel's page cache before they are read; the mount
     /// command's default when `None`.
@@ -172,6 +176,8 @@ impl MountOptions {
         "auto_unmount",
         "io_uring",
         "noio_uring",
+        "supervise",
+        "nosupervise",
         "push",
         "nopush",
         "record",
@@ -308,6 +314,10 @@ impl MountOptions {
             "io_uring" | "noio_uring" => {
                 flag(key, value)?;
                 self.io_uring = Some(key == "io_uring");
+            }
+            "supervise" | "nosupervise" => {
+                flag(key, value)?;
+                self.supervise = Some(key == "supervise");
             }
             "push" => {
                 self.push = Some(size_value(key, required(key, value)?)?);

@@ -24,8 +24,17 @@ pub const ROOT_STATE_DIR: &str = "/run/foliofs";
 pub struct MountState {
     /// The kernel's id of the mount (`/proc/self/mountinfo`).
     pub mount_id: u64,
-    /// The serving process.
+    /// The mount's process: the one serving it, or the supervisor that
+    /// holds its connection (see [`crate::held`]).
     pub pid: u32,
+    /// Under a supervisor: the process serving the mount now.
+    pub server: Option<u32>,
+    /// Under a supervisor: servers started after the first (a death, or
+    /// an upgrade in place).
+    pub restarts: u32,
+    /// Under a supervisor: takeovers asked for whose new server did not
+    /// come up (the old one served on).
+    pub failed_takeovers: u32,
     /// The image (or `ramfs`) as the mount names it.
     pub source: String,
     /// Where it is mounted.
@@ -116,6 +125,12 @@ fn parse(mount_id: u64, text: &str) -> Option<MountState> {
     Some(MountState {
         mount_id,
         pid: kv.get("pid")?.parse().ok()?,
+        server: kv.get("server").and_then(|s| s.parse().ok()),
+        restarts: kv.get("restarts").and_then(|s| s.parse().ok()).unwrap_or(0),
+        failed_takeovers: kv
+            .get("failed_takeovers")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
         source: kv.get("source")?.to_string(),
         mountpoint: PathBuf::from(kv.get("mountpoint")?),
         format: kv.get("format")?.to_string(),
@@ -144,14 +159,20 @@ impl MountState {
     /// Writes the record (atomically: a reader never sees half of it).
     pub fn save(&self) -> io::Result<()> {
         let dir = state_dir()?;
-        let text = format!(
-            "pid={}\nsource={}\nmountpoint={}\nformat={}\noptions={}\n",
-            self.pid,
+        let mut text = format!("pid={}\n", self.pid);
+        if let Some(s) = self.server {
+            text.push_str(&format!(
+                "server={s}\nrestarts={}\nfailed_takeovers={}\n",
+                self.restarts, self.failed_takeovers
+            ));
+        }
+        text.push_str(&format!(
+            "source={}\nmountpoint={}\nformat={}\noptions={}\n",
             self.source,
             self.mountpoint.display(),
             self.format,
             self.options
-        );
+        ));
         let tmp = dir.join(format!(".{}.tmp", self.mount_id));
         fs::write(&tmp, text)?;
         fs::rename(tmp, dir.join(self.mount_id.to_string()))
@@ -236,5 +257,11 @@ mod tests {
             (42, "romfs", "a=b,c")
         );
         assert!(parse(7, "pid=x\n").is_none());
+        let s = parse(
+            7,
+            "pid=42\nserver=43\nrestarts=2\nsource=/i\nmountpoint=/m\nformat=erofs\noptions=\n",
+        )
+        .unwrap();
+        assert_eq!((s.server, s.restarts), (Some(43), 2));
     }
 }

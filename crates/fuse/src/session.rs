@@ -247,6 +247,40 @@ impl Mounted {
         }
     }
 
+    /// Serves requests until the file system is unmounted, and nothing
+    /// else: signals keep their usual effect (for a server under a
+    /// supervisor, which unmounts on its own signals, see [`crate::held`]).
+    pub fn serve(self) -> io::Result<()> {
+        conn::serve(self.dev, self.others, self.queues, self.server, self.agreed)
+    }
+
+    /// The line a server under a holder reports ready with: what INIT
+    /// agreed, then `extra` (see [`crate::held::Held::learn`]).
+    pub fn ready_report(&self, extra: &str) -> String {
+        crate::held::ready_report(&self.agreed, extra)
+    }
+
+    pub(crate) fn from_parts(
+        dev: Arc<Dev>,
+        others: Vec<Dev>,
+        server: Arc<Server>,
+        agreed: conn::Agreed,
+        mountpoint: PathBuf,
+        info: MountInfo,
+        method: MountMethod,
+    ) -> Mounted {
+        Mounted {
+            dev,
+            others,
+            queues: None,
+            server,
+            agreed,
+            mountpoint,
+            info,
+            method,
+        }
+    }
+
     /// Serves requests until the file system is unmounted (by `umount`, or
     /// by SIGTERM, SIGINT or SIGHUP to this process, which unmount it).
     pub fn run(self) -> io::Result<()> {
@@ -269,7 +303,7 @@ impl Mounted {
 }
 
 /// Detaches `mnt`, made by `method`.
-fn detach(mnt: &Path, method: MountMethod) -> io::Result<()> {
+pub(crate) fn detach(mnt: &Path, method: MountMethod) -> io::Result<()> {
     match method {
         MountMethod::Syscall => {
             nix::mount::umount2(mnt, MntFlags::MNT_DETACH).map_err(io::Error::from)
@@ -289,12 +323,18 @@ fn exit_signals() -> SigSet {
     s
 }
 
-/// Mounts `fs` at `cfg.mountpoint` and completes the FUSE handshake.
-///
-/// Call this before the process starts other threads: it blocks the
-/// signals that [`Mounted::run`] turns into an unmount, and threads
-/// inherit that mask.
-pub fn mount(fs: Arc<dyn FileSystem>, cfg: &MountConfig) -> Result<Mounted, MountError> {
+/// A mount made, whose handshake is still to come.
+pub(crate) struct Attached {
+    pub(crate) fd: OwnedFd,
+    pub(crate) mountpoint: PathBuf,
+    pub(crate) info: MountInfo,
+    pub(crate) method: MountMethod,
+}
+
+/// Mounts a `fuse.foliofs` file system at `cfg.mountpoint`, by `mount(2)`
+/// or `fusermount3`, and blocks the signals [`Mounted::run`] turns into an
+/// unmount (threads started later inherit that mask).
+pub(crate) fn attach(cfg: &MountConfig) -> Result<Attached, MountError> {
     let mp_err = |source| MountError::Mountpoint {
         path: cfg.mountpoint.clone(),
         source,
@@ -312,7 +352,7 @@ pub fn mount(fs: Arc<dyn FileSystem>, cfg: &MountConfig) -> Result<Mounted, Moun
         .thread_block()
         .map_err(|e| MountError::Handshake(e.into()))?;
 
-    let (dev, method) = match method {
+    let (fd, method) = match method {
         MountMethod::Syscall => match mount_syscall(cfg, &mountpoint, &meta) {
             Ok(dev) => (dev, MountMethod::Syscall),
             // CAP_SYS_ADMIN in a user namespace that does not own our mount
@@ -328,84 +368,110 @@ pub fn mount(fs: Arc<dyn FileSystem>, cfg: &MountConfig) -> Result<Mounted, Moun
         },
         MountMethod::Fusermount => (mount_fusermount(cfg, &mountpoint)?, MountMethod::Fusermount),
     };
-
-    // From here on a failure must take the mount down again.
-    let undo = |e: MountError| {
-        let _ = detach(&mountpoint, method);
-        e
-    };
     // The mount just made is the topmost at that path; reading mountinfo
     // (rather than stat) sends no request to a server not yet running.
-    let info = find_mount(&mountpoint)
+    match find_mount(&mountpoint)
         .ok()
         .flatten()
         .filter(|m| m.fs_type == FS_TYPE)
-        .ok_or_else(|| {
-            undo(MountError::Mount {
-                path: mountpoint.clone(),
+    {
+        Some(info) => Ok(Attached {
+            fd,
+            mountpoint,
+            info,
+            method,
+        }),
+        None => {
+            let _ = detach(&mountpoint, method);
+            Err(MountError::Mount {
+                path: mountpoint,
                 source: io::Error::other("the new mount is missing from /proc/self/mountinfo"),
             })
-        })?;
+        }
+    }
+}
 
+/// Sets the mount's bdi as `cfg` asks, once INIT is over (its reply may
+/// only lower readahead). Only root of the machine may write a bdi's
+/// settings; a user's mount keeps the kernel's.
+pub(crate) fn tune_bdi(cfg: &MountConfig, info: &MountInfo) {
+    if !privilege::is_machine_root() {
+        return;
+    }
+    let bdi = format!("/sys/class/bdi/{}:{}", info.major, info.minor);
+    if let Some(kb) = cfg.read_ahead_kb {
+        write_sysfs(&bdi, "read_ahead_kb", &kb.to_string());
+    }
+    if !cfg.read_only {
+        // FUSE bdis may dirty only 1% of memory (strict_limit), which
+        // throttles a writeback-cached in-memory file system long before
+        // memory is short.
+        write_sysfs(&bdi, "strict_limit", "0");
+        write_sysfs(&bdi, "max_ratio", "50");
+    }
+}
+
+/// One open file of the connection per thread past the first: each
+/// sleeps in its own read, and the first one's may poll (`spin=`) without
+/// the others.
+pub(crate) fn clones(dev: &Dev, threads: usize) -> io::Result<Vec<Dev>> {
+    (1..threads.max(1))
+        .map(|_| dev.clone_connection())
+        .collect()
+}
+
+/// Starts the polling thread `cfg.spin` asks for on `dev` (not over
+/// io_uring, where a request is answered on its caller's CPU and a poller
+/// would take that CPU from the caller).
+pub(crate) fn start_spin(cfg: &MountConfig, dev: &Dev, server: &Server) {
+    if cfg.spin.is_zero() {
+        return;
+    }
+    if let Some(s) = dev
+        .try_clone_fd()
+        .ok()
+        .and_then(|fd| Spin::start(fd, cfg.spin))
+    {
+        let _ = server.spin_slot().set(s);
+    }
+}
+
+/// Mounts `fs` at `cfg.mountpoint` and completes the FUSE handshake.
+///
+/// Call this before the process starts other threads: it blocks the
+/// signals that [`Mounted::run`] turns into an unmount, and threads
+/// inherit that mask.
+pub fn mount(fs: Arc<dyn FileSystem>, cfg: &MountConfig) -> Result<Mounted, MountError> {
+    let Attached {
+        fd,
+        mountpoint,
+        info,
+        method,
+    } = attach(cfg)?;
+    // From here on a failure must take the mount down again.
+    let undo = |e: io::Error| {
+        let _ = detach(&mountpoint, method);
+        MountError::Handshake(e)
+    };
     let server = Arc::new(Server::new(fs, cfg.server.clone()));
-    let dev = Arc::new(Dev::new(dev));
+    let dev = Arc::new(Dev::new(fd));
     let _ = server.dev_slot().set(dev.clone());
-    let agreed = conn::handshake(&dev, &*server).map_err(|e| undo(MountError::Handshake(e)))?;
+    let agreed = conn::handshake(&dev, &*server).map_err(undo)?;
     // Over io_uring a thread per CPU serves the rings; `/dev/fuse` is left
     // with FORGET, INTERRUPT and what comes before the rings are ready,
     // which one thread answers.
     let queues = if agreed.flags & crate::kernel::abi::init::OVER_IO_URING != 0 {
-        Some(
-            crate::kernel::uring::Queues::new(&dev, &agreed)
-                .map_err(|e| undo(MountError::Handshake(e)))?,
-        )
+        Some(crate::kernel::uring::Queues::new(&dev, &agreed).map_err(undo)?)
     } else {
         None
     };
-    let dev_threads = if queues.is_some() {
-        1
-    } else {
-        cfg.threads.max(1)
-    };
-    // One open file of the connection per thread: each sleeps in its own
-    // read, and the first one's may poll (`spin=`) without the others.
-    let mut others = Vec::new();
-    for _ in 1..dev_threads {
-        others.push(
-            dev.clone_connection()
-                .map_err(|e| undo(MountError::Handshake(e)))?,
-        );
+    let threads = if queues.is_some() { 1 } else { cfg.threads };
+    let others = clones(&dev, threads).map_err(undo)?;
+    // After the handshake, which reads expecting it to block.
+    if queues.is_none() {
+        start_spin(cfg, &dev, &server);
     }
-    // After the handshake, which reads expecting it to block. Over
-    // io_uring a request is answered on its caller's CPU, where a poller
-    // would take that CPU from the caller.
-    let spin = server.spin_slot();
-    if !cfg.spin.is_zero() && queues.is_none() {
-        if let Some(s) = dev
-            .try_clone_fd()
-            .ok()
-            .and_then(|fd| Spin::start(fd, cfg.spin))
-        {
-            let _ = spin.set(s);
-        }
-    }
-
-    // The INIT reply may only lower readahead, so it is raised after it.
-    // Only root of the machine may write a bdi's settings; a user's mount
-    // keeps the kernel's.
-    if privilege::is_machine_root() {
-        let bdi = format!("/sys/class/bdi/{}:{}", info.major, info.minor);
-        if let Some(kb) = cfg.read_ahead_kb {
-            write_sysfs(&bdi, "read_ahead_kb", &kb.to_string());
-        }
-        if !cfg.read_only {
-            // FUSE bdis may dirty only 1% of memory (strict_limit), which
-            // throttles a writeback-cached in-memory file system long before
-            // memory is short.
-            write_sysfs(&bdi, "strict_limit", "0");
-            write_sysfs(&bdi, "max_ratio", "50");
-        }
-    }
+    tune_bdi(cfg, &info);
     Ok(Mounted {
         dev,
         others,

@@ -77,6 +77,7 @@ pub struct RequestCounts {
     counts: Box<[AtomicU64]>,
     pushes: AtomicU64,
     pushed_bytes: AtomicU64,
+    resent: AtomicU64,
 }
 
 impl Default for RequestCounts {
@@ -85,13 +86,16 @@ impl Default for RequestCounts {
             counts: Op::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
             pushes: AtomicU64::new(0),
             pushed_bytes: AtomicU64::new(0),
+            resent: AtomicU64::new(0),
         }
     }
 }
 
-/// The names [`RequestCounts::snapshot`] gives the push counts, after the
-/// opcodes.
-pub const PUSH_NAMES: [&str; 2] = ["push", "push_bytes"];
+/// The names [`RequestCounts::snapshot`] gives what it counts beside the
+/// opcodes: the stores pushed and their bytes, and the requests that came
+/// marked as resent (after a server died with them; each is counted by
+/// its opcode too).
+pub const EXTRA_NAMES: [&str; 3] = ["push", "push_bytes", "resent"];
 
 impl RequestCounts {
     /// Counts one request of `op`.
@@ -110,6 +114,11 @@ impl RequestCounts {
         self.pushed_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    /// Counts one request that came marked as resent.
+    pub fn resent(&self) {
+        self.resent.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Stores pushed so far, and their bytes in whole pages.
     pub fn pushes(&self) -> (u64, u64) {
         (
@@ -119,13 +128,18 @@ impl RequestCounts {
     }
 
     /// Every opcode's count so far, in [`Op::ALL`] order (zeros included),
-    /// then the push counts named [`PUSH_NAMES`].
+    /// then the counts named [`EXTRA_NAMES`].
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
         let (n, bytes) = self.pushes();
+        let resent = self.resent.load(Ordering::Relaxed);
         Op::ALL
             .iter()
             .map(|&op| (op.name(), self.get(op)))
-            .chain([(PUSH_NAMES[0], n), (PUSH_NAMES[1], bytes)])
+            .chain([
+                (EXTRA_NAMES[0], n),
+                (EXTRA_NAMES[1], bytes),
+                (EXTRA_NAMES[2], resent),
+            ])
             .collect()
     }
 
@@ -168,15 +182,19 @@ mod tests {
             "lookup=2 create=1 other=1 push=1 push_bytes=8192"
         );
         let snap = c.snapshot();
-        assert_eq!(snap.len(), Op::ALL.len() + PUSH_NAMES.len());
+        assert_eq!(snap.len(), Op::ALL.len() + EXTRA_NAMES.len());
         assert_eq!(snap[0], ("lookup", 2));
     }
 
     #[test]
     fn names_are_unique() {
-        let mut names: Vec<_> = Op::ALL.iter().map(|o| o.name()).chain(PUSH_NAMES).collect();
+        let mut names: Vec<_> = Op::ALL
+            .iter()
+            .map(|o| o.name())
+            .chain(EXTRA_NAMES)
+            .collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), Op::ALL.len() + PUSH_NAMES.len());
+        assert_eq!(names.len(), Op::ALL.len() + EXTRA_NAMES.len());
     }
 }

@@ -49,6 +49,9 @@ pub struct Agreed {
     pub flags: u64,
     /// The largest WRITE, in bytes.
     pub max_write: u32,
+    /// What the kernel offered (`HAS_RESEND` among them says whether it
+    /// can resend the requests a dead server took).
+    pub offered: u64,
 }
 
 impl Agreed {
@@ -118,7 +121,15 @@ pub fn handshake(dev: &Dev, handler: &dyn Handler) -> io::Result<Agreed> {
         minor,
         flags: want.flags,
         max_write: out.max_write,
+        offered,
     })
+}
+
+/// Takes over a connection whose INIT an earlier server answered with
+/// `agreed`: `handler` settles its state as if the kernel had offered
+/// exactly what was agreed, and so takes exactly that.
+pub fn resume(handler: &dyn Handler, agreed: Agreed) {
+    handler.init(agreed.flags, &InitIn::default());
 }
 
 /// Serves requests on `main` and on each of `others` (open files of the

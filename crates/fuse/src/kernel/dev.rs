@@ -31,6 +31,11 @@ impl Dev {
         Dev { fd }
     }
 
+    /// The descriptor, for another owner.
+    pub fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
+
     /// Another open file of the same connection: a thread that reads on
     /// its own is woken for its own requests and sets its own flags.
     pub fn clone_connection(&self) -> io::Result<Dev> {
@@ -145,6 +150,13 @@ impl Dev {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
             r => r,
         }
+    }
+
+    /// Puts every request a server read and did not answer back in the
+    /// queue, marked as resent (`FUSE_NOTIFY_RESEND`, Linux 6.9): what a
+    /// server that died was working on goes to the next one.
+    pub fn notify_resend(&self) -> io::Result<()> {
+        self.send(0, notify::RESEND, &[])
     }
 
     /// Registers `file` as a backing file for passthrough opens; the id

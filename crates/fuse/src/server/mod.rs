@@ -70,6 +70,28 @@ pub struct ServerConfig {
     pub io_uring: bool,
 }
 
+impl Default for ServerConfig {
+    /// A writable file system's server with nothing asked of it: the
+    /// kernel's one-second cache lifetime, no pushing, no profiles, no
+    /// passthrough, `/dev/fuse` only.
+    fn default() -> ServerConfig {
+        ServerConfig {
+            ttl: Duration::from_secs(1),
+            read_only: false,
+            overrides: Overrides::default(),
+            debug: false,
+            writeback: false,
+            requests: Arc::default(),
+            push_budget: 0,
+            push_readers: 1,
+            record: None,
+            profile: None,
+            passthrough: None,
+            io_uring: false,
+        }
+    }
+}
+
 /// The state behind every request.
 pub(crate) struct Server {
     fs: Arc<dyn FileSystem>,
@@ -317,6 +339,9 @@ impl Handler for Server {
 
     fn handle(&self, req: Request<'_>, reply: Reply<'_>) {
         let h = &req.header;
+        if h.unique & abi::UNIQUE_RESEND != 0 {
+            self.requests.resent();
+        }
         match req.op {
             Op::Lookup { name } => self.lookup(h, name, reply),
             Op::Forget(n) => {
