@@ -15,6 +15,7 @@ mod mounts;
 mod open;
 mod options;
 mod progress;
+mod takeover;
 mod umount;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -34,6 +35,9 @@ enum Command {
     Umount(umount::UmountArgs),
     /// List live foliofs mounts with their source and effective options.
     Mounts(mounts::MountsArgs),
+    /// Have a new server, from the foliofs binary on disk now, take over a
+    /// live image mount (an upgrade in place).
+    Takeover(takeover::TakeoverArgs),
     /// Measure foliofs beside the kernel's file systems (the patches' tables).
     #[cfg(feature = "bench")]
     Bench(foliofs_bench::BenchArgs),
@@ -96,6 +100,7 @@ fn run(cmd: Command) -> anyhow::Result<i32> {
     match cmd {
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
+        Command::Takeover(a) => takeover::run(a),
         Command::Mounts(a) => mounts::run(a),
         #[cfg(feature = "bench")]
         Command::Bench(a) => foliofs_bench::run(a),

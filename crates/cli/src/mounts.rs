@@ -54,6 +54,16 @@ pub fn run(args: MountsArgs) -> anyhow::Result<i32> {
                 }
                 if process_alive(s.pid) {
                     opts.push_str(&format!(",pid={}", s.pid));
+                    // Under a supervisor (`pid`), the server now and how
+                    // many came after the first.
+                    if let Some(server) = s.server {
+                        if process_alive(server) {
+                            opts.push_str(&format!(",server={server}"));
+                        } else {
+                            opts.push_str(",server=restarting");
+                        }
+                        opts.push_str(&format!(",restarts={}", s.restarts));
+                    }
                 } else {
                     opts.push_str(",server=dead");
                 }

@@ -21,7 +21,7 @@ pub struct UmountArgs {
 
 /// The absolute path of `p` without touching `p` itself: the root of a
 /// mount whose server is dead cannot be stat'ed.
-fn mount_path(p: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn mount_path(p: &Path) -> anyhow::Result<PathBuf> {
     let abs = std::path::absolute(p).with_context(|| format!("{}: bad path", p.display()))?;
     match (abs.parent(), abs.file_name()) {
         (Some(parent), Some(name)) => Ok(parent

@@ -22,7 +22,9 @@ use foliofs_fuse::records as mount_state;
 
 mod serve;
 mod source;
+mod supervise;
 mod watch;
+mod worker;
 
 use source::open_source;
 pub use watch::{watch, WatchArgs};
@@ -59,6 +61,13 @@ pub struct MountArgs {
     /// line, which every user can read.
     #[arg(long, hide = true)]
     pub source_from_env: bool,
+    /// Serve the connection a supervisor holds, as this description of
+    /// it says (see `foliofs_fuse::held`), instead of mounting.
+    #[arg(long, hide = true)]
+    pub handoff: Option<String>,
+    /// With `--handoff`: an earlier server served this mount.
+    #[arg(long, hide = true)]
+    pub restarted: bool,
     /// The image file or block device (any name for ramfs).
     pub source: PathBuf,
     /// The directory to mount on.
@@ -102,11 +111,26 @@ pub fn run(mut args: MountArgs) -> anyhow::Result<i32> {
         );
         File::from(fd)
     });
+    let supervised = match supervise::wanted(&args.fstype, &opts) {
+        Ok(s) => s,
+        Err(e) => return report_failure(ready, e),
+    };
+    // A supervisor leaves the source to its servers: the command that
+    // started it checked the source, and in the foreground the first
+    // server does (a refusal then takes the mount down again at once).
+    // Opened here, a remote image would be fetched twice, and its cache
+    // held by a process that serves nothing.
+    if supervised && args.handoff.is_none() && (args.foreground || ready.is_some()) {
+        return supervise::run(&args, &source, &opts, ready);
+    }
     // Everything that can be refused is refused here, before any mount.
     let opened = match open_source(&args.fstype, &source, &opts) {
         Ok(o) => o,
         Err(e) => return report_failure(ready, e),
     };
+    if let Some(handoff) = args.handoff.take() {
+        return worker::serve(&args, &source, &opts, opened, &handoff, ready);
+    }
     if !args.foreground && ready.is_none() {
         drop(opened);
         return spawn_server(&args, &source, &opts);
@@ -157,6 +181,37 @@ fn absolute_paths(options: &[String]) -> anyhow::Result<Vec<String>> {
         .collect()
 }
 
+/// `exe mount -f` serving `source` of type `fstype` with `options` (their
+/// file names absolute) at `mountpoint` (absolute), with `flags` first;
+/// from `/`, with no input or output.
+fn server_command(
+    exe: &Path,
+    fstype: &str,
+    options: &[String],
+    source: &Path,
+    mountpoint: &Path,
+    flags: &[std::ffi::OsString],
+) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.args(["mount", "-f"]).args(flags).args(["-t", fstype]);
+    for o in options {
+        cmd.arg("-o").arg(o);
+    }
+    let shown = open::shown(source);
+    if shown.as_str() != source.as_os_str() {
+        cmd.arg("--source-from-env").env(SOURCE_ENV, source);
+        cmd.arg("--").arg(&shown);
+    } else {
+        cmd.arg("--").arg(source);
+    }
+    cmd.arg(mountpoint)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        // Holding no directory busy but `/`.
+        .current_dir("/");
+    cmd
+}
+
 /// Starts `foliofs mount -f` in the background and waits for its verdict.
 fn spawn_server(args: &MountArgs, source: &Path, opts: &MountOpts) -> anyhow::Result<i32> {
     let mountpoint = std::path::absolute(&args.mountpoint)
@@ -175,26 +230,15 @@ fn spawn_server(args: &MountArgs, source: &Path, opts: &MountOpts) -> anyhow::Re
         Stdio::null()
     };
     let exe = std::env::current_exe().context("cannot find the foliofs binary")?;
-    let mut cmd = Command::new(exe);
-    cmd.args(["mount", "-f", "--ready-fd"])
-        .arg(wr_child.as_raw_fd().to_string())
-        .args(["-t", &args.fstype]);
-    for o in absolute_paths(&args.options)? {
-        cmd.arg("-o").arg(o);
-    }
-    let shown = open::shown(source);
-    if shown.as_str() != source.as_os_str() {
-        cmd.arg("--source-from-env").env(SOURCE_ENV, source);
-        cmd.arg("--").arg(&shown);
-    } else {
-        cmd.arg("--").arg(source);
-    }
-    cmd.arg(&mountpoint)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        // Holding no directory busy but `/`.
-        .current_dir("/");
+    let mut cmd = server_command(
+        &exe,
+        &args.fstype,
+        &absolute_paths(&args.options)?,
+        source,
+        &mountpoint,
+        &["--ready-fd".into(), wr_child.as_raw_fd().to_string().into()],
+    );
+    cmd.stderr(stderr);
     // SAFETY: the closure runs in the child between fork and exec and calls
     // only setsid(2), which is async-signal-safe and touches no memory.
     unsafe {

@@ -21,7 +21,7 @@ use foliofs_fuse::records::MountState;
 
 /// Server threads: enough for the kernel's parallel readahead and a
 /// metadata walk at once on a small machine.
-const THREADS: usize = 4;
+pub(super) const THREADS: usize = 4;
 
 /// Pusher threads of a `directio` image mount: each reads a file while the
 /// others' reads are in the device's queue.
@@ -71,22 +71,58 @@ fn remote_gauge() -> foliofs_fuse::published::Gauge {
     }
 }
 
+/// What the mount publishes beside its request counts: the format's own
+/// figures, and a remote image's.
+pub(super) fn gauges(
+    source: &Path,
+    opts: &MountOpts,
+    own: Option<foliofs_fuse::published::Gauge>,
+) -> Vec<foliofs_fuse::published::Gauge> {
+    let remote = is_remote(source) || opts.image.devices.iter().any(|d| is_remote(d));
+    let mut gauges: Vec<_> = own.into_iter().collect();
+    if remote {
+        gauges.push(remote_gauge());
+    }
+    gauges
+}
+
+/// The session's options `foliofs mounts` shows after the format's.
+pub(super) fn add_session_options(shown: &mut String, opts: &MountOpts) {
+    for (on, name) in [
+        (opts.fuse.allow_other, "allow_other"),
+        (opts.fuse.debug, "debug"),
+        (opts.fuse.auto_unmount, "auto_unmount"),
+    ] {
+        if on {
+            push_option(shown, name);
+        }
+    }
+}
+
 /// Appends `,item` (or `item` to an empty list).
-fn push_option(list: &mut String, item: &str) {
+pub(super) fn push_option(list: &mut String, item: &str) {
     if !list.is_empty() {
         list.push(',');
     }
     list.push_str(item);
 }
 
-/// Mounts and serves until unmounted; reports readiness on `ready`.
-pub(super) fn serve(
+/// The source `/proc/mounts` shows: `fsname=`, else the source (a URL
+/// without its secrets).
+pub(super) fn fsname(opts: &MountOpts, source: &Path) -> String {
+    opts.fuse
+        .fsname
+        .clone()
+        .unwrap_or_else(|| open::shown(source))
+}
+
+/// The mount's FUSE settings, from its options and what it serves.
+pub(super) fn config(
     args: &MountArgs,
     source: &Path,
     opts: &MountOpts,
-    opened: Opened,
-    ready: Option<File>,
-) -> anyhow::Result<i32> {
+    opened: &Opened,
+) -> MountConfig {
     let read_only = opened.read_only || opts.fuse.read_only == Some(true);
     // A ramfs's work comes as chains of requests each waiting on the last
     // (lookup, create, write, setattr per file); an image's comes with its
@@ -108,13 +144,9 @@ pub(super) fn serve(
             Duration::ZERO
         }
     });
-    let cfg = MountConfig {
+    MountConfig {
         mountpoint: args.mountpoint.clone(),
-        fsname: opts
-            .fuse
-            .fsname
-            .clone()
-            .unwrap_or_else(|| open::shown(source)),
+        fsname: fsname(opts, source),
         flags: opts.fuse.flags,
         read_only,
         allow_other: opts.fuse.allow_other,
@@ -166,11 +198,36 @@ pub(super) fn serve(
             // refused by name.
             io_uring: opts.fuse.io_uring != Some(false),
         },
-    };
-    let mounted = match foliofs_fuse::mount(opened.fs, &cfg) {
+    }
+}
+
+/// Mounts and serves until unmounted; reports readiness on `ready`.
+pub(super) fn serve(
+    args: &MountArgs,
+    source: &Path,
+    opts: &MountOpts,
+    opened: Opened,
+    ready: Option<File>,
+) -> anyhow::Result<i32> {
+    let cfg = config(args, source, opts, &opened);
+    let mounted = match foliofs_fuse::mount(opened.fs.clone(), &cfg) {
         Ok(m) => m,
         Err(e) => return report_failure(ready, mount_failure(e, &args.mountpoint)),
     };
+    serve_mounted(source, opts, opened, &cfg, mounted, ready)
+}
+
+/// Serves `mounted` (made for `opened` with `cfg`) until unmounted, once
+/// what INIT settled is what the options asked for; reports readiness on
+/// `ready`.
+pub(super) fn serve_mounted(
+    source: &Path,
+    opts: &MountOpts,
+    opened: Opened,
+    cfg: &MountConfig,
+    mounted: foliofs_fuse::Mounted,
+    ready: Option<File>,
+) -> anyhow::Result<i32> {
     let info = mounted.info().clone();
     let mut shown = opened.shown;
     if opts.fuse.io_uring == Some(true) && mounted.transport() != "io_uring" {
@@ -220,18 +277,13 @@ pub(super) fn serve(
         None
     };
     let pid = std::process::id();
-    if opts.fuse.allow_other {
-        shown.push_str(",allow_other");
-    }
-    if opts.fuse.debug {
-        shown.push_str(",debug");
-    }
-    if opts.fuse.auto_unmount {
-        shown.push_str(",auto_unmount");
-    }
+    add_session_options(&mut shown, opts);
     let state = MountState {
         mount_id: info.mount_id,
         pid,
+        server: None,
+        restarts: 0,
+        failed_takeovers: 0,
         source: info.source.clone(),
         mountpoint: info.mountpoint.clone(),
         format: opened.format.to_owned(),
@@ -240,11 +292,7 @@ pub(super) fn serve(
     if let Err(e) = state.save() {
         log::warn!("cannot record the mount for `foliofs mounts`: {e}");
     }
-    let remote = is_remote(source) || opts.image.devices.iter().any(|d| is_remote(d));
-    let mut gauges: Vec<_> = opened.gauge.into_iter().collect();
-    if remote {
-        gauges.push(remote_gauge());
-    }
+    let gauges = gauges(source, opts, opened.gauge);
     let stats =
         foliofs_fuse::published::publish(info.mount_id, cfg.server.requests.clone(), gauges);
     if let Some(mut r) = ready {

@@ -1,0 +1,243 @@
+//! An image mount under a supervisor: this process mounts, answers INIT,
+//! holds the connection's open files, and runs the servers as processes
+//! of their own (`foliofs mount -f --handoff ...`, see `worker.rs`). A
+//! server that dies, by a bug, the OOM killer or `kill -9`, is replaced
+//! and the kernel resends what it was working on, so readers see their
+//! reads complete; SIGUSR1 (`foliofs takeover`) replaces a live server
+//! with one from the binary on disk now. See `foliofs_fuse::held` and
+//! `foliofs_fuse::supervise`.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use foliofs_fuse::records::{self as mount_state, MountState};
+use foliofs_fuse::supervise::{Ended, Event, Policy, Starter};
+use foliofs_fuse::{MountConfig, ServerConfig};
+
+use super::serve::{add_session_options, fsname, push_option, THREADS};
+use super::watch::{mount_failure, spawn_watcher};
+use super::{absolute_paths, report_failure, server_command, MountArgs};
+use crate::options::MountOpts;
+
+/// Whether this mount runs under a supervisor: an image's does unless
+/// `nosupervise` (or `io_uring` by name, whose rings the kernel does not
+/// resend from); a ramfs's cannot, its files living in its server.
+pub(super) fn wanted(fstype: &str, opts: &MountOpts) -> anyhow::Result<bool> {
+    let asked = opts.fuse.supervise;
+    if fstype == "ramfs" {
+        if asked == Some(true) {
+            bail!("mount option `supervise`: a ramfs's files live in its server's memory, so no other server could take its mount over");
+        }
+        return Ok(false);
+    }
+    if opts.fuse.io_uring == Some(true) {
+        if asked == Some(true) {
+            bail!("mount options `supervise` and `io_uring` exclude each other: the kernel does not resend the requests a dead server took from its io_uring queues");
+        }
+        return Ok(false);
+    }
+    Ok(asked != Some(false))
+}
+
+/// What a server says of itself when it reports ready: the format it
+/// found and its options as `foliofs mounts` shows them.
+pub(super) fn report(format: &str, shown: &str) -> String {
+    format!("{format} {shown}")
+}
+
+/// Starts servers for the supervisor, and keeps the mount's record.
+struct Servers {
+    /// The binary on disk, as it was named when the mount was made: a
+    /// takeover starts what is there now.
+    exe: PathBuf,
+    fstype: String,
+    options: Vec<String>,
+    source: PathBuf,
+    mountpoint: PathBuf,
+    opts: MountOpts,
+    state: MountState,
+}
+
+impl Starter for Servers {
+    fn start(&mut self, handoff: &str, ready: &OwnedFd, restarted: bool) -> std::io::Result<Child> {
+        let mut flags: Vec<std::ffi::OsString> = vec![
+            "--ready-fd".into(),
+            ready.as_raw_fd().to_string().into(),
+            "--handoff".into(),
+            handoff.into(),
+        ];
+        if restarted {
+            flags.push("--restarted".into());
+        }
+        let mut cmd = server_command(
+            &self.exe,
+            &self.fstype,
+            &self.options,
+            &self.source,
+            &self.mountpoint,
+            &flags,
+        );
+        // A process group of its own: a Ctrl-C at a foreground mount's
+        // terminal reaches the supervisor, which unmounts, and not the
+        // server, which would only be restarted. Its errors go where the
+        // supervisor's go.
+        cmd.process_group(0);
+        cmd.spawn()
+    }
+
+    fn event(&mut self, event: Event<'_>) {
+        match event {
+            Event::Serving {
+                pid,
+                restarts,
+                report,
+            } => {
+                if restarts > 0 {
+                    log::warn!("server {pid} serves the mount (restart {restarts})");
+                }
+                if let Some((format, shown)) = report.trim_end().split_once(' ') {
+                    self.state.format = format.to_owned();
+                    let mut shown = shown.to_owned();
+                    push_option(&mut shown, "transport=dev");
+                    push_option(&mut shown, "supervised");
+                    add_session_options(&mut shown, &self.opts);
+                    self.state.options = shown;
+                }
+                self.state.server = Some(pid);
+                self.state.restarts = restarts;
+                if let Err(e) = self.state.save() {
+                    log::warn!("cannot record the mount for `foliofs mounts`: {e}");
+                }
+            }
+            Event::Died { pid, how, wait } => {
+                log::warn!(
+                    "server {pid} {how}: its requests are resent to the next, started in {} ms",
+                    wait.as_millis()
+                );
+            }
+            Event::TakeoverFailed { reason } => {
+                log::warn!("takeover failed: {reason}; the running server serves on");
+                self.state.failed_takeovers += 1;
+                if let Err(e) = self.state.save() {
+                    log::warn!("cannot record the mount for `foliofs mounts`: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Where a background supervisor and its servers log: its standard error
+/// is nowhere, and a server's death and a mount given up must be read
+/// somewhere. `log/<mount id>` in the record directory, new for each
+/// mount.
+fn log_to_file(mount_id: u64) -> anyhow::Result<PathBuf> {
+    let dir = mount_state::state_dir()?.join("log");
+    std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
+    let path = dir.join(mount_id.to_string());
+    let f = File::create(&path).with_context(|| path.display().to_string())?;
+    nix::unistd::dup2_stderr(&f).context("cannot log to the file")?;
+    Ok(path)
+}
+
+/// Mounts, then supervises servers until unmounted; reports readiness on
+/// `ready` once the first server serves. This process never opens the
+/// source: its servers do (and the command that started it checked it).
+pub(super) fn run(
+    args: &MountArgs,
+    source: &Path,
+    opts: &MountOpts,
+    ready: Option<File>,
+) -> anyhow::Result<i32> {
+    let exe = std::env::current_exe().context("cannot find the foliofs binary")?;
+    let held = match foliofs_fuse::held::hold(&held_config(args, source, opts)) {
+        Ok(h) => h,
+        Err(e) => return report_failure(ready, mount_failure(e, &args.mountpoint)),
+    };
+    let info = held.info().clone();
+    let log = if ready.is_some() && !opts.fuse.debug {
+        match log_to_file(info.mount_id) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                log::warn!("{e:#}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let _watch = if opts.fuse.auto_unmount {
+        match spawn_watcher(&info) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                let _ = held.detach();
+                return report_failure(ready, e.context("auto_unmount"));
+            }
+        }
+    } else {
+        None
+    };
+    let pid = std::process::id();
+    let mut servers = Servers {
+        exe,
+        fstype: args.fstype.clone(),
+        options: absolute_paths(&args.options)?,
+        source: source.to_owned(),
+        mountpoint: info.mountpoint.clone(),
+        opts: opts.clone(),
+        state: MountState {
+            mount_id: info.mount_id,
+            pid,
+            server: None,
+            restarts: 0,
+            failed_takeovers: 0,
+            source: info.source.clone(),
+            mountpoint: info.mountpoint.clone(),
+            format: String::new(),
+            options: String::new(),
+        },
+    };
+    let mut ready = ready;
+    let r =
+        foliofs_fuse::supervise::supervise(held, &mut servers, Policy::default(), &mut |_pid| {
+            if let Some(mut r) = ready.take() {
+                let _ = writeln!(r, "ready");
+            }
+        });
+    MountState::remove(info.mount_id, pid);
+    match r {
+        Ok(()) => Ok(0),
+        Err(Ended::NeverServed(why)) if ready.is_some() => {
+            let why = match &log {
+                Some(p) => format!("{why} (log: {})", p.display()),
+                None => why,
+            };
+            report_failure(ready, anyhow::anyhow!("{why}"))
+        }
+        // In the foreground, as the refusal of an unsupervised mount reads.
+        Err(Ended::NeverServed(why)) => Err(anyhow::anyhow!("{why}")),
+        Err(e) => Err(anyhow::Error::new(e).context(info.mountpoint.display().to_string())),
+    }
+}
+
+/// What mounting needs to know, for a mount whose servers are other
+/// processes: where, how, and one open file per server thread. (INIT and
+/// every answer after it are the servers'.)
+fn held_config(args: &MountArgs, source: &Path, opts: &MountOpts) -> MountConfig {
+    MountConfig {
+        mountpoint: args.mountpoint.clone(),
+        fsname: fsname(opts, source),
+        flags: opts.fuse.flags,
+        read_only: true,
+        allow_other: opts.fuse.allow_other,
+        threads: opts.fuse.threads.unwrap_or(THREADS),
+        spin: Duration::ZERO,
+        read_ahead_kb: Some(foliofs_fuse::IMAGE_READ_AHEAD_KB),
+        server: ServerConfig::default(),
+    }
+}
