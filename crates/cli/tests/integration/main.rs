@@ -3,7 +3,8 @@
 //! kernel's own drivers. One module per format, `remote` for images in
 //! object storage (a SeaweedFS per test), `user` for mounts by a user,
 //! `push` for data pushed ahead and start-up profiles, `spin` for polling
-//! for the next request, `transport` for io_uring and lean listings; `common` holds what
+//! for the next request, `supervise` for mounts that outlive their
+//! servers, `transport` for io_uring and lean listings; `common` holds what
 //! they share (bounded runs, the mount guard,
 //! fixtures, walks, the romfs oracle).
 
@@ -19,5 +20,6 @@ mod ramfs;
 mod remote;
 mod romfs;
 mod spin;
+mod supervise;
 mod transport;
 mod user;

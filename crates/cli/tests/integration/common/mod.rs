@@ -862,9 +862,9 @@ pub fn assert_same_tree(
     );
 }
 
-/// The pid of the server of the mount at `dir`, as `foliofs mounts` run by
-/// `user` (this process where `None`) lists it.
-pub fn server_pid(user: Option<&str>, dir: &Path) -> u32 {
+/// The mount at `dir`'s line of `foliofs mounts` run by `user` (this
+/// process where `None`).
+fn mounts_line_of(user: Option<&str>, dir: &Path) -> String {
     let out = match user {
         Some(u) => as_user(u, bin(), ["mounts"], Duration::from_secs(30)),
         None => foliofs(["mounts"]),
@@ -878,13 +878,32 @@ pub fn server_pid(user: Option<&str>, dir: &Path) -> u32 {
     );
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
     let dir = dir.to_str().unwrap();
-    let line = list
-        .lines()
+    list.lines()
         .find(|l| l.split(' ').nth(1) == Some(dir))
-        .unwrap_or_else(|| panic!("{dir} is not in foliofs mounts:\n{list}"));
+        .unwrap_or_else(|| panic!("{dir} is not in foliofs mounts:\n{list}"))
+        .to_owned()
+}
+
+fn pid_field(line: &str, key: &str) -> Option<u32> {
     line.split([' ', ','])
-        .find_map(|o| o.strip_prefix("pid="))
+        .find_map(|o| o.strip_prefix(key)?.strip_prefix('='))
         .and_then(|p| p.trim().parse().ok())
+}
+
+/// The pid of the mount at `dir`'s process (`pid=`): its server, or the
+/// supervisor that holds its connection, whose signals unmount.
+pub fn mount_pid(user: Option<&str>, dir: &Path) -> u32 {
+    let line = mounts_line_of(user, dir);
+    pid_field(&line, "pid").unwrap_or_else(|| panic!("no pid in {line}"))
+}
+
+/// The pid of the process serving the mount at `dir` (`server=` under a
+/// supervisor, else `pid=`), as `foliofs mounts` run by `user` (this
+/// process where `None`) lists it.
+pub fn server_pid(user: Option<&str>, dir: &Path) -> u32 {
+    let line = mounts_line_of(user, dir);
+    pid_field(&line, "server")
+        .or_else(|| pid_field(&line, "pid"))
         .unwrap_or_else(|| panic!("no pid in {line}"))
 }
 

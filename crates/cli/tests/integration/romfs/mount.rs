@@ -373,7 +373,7 @@ fn sigterm_and_sigint_unmount_cleanly() {
     let fx = genromfs_fixture();
     for sig in [libc::SIGTERM, libc::SIGINT] {
         let m = Mount::new(&fx.img, None, "").unwrap();
-        let pid = common::server_pid(None, m.path());
+        let pid = common::mount_pid(None, m.path());
         signal(pid, sig);
         assert!(
             common::wait_until(Duration::from_secs(20), || !common::is_mounted(m.path())),
@@ -392,9 +392,15 @@ fn killed_server_mount_is_cleared_by_foliofs_umount() {
     require!("fuse", "genromfs");
     let fx = genromfs_fixture();
     let m = Mount::new(&fx.img, None, "").unwrap();
-    let pid = common::server_pid(None, m.path());
-    signal(pid, libc::SIGKILL);
-    assert!(common::wait_until(Duration::from_secs(20), || !alive(pid)));
+    // Its supervisor first, or it would start another server.
+    let pids = [
+        common::mount_pid(None, m.path()),
+        common::server_pid(None, m.path()),
+    ];
+    for pid in pids {
+        signal(pid, libc::SIGKILL);
+        assert!(common::wait_until(Duration::from_secs(20), || !alive(pid)));
+    }
     assert!(
         common::is_mounted(m.path()),
         "the dead mount vanished by itself"
