@@ -385,7 +385,7 @@ fn takeover_runs_the_binary_on_disk_now() {
     require!("fuse", "mkfs.erofs");
     let (tmp, img, sums) = image(4 << 20);
     let exe = tmp.path().join("foliofs");
-    fs::copy(common::bin(), &exe).unwrap();
+    copy_binary(&exe);
     let dir = tmp.path().join("mnt");
     fs::create_dir(&dir).unwrap();
     let m = Mount::by_command(
@@ -401,7 +401,7 @@ fn takeover_runs_the_binary_on_disk_now() {
     // A new build lands where the old one was (as a package upgrade
     // renames it in).
     let staged = tmp.path().join("foliofs.new");
-    fs::copy(common::bin(), &staged).unwrap();
+    copy_binary(&staged);
     fs::rename(&staged, &exe).unwrap();
     let exe_of = |pid: u32| fs::read_link(format!("/proc/{pid}/exe")).unwrap();
     assert!(exe_of(old).to_string_lossy().ends_with("(deleted)"));
@@ -436,6 +436,18 @@ fn takeover_runs_the_binary_on_disk_now() {
         assert!(<[u8; 32]>::from(Sha256::digest(&data)) == *sum, "f{i}");
     }
     m.unmount().unwrap();
+}
+
+/// Copies the binary under test to `to` by `cp`, not by a writable
+/// descriptor of this process: a child that another test forks meanwhile
+/// would inherit it until its exec, and running the copy would then fail
+/// with ETXTBSY.
+fn copy_binary(to: &Path) {
+    let out = common::run_timeout(
+        std::process::Command::new("cp").arg(common::bin()).arg(to),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "cp: {out:?}");
 }
 
 /// A server that dies again and again is given up: after five deaths
