@@ -5,7 +5,10 @@
 //! `fuse.foliofs` with `mount(2)` (through `fusermount3` for a user who may
 //! not, see [`privilege`]), completes the FUSE handshake and tunes the
 //! mount's bdi; [`Mounted::run`] serves requests on several threads
-//! until the mount goes away; [`watch`] takes a mount down after a server
+//! until the mount goes away, over `/dev/fuse` or FUSE over io_uring,
+//! spoken by the crate's own protocol layer (`kernel/`); [`held`] keeps a
+//! connection apart from its server and [`supervise`] starts a new
+//! server on it when one dies; [`watch`] takes a mount down after a server
 //! that died (`auto_unmount`); [`records`] keeps what each live server
 //! resolved for `foliofs mounts`, and [`published`] its request counts. The file system's root is node 1 to the kernel,
 //! while `st_ino` stays the format's own inode number.

@@ -8,8 +8,9 @@
 //! back by the host, which costs more than the request's own work. A thread
 //! that is still polling takes the request without either.
 //!
-//! The descriptor fuser reads on is switched to non-blocking while requests
-//! keep coming: fuser's loop retries a read that finds no request
+//! The descriptor the first server thread reads on is switched to
+//! non-blocking while requests keep coming: the thread's loop
+//! (`kernel/conn.rs`) retries a read that finds no request
 //! (`EAGAIN`) at once, so the thread polls. A controller thread switches it
 //! back once no request has come for the window, and the thread sleeps in
 //! its next read as before. Only the session's own descriptor changes; the

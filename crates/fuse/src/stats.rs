@@ -8,7 +8,7 @@ macro_rules! ops {
         /// The requests counted, one per FUSE opcode the server answers.
         /// `Forget` counts inodes forgotten (a BATCH_FORGET counts each of
         /// its inodes); `Other` gathers the lock requests, which are
-        /// refused. INIT, DESTROY, INTERRUPT and what fuser answers
+        /// refused. INIT, DESTROY, INTERRUPT and what the protocol layer answers
         /// itself (bmap, poll, copy_file_range: ENOSYS) are not counted.
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         #[allow(missing_docs)]
