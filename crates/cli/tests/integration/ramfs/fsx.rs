@@ -113,7 +113,7 @@ fn fsx_100k_ops_at_2m_blocks() {
 }
 
 /// Huge-page blocks, where this machine has transparent huge pages (where it
-/// has none, the mount is refused, which `ramfs::behaviour` checks).
+/// has none, the mount is refused, which `ramfs::datapath` checks).
 #[test]
 fn fsx_100k_ops_at_2m_huge_blocks() {
     require!("fuse", "fsx", "huge-pages");
