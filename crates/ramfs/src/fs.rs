@@ -163,7 +163,18 @@ impl RamFs {
     pub(crate) fn new_file_body(&self) -> Result<Body> {
         match &self.pool {
             None => Ok(Body::File(FileData::default())),
-            Some(p) => p.create().map(Body::Backed).map_err(crate::file::io_error),
+            Some(p) => p.create().map(Body::Backed).map_err(|e| {
+                match e.raw_os_error() {
+                    // Each file's body is a descriptor the server holds
+                    // open: out of descriptors, the file system is as full
+                    // as out of inodes.
+                    Some(libc::EMFILE | libc::ENFILE) => {
+                        log::warn!("ramfs: no new file: every descriptor this server may hold is a file's body ({e})");
+                        foliofs_vfs::Error::NoSpace
+                    }
+                    _ => crate::file::io_error(e),
+                }
+            }),
         }
     }
 }

@@ -570,3 +570,43 @@ impl Drop for Map {
         }
     }
 }
+
+/// A passed-through ramfs holds one open file per regular file it stores,
+/// so its server raises its descriptor limit as far as the machine lets
+/// it: mounted under `ulimit -n 1024`, it still stores 3,000 files, each
+/// with its own bytes.
+#[test]
+fn passthrough_stores_more_files_than_its_starting_descriptor_limit() {
+    require!("fuse", "prlimit");
+    if !data_paths().contains(&"passthrough") {
+        eprintln!("skip: passthrough_stores_more_files_than_its_starting_descriptor_limit: needs ramfs passthrough (root, Linux 6.9)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("mnt");
+    fs::create_dir(&dir).unwrap();
+    let m = Mount::by_command(
+        None,
+        std::process::Command::new("prlimit")
+            .arg("--nofile=1024:1024")
+            .arg(common::bin())
+            .args(["mount", "-t", "ramfs", "-o", "passthrough", "none"])
+            .arg(&dir),
+        &dir,
+    )
+    .unwrap();
+    const FILES: usize = 3000;
+    for i in 0..FILES {
+        let p = dir.join(format!("f{i}"));
+        fs::write(&p, format!("file {i}\n"))
+            .unwrap_or_else(|e| panic!("creating file {i} of {FILES}: {e}"));
+    }
+    for i in (0..FILES).step_by(97) {
+        assert_eq!(
+            fs::read_to_string(dir.join(format!("f{i}"))).unwrap(),
+            format!("file {i}\n")
+        );
+    }
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), FILES);
+    m.unmount().unwrap();
+}
