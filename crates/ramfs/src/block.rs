@@ -141,6 +141,19 @@ pub fn set_pool_limit(bytes: u64) {
     apply_pool_limit();
 }
 
+/// Every block a mapping of its own (see [`set_map_all`]).
+static MAP_ALL: AtomicBool = AtomicBool::new(false);
+
+/// Makes every new block a mapping of its own, whatever its size: under an
+/// address-space limit. The heap keeps what is freed for reuse, but only
+/// for allocations its free pieces fit, which the memory budget cannot
+/// tell: measured, a heap left fragmented by deleted files grew by a block
+/// for every block the budget let through on the strength of its free
+/// bytes. A mapping costs exactly its size, and unmapping gives it back.
+pub fn set_map_all(on: bool) {
+    MAP_ALL.store(on, Ordering::Relaxed);
+}
+
 /// The limit [`set_pool_limit`] last set.
 static POOL_LIMIT: AtomicU64 = AtomicU64::new(0);
 /// Whether the server runs under memory limits (see [`set_limited`]).
@@ -317,7 +330,7 @@ impl Block {
     /// Its pages are faulted in now: the memory budget charges a block
     /// whole when it is made (`budget.rs`), so none may grow later.
     pub fn new(cap: usize) -> Option<Block> {
-        let mem = if cap >= MAPPED_FROM {
+        let mem = if cap >= MAPPED_FROM || MAP_ALL.load(Ordering::Relaxed) {
             map(cap).map(Mem::Map)
         } else {
             None

@@ -96,6 +96,7 @@ impl RamFs {
         let max_bytes = opts.size_limit(ram).unwrap_or(ram);
         block::set_pool_limit(max_bytes);
         block::set_huge(opts.huge);
+        crate::budget::prepare();
         let space = Space::new(bs, Some(max_bytes), opts.inode_limit(ram));
         let fs = RamFs {
             opts: opts.clone(),

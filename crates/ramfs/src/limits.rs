@@ -238,10 +238,14 @@ mod tests {
     fn v1_memory_hierarchy_is_walked_to_its_root() {
         let cg = "4:memory:/a/b\n1:cpu:/\n0::/\n";
         let dirs = cgroup_dirs(cg, MOUNTINFO);
-        let want: Vec<(PathBuf, bool)> = ["/sys/fs/cgroup/memory/a/b", "/sys/fs/cgroup/memory/a", "/sys/fs/cgroup/memory"]
-            .iter()
-            .map(|p| (PathBuf::from(p), false))
-            .collect();
+        let want: Vec<(PathBuf, bool)> = [
+            "/sys/fs/cgroup/memory/a/b",
+            "/sys/fs/cgroup/memory/a",
+            "/sys/fs/cgroup/memory",
+        ]
+        .iter()
+        .map(|p| (PathBuf::from(p), false))
+        .collect();
         assert_eq!(dirs, want);
     }
 
@@ -274,7 +278,14 @@ mod tests {
         let before = getrlimit(Resource::As);
         // Far above what any test process maps, so nothing else notices.
         let limit = 1u64 << 40;
-        setrlimit(Resource::As, Rlimit { current: Some(limit), maximum: before.maximum }).unwrap();
+        setrlimit(
+            Resource::As,
+            Rlimit {
+                current: Some(limit),
+                maximum: before.maximum,
+            },
+        )
+        .unwrap();
         let l = address_space();
         setrlimit(Resource::As, before).unwrap();
         let l = l.expect("a limit was set");
@@ -283,6 +294,9 @@ mod tests {
         let pages: u64 = statm.split(' ').next().unwrap().parse().unwrap();
         // Mapped size moves as other tests run; it is of the same order.
         let now = pages * 4096;
-        assert!(l.used > 0 && l.used < now * 2 + (1 << 30), "{l:?} against {now}");
+        assert!(
+            l.used > 0 && l.used < now * 2 + (1 << 30),
+            "{l:?} against {now}"
+        );
     }
 }
