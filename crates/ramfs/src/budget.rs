@@ -208,7 +208,7 @@ mod tests {
         const M: u64 = 1 << 20;
         assert_eq!(room(&[]), (u64::MAX, u64::MAX));
         let cg = limit(Kind::Cgroup, 256 * M, 100 * M);
-        assert_eq!(room(&[cg.clone()]), (124 * M, 124 * M));
+        assert_eq!(room(std::slice::from_ref(&cg)), (124 * M, 124 * M));
         // A large limit keeps a sixteenth of itself.
         let big = limit(Kind::Cgroup, 4096 * M, 1000 * M);
         assert_eq!(room(&[big]).0, 4096 * M - 1000 * M - 256 * M);
