@@ -269,7 +269,20 @@ fn fill_past_the_limit(
             "bs={bs}: the {} bytes acknowledged read back",
             f.bytes
         );
+        // Allocating is held to the same limit.
+        let fa = dir.join(format!("fa.{bs}"));
+        let out = sh(
+            user,
+            r#"fallocate -l 64M "$1" 2>&1"#,
+            &[fa.to_str().unwrap()],
+        );
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !out.status.success() && said.contains("No space left on device"),
+            "bs={bs}: fallocate past the limit fails with ENOSPC: {said}"
+        );
         after_each(pid);
+        let _ = sh(user, r#"rm -f "$1""#, &[fa.to_str().unwrap()]);
         let rm = sh(user, r#"rm "$1""#, &[file.to_str().unwrap()]);
         assert!(
             rm.status.success(),
@@ -296,7 +309,7 @@ fn fill_past_the_limit(
 
 #[test]
 fn a_cgroup_limit_below_size_fails_writes_with_enospc_and_no_oom_kill() {
-    require!("fuse", "dd", "sha256sum");
+    require!("fuse", "dd", "sha256sum", "fallocate");
     let limit = 256 * MIB;
     let cg = match Cgroup::new(limit) {
         Ok(c) => c,
@@ -345,7 +358,7 @@ fn address_space_kept_under_the_limit(pid: u32) {
 
 #[test]
 fn ulimit_v_below_size_fails_writes_with_enospc() {
-    require!("fuse", "dd", "sha256sum");
+    require!("fuse", "dd", "sha256sum", "fallocate");
     fill_past_the_limit(
         None,
         &format!("ulimit -v {ULIMIT_KIB}"),
@@ -359,7 +372,7 @@ fn ulimit_v_below_size_fails_writes_with_enospc() {
 
 #[test]
 fn a_users_ulimit_v_below_size_fails_writes_with_enospc() {
-    require!("user-fuse", "dd", "sha256sum");
+    require!("user-fuse", "dd", "sha256sum", "fallocate");
     fill_past_the_limit(
         Some(TEST_USER),
         &format!("ulimit -v {ULIMIT_KIB}"),
@@ -369,4 +382,106 @@ fn a_users_ulimit_v_below_size_fails_writes_with_enospc() {
         &format!("{ULIMIT_KIB}K"),
         &address_space_kept_under_the_limit,
     );
+}
+
+/// With passthrough the kernel writes file data into the pool's tmpfs in
+/// the writer's name: the pages are charged to the writing program's
+/// memory cgroup, as a tmpfs write is, and never to the server's, whose
+/// limit therefore holds none of it. A writer over its own limit meets
+/// its own cgroup's OOM killer, as on tmpfs; the server and the mount
+/// carry on.
+#[test]
+fn passthrough_data_is_charged_to_the_writer_not_the_server() {
+    require!("fuse", "dd", "sha256sum");
+    let limit = 128 * MIB;
+    let (server_cg, writer_cg) = match (Cgroup::new(limit), Cgroup::new(64 * MIB)) {
+        (Ok(s), Ok(w)) => (s, w),
+        (Err(why), _) | (_, Err(why)) => {
+            eprintln!("skipped: a memory cgroup of the test's own: {why}");
+            return;
+        }
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("source");
+    common::write_random_file(&src, 256 * MIB, 29);
+    let dir = tmp.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let procs = server_cg.dir.join("cgroup.procs");
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args([
+        "-c",
+        r#"echo $$ > "$1" && exec "$2" mount -t ramfs -o size=1G,passthrough none "$3""#,
+        "sh",
+        procs.to_str().unwrap(),
+        common::bin().to_str().unwrap(),
+        dir.to_str().unwrap(),
+    ]);
+    let (mount, out) = match Mount::by_command_output(None, &mut cmd, &dir) {
+        Ok(m) => m,
+        Err(why) => {
+            eprintln!("skipped: no passthrough ramfs here: {why}");
+            return;
+        }
+    };
+    let warning = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        warning.contains("size=1G is above this server's memory limit")
+            && warning.contains("charged to the writing program's memory cgroup"),
+        "{warning:?}"
+    );
+    let pid = common::server_pid(None, &dir);
+    // Twice the server's limit, written by this process, outside it.
+    let file = dir.join("big");
+    let f = fill(None, &src, &file, "1M");
+    assert_eq!(f.bytes, 256 * MIB, "every byte is taken: {}", f.stderr);
+    assert_eq!(sha_in_mount(None, &file), sha_of_prefix(&src, f.bytes));
+    let used: u64 = std::fs::read_to_string(server_cg.dir.join(if server_cg.v2 {
+        "memory.current"
+    } else {
+        "memory.usage_in_bytes"
+    }))
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
+    assert!(
+        used < 64 * MIB,
+        "the server's cgroup holds {} MiB of the 256 MiB written",
+        used / MIB
+    );
+    assert_eq!(server_cg.oom_kills(), 0);
+    // A writer over its own limit: its cgroup's OOM killer takes it.
+    let wprocs = writer_cg.dir.join("cgroup.procs");
+    let w = sh(
+        None,
+        r#"echo $$ > "$1" && exec dd if="$2" of="$3" bs=1M count=128"#,
+        &[
+            wprocs.to_str().unwrap(),
+            src.to_str().unwrap(),
+            dir.join("w").to_str().unwrap(),
+        ],
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        (w.status.signal(), writer_cg.oom_kills()),
+        (Some(libc::SIGKILL), 1),
+        "the writer meets its own cgroup's limit: {w:?}"
+    );
+    assert!(alive(pid), "the server {pid} lives");
+    assert_eq!(server_cg.oom_kills(), 0);
+    let rm = sh(
+        None,
+        r#"rm "$1" "$2""#,
+        &[file.to_str().unwrap(), dir.join("w").to_str().unwrap()],
+    );
+    assert!(rm.status.success(), "{rm:?}");
+    let again = dir.join("again");
+    let out = sh(
+        None,
+        r#"dd if="$1" of="$2" bs=1M count=16 2>&1"#,
+        &[src.to_str().unwrap(), again.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(sha_in_mount(None, &again), sha_of_prefix(&src, 16 * MIB));
+    mount.unmount().unwrap();
 }
