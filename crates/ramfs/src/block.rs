@@ -26,7 +26,7 @@
 //! so it is an option, off by default.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Block sizes from which a block is a mapping of its own. Below this the
@@ -137,6 +137,44 @@ fn pool() -> std::sync::MutexGuard<'static, Pool> {
 /// ramfs sets its `size=` limit here, so the pool only ever holds memory
 /// the mount was allowed to fill. (A server process serves one mount.)
 pub fn set_pool_limit(bytes: u64) {
+    POOL_LIMIT.store(bytes, Ordering::Relaxed);
+    apply_pool_limit();
+}
+
+/// Every block a mapping of its own (see [`set_map_all`]).
+static MAP_ALL: AtomicBool = AtomicBool::new(false);
+
+/// Makes every new block a mapping of its own, whatever its size: under an
+/// address-space limit. The heap keeps what is freed for reuse, but only
+/// for allocations its free pieces fit, which the memory budget cannot
+/// tell: measured, a heap left fragmented by deleted files grew by a block
+/// for every block the budget let through on the strength of its free
+/// bytes. A mapping costs exactly its size, and unmapping gives it back.
+pub fn set_map_all(on: bool) {
+    MAP_ALL.store(on, Ordering::Relaxed);
+}
+
+/// The limit [`set_pool_limit`] last set.
+static POOL_LIMIT: AtomicU64 = AtomicU64::new(0);
+/// Whether the server runs under memory limits (see [`set_limited`]).
+static LIMITED: AtomicBool = AtomicBool::new(false);
+
+/// Keeps no freed mapping while the server runs under memory limits: the
+/// kernel lists pages freed with `MADV_FREE` as reclaimable file pages
+/// until it reclaims them, even after a new block reuses and fills them,
+/// so the budget would count that data as memory it can have back.
+pub fn set_limited(on: bool) {
+    if LIMITED.swap(on, Ordering::Relaxed) != on {
+        apply_pool_limit();
+    }
+}
+
+fn apply_pool_limit() {
+    let bytes = if LIMITED.load(Ordering::Relaxed) {
+        0
+    } else {
+        POOL_LIMIT.load(Ordering::Relaxed)
+    };
     let over = pool().set_limit(usize::try_from(bytes).unwrap_or(usize::MAX));
     for (addr, cap) in over {
         // SAFETY: pooled mappings belong to no block.
@@ -191,6 +229,50 @@ fn map_huge(cap: usize) -> Option<*mut libc::c_void> {
     Some(aligned as *mut libc::c_void)
 }
 
+/// A heap allocation of `cap` bytes with every page touched, or `None`
+/// where the allocator has none (which `Box::new_uninit_slice` would turn
+/// into an abort).
+fn heap_block(cap: usize) -> Option<Box<[std::mem::MaybeUninit<u8>]>> {
+    let layout = std::alloc::Layout::array::<u8>(cap).ok()?;
+    if cap == 0 {
+        return Some(Box::new_uninit_slice(0));
+    }
+    // SAFETY: the layout has a non-zero size (checked above).
+    let p = unsafe { std::alloc::alloc(layout) };
+    if p.is_null() {
+        return None;
+    }
+    // Uninitialised bytes are free to overwrite: one per page brings the
+    // page in, which the copy that fills it would do anyway.
+    for at in (0..cap).step_by(4096).chain([cap - 1]) {
+        // SAFETY: `at < cap`, inside the allocation just made.
+        unsafe { p.add(at).write_volatile(0) };
+    }
+    // SAFETY: `p` was allocated by the global allocator with the layout of
+    // `[u8; cap]`, which is what a `Box<[MaybeUninit<u8>]>` of `cap`
+    // elements frees with; the box owns it alone from here.
+    Some(unsafe {
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+            p.cast::<std::mem::MaybeUninit<u8>>(),
+            cap,
+        ))
+    })
+}
+
+/// What a block of `cap` bytes costs in memory once filled: its bytes,
+/// the allocator's rounding (a page for the heap's own mappings, which
+/// glibc makes from 128 KiB), its page tables and its entry in the file's
+/// map.
+pub(crate) fn charge(cap: usize) -> u64 {
+    let cap = cap as u64;
+    let rounding = if (128 << 10..MAPPED_FROM as u64).contains(&cap) {
+        4096
+    } else {
+        64
+    };
+    cap + rounding + cap / 512 + 128
+}
+
 /// # Safety
 /// `p` must be a mapping of `cap` bytes made by `map` that nothing refers
 /// to any more.
@@ -243,17 +325,22 @@ fn map(cap: usize) -> Option<NonNull<u8>> {
 }
 
 impl Block {
-    /// An empty block of `cap` bytes (all zeros to a reader).
-    pub fn new(cap: usize) -> Block {
-        let mem = if cap >= MAPPED_FROM {
+    /// An empty block of `cap` bytes (all zeros to a reader), or `None`
+    /// when the memory cannot be had (an address-space limit reached).
+    /// Its pages are faulted in now: the memory budget charges a block
+    /// whole when it is made (`budget.rs`), so none may grow later.
+    pub fn new(cap: usize) -> Option<Block> {
+        let mem = if cap >= MAPPED_FROM || MAP_ALL.load(Ordering::Relaxed) {
             map(cap).map(Mem::Map)
         } else {
             None
         };
-        let mem = mem.unwrap_or_else(|| Mem::Heap(Box::new_uninit_slice(cap)));
-        Block { mem, cap, len: 0 }
+        let mem = match mem {
+            Some(m) => m,
+            None => Mem::Heap(heap_block(cap)?),
+        };
+        Some(Block { mem, cap, len: 0 })
     }
-
     fn ptr(&self) -> *const u8 {
         match &self.mem {
             Mem::Heap(b) => b.as_ptr().cast(),
@@ -355,7 +442,7 @@ mod tests {
     #[test]
     fn heap_and_mapped_blocks_behave_alike() {
         for cap in [4096, 65536, 1 << 20, 2 << 20] {
-            let mut b = Block::new(cap);
+            let mut b = Block::new(cap).unwrap();
             assert_eq!(b.filled(), b"");
             b.store(10, b"abc");
             assert_eq!(b.filled(), b"\0\0\0\0\0\0\0\0\0\0abc");
@@ -411,10 +498,10 @@ mod tests {
         let cap = 2 << 20;
         // The pool is the process's; other tests may set its limit too.
         set_pool_limit(1 << 30);
-        let mut a = Block::new(cap);
+        let mut a = Block::new(cap).unwrap();
         a.store(0, &[7; 4096]);
         drop(a);
-        let mut b = Block::new(cap);
+        let mut b = Block::new(cap).unwrap();
         assert_eq!(b.filled(), b"");
         b.store(4000, b"x");
         assert!(b.filled()[..4000].iter().all(|&x| x == 0));
@@ -423,6 +510,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "past the end")]
     fn store_past_the_end_panics() {
-        Block::new(4096).store(4000, &[0; 100]);
+        Block::new(4096).unwrap().store(4000, &[0; 100]);
     }
 }

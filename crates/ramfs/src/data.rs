@@ -66,9 +66,11 @@ impl FileData {
                     if !space.take_blocks(1) {
                         break;
                     }
-                    self.blocks
-                        .entry(idx)
-                        .or_insert_with(|| Block::new(bs as usize))
+                    let Some(new) = Block::new(bs as usize) else {
+                        space.give_blocks(1);
+                        break;
+                    };
+                    self.blocks.entry(idx).or_insert(new)
                 }
             };
             block.store(within, src);
@@ -120,10 +122,23 @@ impl FileData {
         if !space.take_blocks(missing) {
             return false;
         }
+        // Every block is had before any is added, so a failure changes
+        // nothing.
+        let mut new = Vec::new();
+        for _ in 0..missing {
+            match Block::new(bs as usize) {
+                Some(b) => new.push(b),
+                None => {
+                    drop(new);
+                    space.give_blocks(missing);
+                    return false;
+                }
+            }
+        }
         for idx in span {
-            self.blocks
-                .entry(idx)
-                .or_insert_with(|| Block::new(bs as usize));
+            if let std::collections::btree_map::Entry::Vacant(e) = self.blocks.entry(idx) {
+                e.insert(new.pop().expect("one made per missing block"));
+            }
         }
         true
     }

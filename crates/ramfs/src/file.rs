@@ -117,6 +117,10 @@ impl RamFs {
         let file = match &mut st.body {
             Body::File(f) => f,
             Body::Backed(b) => {
+                // Pages this process fills are charged to its cgroup.
+                if !self.space.take_page_cache(data.len() as u64) {
+                    return Err(Error::NoSpace);
+                }
                 let n = b.write(offset, data).map_err(io_error)?;
                 if n > 0 {
                     st.touch_mc(Timespec::now());
@@ -152,6 +156,9 @@ impl RamFs {
             // The pool's tmpfs knows every mode ramfs does (and refuses the
             // rest with the same errno).
             Body::Backed(b) => {
+                if mode & libc::FALLOC_FL_PUNCH_HOLE == 0 && !self.space.take_page_cache(length) {
+                    return Err(Error::NoSpace);
+                }
                 b.fallocate(mode, offset, length).map_err(io_error)?;
                 st.touch_mc(Timespec::now());
                 return Ok(());

@@ -24,6 +24,18 @@ pub const ROOT_INO: Ino = 1;
 /// Longest name a directory entry may have.
 pub const NAME_MAX: u32 = 255;
 
+/// A memory limit the server runs under (see [`RamFs::limits_below_size`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryLimit {
+    /// Where it comes from: the cgroup file, or `RLIMIT_AS`.
+    pub name: String,
+    /// The limit in bytes.
+    pub limit: u64,
+    /// What of it is not in use yet (less the page cache the kernel can
+    /// reclaim).
+    pub left: u64,
+}
+
 /// A writable in-memory file system.
 pub struct RamFs {
     opts: Options,
@@ -84,6 +96,7 @@ impl RamFs {
         let max_bytes = opts.size_limit(ram).unwrap_or(ram);
         block::set_pool_limit(max_bytes);
         block::set_huge(opts.huge);
+        crate::budget::prepare();
         let space = Space::new(bs, Some(max_bytes), opts.inode_limit(ram));
         let fs = RamFs {
             opts: opts.clone(),
@@ -149,6 +162,23 @@ impl RamFs {
     /// Whether file bodies live in backing files ([`RamFs::new_backed`]).
     pub fn is_backed(&self) -> bool {
         self.pool.is_some()
+    }
+
+    /// The memory limits this process runs under that are below `size=`,
+    /// now: its memory cgroup's and its ancestors' (v2 `memory.max` and
+    /// `memory.high`, v1 `memory.limit_in_bytes`) and, unless file bodies
+    /// live in backing files (page cache, which no address space holds),
+    /// `RLIMIT_AS`. Writes past what they leave fail with `ENOSPC`.
+    pub fn limits_below_size(&self) -> Vec<MemoryLimit> {
+        let size = self.space.max_blocks().saturating_mul(self.bs());
+        crate::budget::below(size, self.is_backed())
+            .into_iter()
+            .map(|l| MemoryLimit {
+                left: l.left(),
+                name: l.name,
+                limit: l.limit,
+            })
+            .collect()
     }
 
     /// Bytes the backing files hold, where file bodies live in them.

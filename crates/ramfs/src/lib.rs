@@ -34,10 +34,12 @@
 
 mod backing;
 mod block;
+mod budget;
 mod data;
 mod dir;
 mod file;
 mod fs;
+mod limits;
 mod names;
 mod node;
 mod options;
@@ -48,7 +50,7 @@ mod table;
 mod tests;
 mod xattr;
 
-pub use fs::{RamFs, NAME_MAX, ROOT_INO};
+pub use fs::{MemoryLimit, RamFs, NAME_MAX, ROOT_INO};
 pub use options::{
     total_ram, Options, SizeLimit, DEFAULT_BLOCK_SIZE, DEFAULT_MODE, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE,
 };

@@ -2,6 +2,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::budget::{Budget, Charge, INODE_CHARGE};
+
 /// Counters shared by every inode of one mount. Taking space is a single
 /// atomic update, so writers to different files never contend on a lock.
 #[derive(Debug)]
@@ -14,6 +16,10 @@ pub(crate) struct Space {
     /// limit as data so that no number of inodes can make them unbounded.
     max_xattr: u64,
     used_xattr: AtomicU64,
+    /// What one block costs in memory, bookkeeping included.
+    block_charge: u64,
+    /// The server's memory limits, which can be tighter than `size=`.
+    budget: Budget,
 }
 
 fn take(counter: &AtomicU64, n: u64, max: u64) -> bool {
@@ -34,35 +40,79 @@ impl Space {
             used_blocks: AtomicU64::new(0),
             max_inodes: max_inodes.unwrap_or(u64::MAX),
             used_inodes: AtomicU64::new(0),
+            block_charge: crate::block::charge(block_size as usize),
+            budget: Budget::new(),
         }
     }
 
+    /// Takes `n` blocks, within `size=` and the memory limits.
     pub fn take_blocks(&self, n: u64) -> bool {
-        n == 0 || take(&self.used_blocks, n, self.max_blocks)
+        if n == 0 {
+            return true;
+        }
+        if !take(&self.used_blocks, n, self.max_blocks) {
+            return false;
+        }
+        if !self
+            .budget
+            .take(n.saturating_mul(self.block_charge), Charge::Memory)
+        {
+            self.used_blocks.fetch_sub(n, Ordering::AcqRel);
+            return false;
+        }
+        true
     }
 
     pub fn give_blocks(&self, n: u64) {
         if n > 0 {
             self.used_blocks.fetch_sub(n, Ordering::AcqRel);
+            self.budget.freed();
         }
     }
 
     pub fn take_inode(&self) -> bool {
-        take(&self.used_inodes, 1, self.max_inodes)
+        if !take(&self.used_inodes, 1, self.max_inodes) {
+            return false;
+        }
+        if !self.budget.take(INODE_CHARGE, Charge::Memory) {
+            self.used_inodes.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
     }
 
     pub fn give_inode(&self) {
         self.used_inodes.fetch_sub(1, Ordering::AcqRel);
+        self.budget.freed();
     }
 
     pub fn take_xattr(&self, n: u64) -> bool {
-        n == 0 || take(&self.used_xattr, n, self.max_xattr)
+        if n == 0 {
+            return true;
+        }
+        if !take(&self.used_xattr, n, self.max_xattr) {
+            return false;
+        }
+        // Names and values are heap allocations of their own: their bytes
+        // and an allocator header each.
+        if !self.budget.take(n + 64, Charge::Memory) {
+            self.used_xattr.fetch_sub(n, Ordering::AcqRel);
+            return false;
+        }
+        true
     }
 
     pub fn give_xattr(&self, n: u64) {
         if n > 0 {
             self.used_xattr.fetch_sub(n, Ordering::AcqRel);
+            self.budget.freed();
         }
+    }
+
+    /// Takes `n` bytes of pool pages the server itself fills (a backed
+    /// file written or allocated through the server, not passed through).
+    pub fn take_page_cache(&self, n: u64) -> bool {
+        self.budget.take(n, Charge::PageCache)
     }
 
     pub fn used_xattr(&self) -> u64 {

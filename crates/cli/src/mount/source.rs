@@ -235,6 +235,9 @@ fn open_ramfs(opts: &MountOpts) -> anyhow::Result<Opened> {
             .join(",");
     }
     let fs = Arc::new(ramfs_with_data_path(&ro, opts)?);
+    if let Some(line) = limits_warning(&fs) {
+        log::warn!("{line}");
+    }
     let passthrough: Option<(Arc<foliofs_fuse::Passthrough>, bool)> = fs
         .is_backed()
         .then(|| (Arc::default(), ro.passthrough == Some(true)));
@@ -265,6 +268,55 @@ fn open_ramfs(opts: &MountOpts) -> anyhow::Result<Opened> {
         passthrough,
         gauge: Some(gauge),
     })
+}
+
+/// The line that says which memory limits this server runs under are
+/// below the ramfs's `size=`, if any are.
+fn limits_warning(fs: &foliofs_ramfs::RamFs) -> Option<String> {
+    let below = fs.limits_below_size();
+    if below.is_empty() {
+        return None;
+    }
+    let size = fs.statfs().ok()?.blocks * u64::from(fs.info().block_size);
+    let named: Vec<String> = below
+        .iter()
+        .map(|l| {
+            format!(
+                "{} is {} ({} free)",
+                l.name,
+                format_size(l.limit),
+                about(l.left)
+            )
+        })
+        .collect();
+    let tail = if fs.is_backed() {
+        // Measured: a passthrough write is charged to the writer's cgroup,
+        // as a tmpfs write is, and never reaches this server.
+        "writes this server makes past it fail with ENOSPC; data written through passthrough is charged to the writing program's memory cgroup, not to this one"
+    } else {
+        "writes past what it leaves fail with ENOSPC"
+    };
+    Some(format!(
+        "ramfs: size={} is above this server's memory limit: {}; {tail}",
+        format_size(size),
+        named.join(", ")
+    ))
+}
+
+/// `n` bytes to one decimal in the largest binary unit it reaches (`183.4M`).
+fn about(n: u64) -> String {
+    let mut v = n as f64;
+    for unit in ["", "K", "M", "G", "T"] {
+        if v < 1024.0 || unit == "T" {
+            return if unit.is_empty() {
+                format!("{n}")
+            } else {
+                format!("{v:.1}{unit}")
+            };
+        }
+        v /= 1024.0;
+    }
+    unreachable!("the last unit returns")
 }
 
 /// A ramfs whose file data lives where `passthrough` says: in backing

@@ -502,6 +502,15 @@ impl Mount {
     /// `user` where given (who unmounts it again), and takes the mount if
     /// it is live; otherwise its stderr, never leaving a mount behind.
     pub fn by_command(user: Option<&str>, cmd: &mut Command, dir: &Path) -> Result<Mount, String> {
+        Self::by_command_output(user, cmd, dir).map(|(m, _)| m)
+    }
+
+    /// As [`Mount::by_command`], with what the command printed.
+    pub fn by_command_output(
+        user: Option<&str>,
+        cmd: &mut Command,
+        dir: &Path,
+    ) -> Result<(Mount, Output), String> {
         let out = run_timeout(cmd, Duration::from_secs(60));
         if !out.status.success() {
             if is_mounted(dir) {
@@ -521,11 +530,12 @@ impl Mount {
                 dir.display()
             ));
         }
-        Ok(Mount {
+        let m = Mount {
             dir: dir.to_owned(),
             user: user.map(ToOwned::to_owned),
             _tmp: None,
-        })
+        };
+        Ok((m, out))
     }
 
     /// Keeps `tmp` (the mount point's directory) until the mount is gone.

@@ -1,6 +1,8 @@
-//! ramfs: POSIX behaviour of a writable mount, pjdfstest and fsx.
+//! ramfs: POSIX behaviour of a writable mount, pjdfstest and fsx, memory
+//! pressure.
 
 mod behaviour;
 mod datapath;
 mod fsx;
 mod pjdfstest;
+mod pressure;
