@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 
 use foliofs_vfs::{Error, Result};
 
-use super::cache::DiskCache;
+use super::cache::{DiskCache, Found};
 use super::client::{retrying, Backend, Head, HttpBackend, RetryPolicy};
 use super::credentials::AwsConfig;
 use super::options::check_chunk;
@@ -381,6 +381,21 @@ impl Shared {
         self.chunk.min(self.head.size - c * self.chunk) as usize
     }
 
+    /// Reads from the cache, counting what it found; true on a hit.
+    fn look(&self, c: u64, within: usize, out: &mut [u8]) -> bool {
+        match self.cache.lookup(c, within, out) {
+            Found::Hit => {
+                self.counters.add(Stat::CacheHits, 1);
+                true
+            }
+            Found::Damaged => {
+                self.counters.add(Stat::CacheCorrupt, 1);
+                false
+            }
+            Found::Miss => false,
+        }
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         let size = self.head.size;
         if offset >= size || buf.is_empty() {
@@ -402,8 +417,7 @@ impl Shared {
         let mut waits = Vec::new();
         for c in first..=last {
             let (range, within) = part(c);
-            if self.cache.read(c, within, &mut buf[range.clone()]) {
-                self.counters.add(Stat::CacheHits, 1);
+            if self.look(c, within, &mut buf[range.clone()]) {
                 continue;
             }
             let mut st = self.state.lock().unwrap();
@@ -411,8 +425,7 @@ impl Shared {
                 // Stored between the look above and the lock: one more
                 // look (one found damaged is forgotten, and fetched).
                 drop(st);
-                if self.cache.read(c, within, &mut buf[range.clone()]) {
-                    self.counters.add(Stat::CacheHits, 1);
+                if self.look(c, within, &mut buf[range.clone()]) {
                     continue;
                 }
                 st = self.state.lock().unwrap();

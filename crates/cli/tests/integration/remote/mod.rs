@@ -9,6 +9,7 @@ mod cache;
 mod faults;
 mod mount;
 mod user;
+mod verify;
 
 use std::ffi::OsString;
 use std::fs;
