@@ -19,6 +19,7 @@ mod fetch;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
@@ -84,6 +85,8 @@ struct Shared {
     max_window: u64,
     cache: DiskCache,
     policy: RetryPolicy,
+    /// Set when a fetch gave up, cleared by the next that succeeds.
+    down: AtomicBool,
     counters: Counters,
     state: Mutex<State>,
     work: Condvar,
@@ -272,6 +275,7 @@ impl RemoteObject {
             max_window: (MAX_AHEAD / chunk).clamp(1, 32),
             cache,
             policy,
+            down: AtomicBool::new(false),
             counters,
             state: Mutex::new(state),
             work: Condvar::new(),
@@ -444,9 +448,19 @@ impl Shared {
             waits.push((c, flight));
         }
         self.sequential(offset, n as u64);
+        let deadline = std::time::Instant::now() + self.policy.total;
         for (c, flight) in waits {
             let (range, within) = part(c);
-            match flight.wait() {
+            let outcome = flight.wait(deadline).unwrap_or_else(|| {
+                Err(format!(
+                    "bytes {}-{}: no answer within timeout={} s",
+                    c * self.chunk,
+                    c * self.chunk + self.chunk_len(c) as u64 - 1,
+                    self.policy.total.as_secs_f64()
+                )
+                .into())
+            });
+            match outcome {
                 Ok(data) => buf[range.clone()].copy_from_slice(&data[within..within + range.len()]),
                 Err(why) => {
                     return Err(Error::Io {
