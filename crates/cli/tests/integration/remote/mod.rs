@@ -6,6 +6,7 @@
 //! checked against the server's state and the mount's own counters.
 
 mod cache;
+mod campaign;
 mod faults;
 mod mount;
 mod user;
