@@ -38,8 +38,11 @@ pub(super) struct Object {
     /// Readers and writers of `data` share it; freeing chunks takes it
     /// alone, so no reader of this process meets a hole.
     pub(super) gate: RwLock<()>,
-    /// Set while one eviction of this process holds the write lock.
+    /// Set while one eviction of this process frees chunks of it.
     pub(super) freeing: AtomicBool,
+    /// Whether the cache's file system punches holes: cleared at the
+    /// first `EOPNOTSUPP`, and then evictions free whole objects.
+    pub(super) can_punch: AtomicBool,
 }
 
 /// What a look in the cache found.
@@ -52,6 +55,26 @@ pub enum Found {
     /// Held, but the bytes do not match their sums: forgotten, to be
     /// fetched again.
     Damaged,
+}
+
+/// What checking a read against its sums found.
+enum Check {
+    Good,
+    /// A piece of zeros that should not be: a hole, which is what another
+    /// process's eviction leaves (it may punch a chunk this process has
+    /// just stored again, before its entry is back in the map).
+    Hole,
+    Bad,
+}
+
+impl Check {
+    fn mismatch(piece: &[u8]) -> Check {
+        if piece.iter().all(|&b| b == 0) {
+            Check::Hole
+        } else {
+            Check::Bad
+        }
+    }
 }
 
 /// Sums read at once: a 1 MiB read's worth on the stack.
@@ -89,7 +112,7 @@ impl Object {
     /// every piece it touches against its sum; false when one does not
     /// match. The pieces wholly inside `out` are read straight into it,
     /// the (at most two) it covers in part through a buffer of one piece.
-    fn read_checked(&self, start: u64, out: &mut [u8]) -> io::Result<bool> {
+    fn read_checked(&self, start: u64, out: &mut [u8]) -> io::Result<Check> {
         let end = start + out.len() as u64;
         // Where the pieces read straight into `out` may end: the object's
         // last piece may be short, and ends with it.
@@ -115,7 +138,7 @@ impl Object {
                 self.data.read_exact_at(into, body.start)?;
                 for (k, piece) in into.chunks(PIECE as usize).enumerate() {
                     if crc32c::crc32c(piece) != want(body.start + k as u64 * PIECE) {
-                        return Ok(false);
+                        return Ok(Check::mismatch(piece));
                     }
                 }
             }
@@ -126,7 +149,7 @@ impl Object {
                     let piece = &mut edge[..(qe - q) as usize];
                     self.data.read_exact_at(piece, q)?;
                     if crc32c::crc32c(piece) != want(q) {
-                        return Ok(false);
+                        return Ok(Check::mismatch(piece));
                     }
                     let (from, to) = (q.max(start), qe.min(end));
                     out[(from - start) as usize..(to - start) as usize]
@@ -136,7 +159,7 @@ impl Object {
             }
             p = group_end;
         }
-        Ok(true)
+        Ok(Check::Good)
     }
 
     /// Whether the cache holds chunk `index` for reading, adopting what
@@ -184,14 +207,8 @@ impl DiskCache {
             return Found::Miss;
         }
         match o.read_checked(index * o.chunk + within as u64, out) {
-            Ok(true) => {}
-            Ok(false) if stamp > PENDING && o.stamp_on_disk(index) == 0 => {
-                // Another process freed it since this one looked: its
-                // hole reads as zeros, which the sums tell from the data.
-                let _ = slot.compare_exchange(stamp, 0, Ordering::Relaxed, Ordering::Relaxed);
-                return Found::Miss;
-            }
-            Ok(false) => {
+            Ok(Check::Good) => {}
+            Ok(Check::Bad) if !(stamp > PENDING && o.stamp_on_disk(index) == 0) => {
                 log::warn!(
                     "{}: cached chunk {index} (bytes from {}) does not match its checksums: dropped, fetched again",
                     o.dir.display(),
@@ -199,6 +216,15 @@ impl DiskCache {
                 );
                 o.forget(index);
                 return Found::Damaged;
+            }
+            Ok(_) => {
+                // Freed by another process since this one looked: its
+                // hole reads as zeros, which the sums tell from the data.
+                let _ = slot.compare_exchange(stamp, 0, Ordering::Relaxed, Ordering::Relaxed);
+                if o.stamp_on_disk(index) != 0 {
+                    o.forget(index);
+                }
+                return Found::Miss;
             }
             Err(_) => {
                 o.forget(index);

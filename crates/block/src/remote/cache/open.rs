@@ -107,6 +107,7 @@ impl DiskCache {
                 .collect(),
             gate: RwLock::new(()),
             freeing: AtomicBool::new(false),
+            can_punch: AtomicBool::new(true),
         });
         // A second open of the same version in this process (never two
         // mounts' worth: objects are shared) leaves the first one listed.

@@ -234,9 +234,9 @@ fn the_limit_evicts_least_recently_used_across_objects() {
 }
 
 #[test]
-fn an_object_another_process_has_open_is_not_freed() {
+fn an_object_another_process_has_open_is_freed_under_it_and_read_again() {
     let root = tempfile::tempdir().unwrap();
-    let a = filled(root.path(), "a", 6);
+    let _a = filled(root.path(), "a", 6);
     // A second open of the same files: to the locks, another process.
     let other = DiskCache::open(root.path(), "a", "v", 4096, 16 * 4096, Some(1 << 30)).unwrap();
     let present = held(&other);
@@ -246,22 +246,56 @@ fn an_object_another_process_has_open_is_not_freed() {
         put(&b, i, &[2; 4096]);
         used_at(&b, i, 100 + i as u32);
     }
-    // a's chunks are older, but in use elsewhere: b's own oldest go.
-    assert_eq!(evict_to_nine(root.path(), &mut b), vec![0, 1]);
-    // (Looked at without reading, which would make them recent.)
-    for i in 0..6 {
-        assert!(entry(&other, i) > PENDING, "chunk {i}");
-        let mut out = [0; 4096];
-        other.obj.data.read_exact_at(&mut out, i * 4096).unwrap();
-        assert_eq!(out, [1; 4096], "chunk {i}");
-    }
-    drop(other);
-    // Open here only, a's oldest go first.
-    put(&b, 5, &[2; 4096]);
-    put(&b, 6, &[2; 4096]);
+    // a's chunks are the oldest, in use elsewhere or not.
     assert_eq!(evict_to_nine(root.path(), &mut b), vec![]);
-    assert!(!a.read(0, 0, &mut [0; 1]) && !a.read(1, 0, &mut [0; 1]));
-    assert!(a.read(2, 0, &mut [0; 1]) && b.read(6, 0, &mut [0; 1]));
+    assert!(hole(&other.obj.data, 0) && hole(&other.obj.data, 4096));
+    // The other process still thinks it holds them: its read finds the
+    // hole, and takes it for a miss, not for damage.
+    assert!(other.holds(0));
+    assert_eq!(other.lookup(0, 0, &mut [0; 4096]), Found::Miss);
+    assert!(!other.holds(0));
+    let mut out = [0u8; 4096];
+    assert_eq!(other.lookup(2, 0, &mut out), Found::Hit);
+    assert_eq!(out, [1; 4096]);
+    put(&other, 0, &[1; 4096]);
+    assert_eq!(other.lookup(0, 0, &mut out), Found::Hit);
+    assert_eq!(out, [1; 4096]);
+}
+
+#[test]
+fn without_hole_punching_whole_objects_are_evicted() {
+    let root = tempfile::tempdir().unwrap();
+    let a = filled(root.path(), "a", 6);
+    let mut b = small(root.path(), "b");
+    // As the probe finds it where `fallocate` says EOPNOTSUPP.
+    b.obj.refuse_punching();
+    for i in 0..5 {
+        put(&b, i, &[2; 4096]);
+        used_at(&b, i, 100 + i as u32);
+    }
+    let overhead = scan(root.path()).1 - committed(root.path());
+    b.limit = 10 * 4096 + overhead;
+    b.evict();
+    // a's chunks were the oldest: all of a went, and b stays whole.
+    assert!(held(&a).is_empty(), "{:?}", held(&a));
+    assert_eq!(held(&b), (0..5).collect::<Vec<_>>());
+    assert_eq!(a.obj.data.metadata().unwrap().len(), 16 * 4096);
+    assert_eq!(next_data(&a.obj.data, 0), None);
+    assert!(scan(root.path()).1 <= b.limit);
+    assert_eq!(a.lookup(3, 0, &mut [0; 4]), Found::Miss);
+    // Over the limit again with b the oldest: b goes whole, itself.
+    put(&a, 0, &[1; 4096]);
+    for i in 1..8 {
+        put(&a, i, &[1; 4096]);
+        used_at(&a, i, 500);
+    }
+    used_at(&a, 0, 500);
+    b.evict();
+    assert!(held(&b).is_empty(), "{:?}", held(&b));
+    assert_eq!(held(&a).len(), 8);
+    let mut out = [0u8; 4];
+    assert_eq!(a.lookup(7, 0, &mut out), Found::Hit);
+    assert_eq!(out, [1; 4]);
 }
 
 #[test]
