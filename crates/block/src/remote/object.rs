@@ -120,8 +120,9 @@ fn open_error(kind: io::ErrorKind, shown: &str, why: impl std::fmt::Display) -> 
 
 /// The open objects of this process, by source and options: an image is
 /// opened more than once (EROFS probes it first), and each open after the
-/// first must not cost another HEAD. They stay open for the life of the
-/// process (a mount, or one command).
+/// first must not cost another HEAD. One nothing else holds any more is
+/// released by [`release_unused`]: its threads end, its chunks are
+/// committed and its cache files closed.
 fn registry() -> &'static Mutex<HashMap<String, Arc<RemoteObject>>> {
     static R: OnceLock<Mutex<HashMap<String, Arc<RemoteObject>>>> = OnceLock::new();
     R.get_or_init(Default::default)
@@ -139,11 +140,31 @@ pub fn settle_all(within: std::time::Duration) -> bool {
         .all(|o| o.settle(deadline.saturating_duration_since(std::time::Instant::now())))
 }
 
+/// Closes every object no open image uses any more (the registry's is the
+/// only reference left); returns how many. Each new open does this too.
+pub fn release_unused() -> usize {
+    let unused: Vec<Arc<RemoteObject>> = {
+        let mut reg = registry().lock().unwrap();
+        let keys: Vec<String> = reg
+            .iter()
+            .filter(|(_, o)| Arc::strong_count(o) == 1)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.iter().filter_map(|k| reg.remove(k)).collect()
+    };
+    // Dropped outside the lock: each waits for its threads.
+    unused.len()
+}
+
 impl RemoteObject {
     /// Opens `source` (an `s3://`, `https://` or `http://` URL) as `opts`
     /// say, or returns the object this process already opened so.
     pub fn open(source: &str, opts: &RemoteOptions) -> Result<Arc<RemoteObject>> {
         let key = format!("{source}\n{opts:?}");
+        if let Some(o) = registry().lock().unwrap().get(&key) {
+            return Ok(o.clone());
+        }
+        release_unused();
         let mut reg = registry().lock().unwrap();
         if let Some(o) = reg.get(&key) {
             return Ok(o.clone());
