@@ -12,7 +12,7 @@ mod url;
 use std::path::Path;
 
 pub use credentials::{AwsConfig, Credentials};
-pub use object::{settle_all, RemoteObject};
+pub use object::{release_unused, settle_all, RemoteObject};
 pub use options::{
     check_chunk, RemoteOptions, DEFAULT_CHUNK, MAX_CHUNK, MAX_TIMEOUT_SECS, MIN_CHUNK,
 };

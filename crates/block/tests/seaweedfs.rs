@@ -239,3 +239,35 @@ fn https_certificates_are_checked() {
     assert!(e.starts_with("s3://test/tls.img: TLS: "), "{e}");
     assert!(!e.contains('\n'));
 }
+
+#[test]
+fn an_object_no_store_uses_is_released_and_its_chunks_kept() {
+    require_weed!("an_object_no_store_uses_is_released_and_its_chunks_kept");
+    credentials();
+    let weed = start(None);
+    let data = pattern(300 << 10, 11);
+    weed.put(BUCKET, "released.bin", &data).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let opts = options(&weed, cache.path());
+    let url = Path::new("s3://test/released.bin");
+    let store = Store::open(url, &opts).unwrap();
+    let object = std::sync::Arc::downgrade(store.remote().unwrap());
+    // A second open shares the object while the first is held.
+    let again = Store::open(url, &opts).unwrap();
+    assert!(std::sync::Arc::ptr_eq(
+        store.remote().unwrap(),
+        again.remote().unwrap()
+    ));
+    assert_eq!(read(&again, 1000, 5000).unwrap(), &data[1000..6000]);
+    drop(again);
+    remote::release_unused();
+    assert!(object.upgrade().is_some(), "released while a store uses it");
+    drop(store);
+    remote::release_unused();
+    assert!(object.upgrade().is_none(), "kept with no store using it");
+    // Its chunks were committed, and a new open reads them from the cache.
+    let store = Store::open(url, &opts).unwrap();
+    assert_eq!(read(&store, 1000, 5000).unwrap(), &data[1000..6000]);
+    let st = store.remote().unwrap().stats();
+    assert_eq!((st.cache_hits, st.bytes_fetched), (1, 0), "{st}");
+}

@@ -3,6 +3,7 @@
 //! - [`weed`]: a SeaweedFS (`weed mini`) of the caller's own on loopback,
 //!   every port its own, with objects put in it signed or through its
 //!   filer;
+//! - [`proxy`]: a fault-injecting HTTP proxy to put in front of it;
 //! - [`data`]: seeded files and trees, the same bytes on every machine;
 //! - [`folios`]: the folio sizes that hold a file in the page cache.
 //!
@@ -12,6 +13,7 @@
 
 pub mod data;
 pub mod folios;
+pub mod proxy;
 pub mod weed;
 
 use std::path::{Path, PathBuf};

@@ -26,6 +26,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use commit::Pending;
+pub use object::Found;
 use object::Object;
 
 /// Where the cache lives when `cache=` is not given:

@@ -435,8 +435,10 @@ impl Backend for HttpBackend {
                 match parse_content_range(got) {
                     Some((a, b, total))
                         if a == start && b == last && total.is_none_or(|t| t == head.size) => {}
+                    // A proxy or a server that lost its place: the bytes
+                    // are not the ones asked for, but the next answer may be.
                     _ => {
-                        return Err(FetchError::fatal(format!(
+                        return Err(FetchError::transient(format!(
                             "asked for bytes {start}-{last}/{}, got Content-Range {got}",
                             head.size
                         )))

@@ -19,12 +19,13 @@ mod fetch;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use foliofs_vfs::{Error, Result};
 
-use super::cache::DiskCache;
+use super::cache::{DiskCache, Found};
 use super::client::{retrying, Backend, Head, HttpBackend, RetryPolicy};
 use super::credentials::AwsConfig;
 use super::options::check_chunk;
@@ -84,6 +85,8 @@ struct Shared {
     max_window: u64,
     cache: DiskCache,
     policy: RetryPolicy,
+    /// Set when a fetch gave up, cleared by the next that succeeds.
+    down: AtomicBool,
     counters: Counters,
     state: Mutex<State>,
     work: Condvar,
@@ -117,8 +120,9 @@ fn open_error(kind: io::ErrorKind, shown: &str, why: impl std::fmt::Display) -> 
 
 /// The open objects of this process, by source and options: an image is
 /// opened more than once (EROFS probes it first), and each open after the
-/// first must not cost another HEAD. They stay open for the life of the
-/// process (a mount, or one command).
+/// first must not cost another HEAD. One nothing else holds any more is
+/// released by [`release_unused`]: its threads end, its chunks are
+/// committed and its cache files closed.
 fn registry() -> &'static Mutex<HashMap<String, Arc<RemoteObject>>> {
     static R: OnceLock<Mutex<HashMap<String, Arc<RemoteObject>>>> = OnceLock::new();
     R.get_or_init(Default::default)
@@ -136,11 +140,31 @@ pub fn settle_all(within: std::time::Duration) -> bool {
         .all(|o| o.settle(deadline.saturating_duration_since(std::time::Instant::now())))
 }
 
+/// Closes every object no open image uses any more (the registry's is the
+/// only reference left); returns how many. Each new open does this too.
+pub fn release_unused() -> usize {
+    let unused: Vec<Arc<RemoteObject>> = {
+        let mut reg = registry().lock().unwrap();
+        let keys: Vec<String> = reg
+            .iter()
+            .filter(|(_, o)| Arc::strong_count(o) == 1)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.iter().filter_map(|k| reg.remove(k)).collect()
+    };
+    // Dropped outside the lock: each waits for its threads.
+    unused.len()
+}
+
 impl RemoteObject {
     /// Opens `source` (an `s3://`, `https://` or `http://` URL) as `opts`
     /// say, or returns the object this process already opened so.
     pub fn open(source: &str, opts: &RemoteOptions) -> Result<Arc<RemoteObject>> {
         let key = format!("{source}\n{opts:?}");
+        if let Some(o) = registry().lock().unwrap().get(&key) {
+            return Ok(o.clone());
+        }
+        release_unused();
         let mut reg = registry().lock().unwrap();
         if let Some(o) = reg.get(&key) {
             return Ok(o.clone());
@@ -272,6 +296,7 @@ impl RemoteObject {
             max_window: (MAX_AHEAD / chunk).clamp(1, 32),
             cache,
             policy,
+            down: AtomicBool::new(false),
             counters,
             state: Mutex::new(state),
             work: Condvar::new(),
@@ -381,6 +406,21 @@ impl Shared {
         self.chunk.min(self.head.size - c * self.chunk) as usize
     }
 
+    /// Reads from the cache, counting what it found; true on a hit.
+    fn look(&self, c: u64, within: usize, out: &mut [u8]) -> bool {
+        match self.cache.lookup(c, within, out) {
+            Found::Hit => {
+                self.counters.add(Stat::CacheHits, 1);
+                true
+            }
+            Found::Damaged => {
+                self.counters.add(Stat::CacheCorrupt, 1);
+                false
+            }
+            Found::Miss => false,
+        }
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         let size = self.head.size;
         if offset >= size || buf.is_empty() {
@@ -402,8 +442,7 @@ impl Shared {
         let mut waits = Vec::new();
         for c in first..=last {
             let (range, within) = part(c);
-            if self.cache.read(c, within, &mut buf[range.clone()]) {
-                self.counters.add(Stat::CacheHits, 1);
+            if self.look(c, within, &mut buf[range.clone()]) {
                 continue;
             }
             let mut st = self.state.lock().unwrap();
@@ -411,8 +450,7 @@ impl Shared {
                 // Stored between the look above and the lock: one more
                 // look (one found damaged is forgotten, and fetched).
                 drop(st);
-                if self.cache.read(c, within, &mut buf[range.clone()]) {
-                    self.counters.add(Stat::CacheHits, 1);
+                if self.look(c, within, &mut buf[range.clone()]) {
                     continue;
                 }
                 st = self.state.lock().unwrap();
@@ -431,9 +469,19 @@ impl Shared {
             waits.push((c, flight));
         }
         self.sequential(offset, n as u64);
+        let deadline = std::time::Instant::now() + self.policy.total;
         for (c, flight) in waits {
             let (range, within) = part(c);
-            match flight.wait() {
+            let outcome = flight.wait(deadline).unwrap_or_else(|| {
+                Err(format!(
+                    "bytes {}-{}: no answer within timeout={} s",
+                    c * self.chunk,
+                    c * self.chunk + self.chunk_len(c) as u64 - 1,
+                    self.policy.total.as_secs_f64()
+                )
+                .into())
+            });
+            match outcome {
                 Ok(data) => buf[range.clone()].copy_from_slice(&data[within..within + range.len()]),
                 Err(why) => {
                     return Err(Error::Io {

@@ -14,6 +14,9 @@ pub struct RemoteStats {
     pub cache_hits: u64,
     /// Chunks a reader needed that were not in the cache.
     pub cache_misses: u64,
+    /// Cached chunks whose bytes did not match their checksums: dropped
+    /// and fetched again.
+    pub cache_corrupt: u64,
     /// Fetches that failed for good (after their retries).
     pub fetch_errors: u64,
     /// Requests sent again after a transient failure.
@@ -24,11 +27,12 @@ impl std::fmt::Display for RemoteStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "read {} B, fetched {} B, cache hits {}, misses {}, fetch errors {}, retries {}",
+            "read {} B, fetched {} B, cache hits {}, misses {}, corrupt {}, fetch errors {}, retries {}",
             self.bytes_read,
             self.bytes_fetched,
             self.cache_hits,
             self.cache_misses,
+            self.cache_corrupt,
             self.fetch_errors,
             self.retries
         )
@@ -42,6 +46,7 @@ pub(crate) enum Stat {
     BytesFetched,
     CacheHits,
     CacheMisses,
+    CacheCorrupt,
     FetchErrors,
     Retries,
 }
@@ -49,11 +54,11 @@ pub(crate) enum Stat {
 /// A set of counters: one per process ([`stats`]) and one per object
 /// (what tests look at, since tests share the process).
 #[derive(Debug, Default)]
-pub(crate) struct Counters([AtomicU64; 6]);
+pub(crate) struct Counters([AtomicU64; 7]);
 
 impl Counters {
     pub(crate) const fn new() -> Counters {
-        Counters([const { AtomicU64::new(0) }; 6])
+        Counters([const { AtomicU64::new(0) }; 7])
     }
 
     /// Adds `n` to `stat` here and in the process's counters.
@@ -71,6 +76,7 @@ impl Counters {
             bytes_fetched: get(Stat::BytesFetched),
             cache_hits: get(Stat::CacheHits),
             cache_misses: get(Stat::CacheMisses),
+            cache_corrupt: get(Stat::CacheCorrupt),
             fetch_errors: get(Stat::FetchErrors),
             retries: get(Stat::Retries),
         }

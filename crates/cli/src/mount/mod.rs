@@ -128,6 +128,8 @@ pub fn run(mut args: MountArgs) -> anyhow::Result<i32> {
         Ok(o) => o,
         Err(e) => return report_failure(ready, e),
     };
+    // What format probes opened and the chosen source does not use.
+    foliofs_block::remote::release_unused();
     if let Some(handoff) = args.handoff.take() {
         return worker::serve(&args, &source, &opts, opened, &handoff, ready);
     }

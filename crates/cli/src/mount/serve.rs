@@ -52,7 +52,7 @@ fn ramfs_threads(polling: bool) -> usize {
 const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The remote counters of this process (bytes read and fetched, cache
-/// hits and misses, fetch errors, retries), published as group `remote`:
+/// hits and misses, cached chunks found damaged, fetch errors, retries), published as group `remote`:
 /// one mount is one process, so the process's counters are the mount's.
 fn remote_gauge() -> foliofs_fuse::published::Gauge {
     foliofs_fuse::published::Gauge {
@@ -64,6 +64,7 @@ fn remote_gauge() -> foliofs_fuse::published::Gauge {
                 ("bytes_fetched", r.bytes_fetched),
                 ("cache_hits", r.cache_hits),
                 ("cache_misses", r.cache_misses),
+                ("cache_corrupt", r.cache_corrupt),
                 ("fetch_errors", r.fetch_errors),
                 ("retries", r.retries),
             ]

@@ -2,7 +2,7 @@
 //!
 //! A stored chunk is written to `data` at once, and this process reads it
 //! from there at once. A thread of its own then makes it durable
-//! (`fdatasync`) and only after that writes its map entry: whatever a
+//! (`fdatasync` of `data` and `sums`) and only after that writes its map entry: whatever a
 //! crash or a power loss interrupts has no entry, is never served, and its
 //! blocks are freed by the next open that has the object to itself.
 
@@ -85,7 +85,7 @@ impl DiskCache {
             p.committing += batch.len();
             batch
         };
-        let synced = o.data.sync_data();
+        let synced = o.data.sync_data().and_then(|()| o.sums.sync_data());
         if let Err(e) = &synced {
             // This process still reads them from the page cache; the
             // next one fetches them again.

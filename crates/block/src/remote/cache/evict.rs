@@ -1,11 +1,19 @@
 //! Keeping the whole directory within its byte limit, across processes.
 //!
 //! Processes share the directory, bounded by one byte limit: the least
-//! recently used chunks of any object go first. Each process holds a read
-//! lock (an open file description lock) on the map of every object it has
-//! open. Freeing chunks (clear their entries, sync the map, punch holes in
-//! `data`) takes the write lock, so no process ever reads a hole punched
-//! under it; an object another process has open is skipped.
+//! recently used chunks of any object go first, whichever process has it
+//! open. Freeing chunks clears their entries, syncs the map, then punches
+//! holes in `data`. That is safe under a process still reading them
+//! because every read is checked against the sums: a hole reads as zeros,
+//! which do not match (or are the chunk's bytes), so the reader finds its
+//! entry cleared and fetches the chunk again. Each process still holds a
+//! read lock (an open file description lock) on the map of every object
+//! it has open, which tells the first opener it has the object to itself
+//! (`open.rs`) and keeps stray-directory removal off it.
+//!
+//! Where the file system cannot punch holes (`EOPNOTSUPP`), an eviction
+//! frees whole objects instead: every entry cleared, `data` cut to
+//! nothing and grown back sparse.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -40,39 +48,65 @@ pub(super) fn default_limit(root: &Path) -> u64 {
 }
 
 impl Object {
-    /// Takes the write lock for an eviction of this process; false when
-    /// another process has the object open or another eviction has it.
-    fn try_alone(&self) -> bool {
+    /// Starts an eviction of this process on the object; false when
+    /// another one has it. Takes the write lock when no other process has
+    /// the object open, but frees without it (see the module's note).
+    fn begin_freeing(&self) -> bool {
         if self.freeing.swap(true, Ordering::Acquire) {
             return false;
         }
-        let ok = lock(&self.map, libc::F_WRLCK).is_ok();
-        if !ok {
-            self.freeing.store(false, Ordering::Release);
-        }
-        ok
+        let _ = lock(&self.map, libc::F_WRLCK);
+        true
+    }
+
+    /// Has evictions free whole objects, as when punching is refused.
+    #[cfg(test)]
+    pub(super) fn refuse_punching(&self) {
+        self.can_punch.store(false, Ordering::Relaxed);
     }
 
     /// Frees the `chunks` still committed (one forgotten and stored again
-    /// since the scan is pending, and stays), then gives the write lock
-    /// back.
-    fn free_alone(&self, chunks: &[u64]) {
+    /// since the scan is pending, and stays), or with `whole` (or when
+    /// the file system cannot punch holes) every chunk, then gives the
+    /// write lock back.
+    fn free_alone(&self, chunks: &[u64], whole: bool) {
         {
             let _alone = self.gate.write().unwrap();
+            let whole = whole || !self.can_punch.load(Ordering::Relaxed);
+            let all: Vec<u64>;
+            let chunks = if whole {
+                all = (0..self.stamps.len() as u64).collect();
+                &all[..]
+            } else {
+                chunks
+            };
             let chunks: Vec<u64> = chunks
                 .iter()
                 .copied()
                 .filter(|&i| {
                     let slot = &self.stamps[i as usize];
                     let s = slot.load(Ordering::Relaxed);
-                    s > PENDING
+                    // Emptying `data` takes chunks not yet committed too;
+                    // cleared, they are never entered.
+                    (s > PENDING || (whole && s == PENDING))
                         && slot
                             .compare_exchange(s, 0, Ordering::Relaxed, Ordering::Relaxed)
                             .is_ok()
                 })
                 .collect();
-            if let Err(e) = free(&self.map, &self.data, self.size, self.chunk, &chunks) {
-                log::warn!("{}: cached chunks not freed: {e}", self.dir.display());
+            match free(&self.map, &self.data, self.size, self.chunk, &chunks, whole) {
+                Ok(Freed::Whole) if !whole => {
+                    self.can_punch.store(false, Ordering::Relaxed);
+                    // What the map still named went with the rest.
+                    for s in &self.stamps {
+                        let v = s.load(Ordering::Relaxed);
+                        if v > PENDING {
+                            let _ = s.compare_exchange(v, 0, Ordering::Relaxed, Ordering::Relaxed);
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => log::warn!("{}: cached chunks not freed: {e}", self.dir.display()),
             }
         }
         // Converting back to a read lock always succeeds.
@@ -81,60 +115,86 @@ impl Object {
     }
 }
 
-/// A version directory an eviction frees chunks in, with its write lock.
+/// A version directory an eviction frees chunks in.
 enum Victim {
     /// Open in this process.
     Open(Arc<Object>),
-    /// Open nowhere: its map, locked.
+    /// Not open in this process: its map.
     Closed(File),
+}
+
+/// What [`free`] freed.
+#[derive(Debug, PartialEq, Eq)]
+enum Freed {
+    Chunks,
+    /// The whole object: the file system cannot punch holes.
+    Whole,
+    /// A damaged directory, removed.
+    Removed,
 }
 
 impl DiskCache {
     /// Counts the whole directory and, when it holds more than the limit,
-    /// frees the least recently used chunks (of any object no other
-    /// process has open) down to 90% of it.
+    /// frees the least recently used chunks down to 90% of it (whole
+    /// objects where the file system cannot punch holes).
     pub(super) fn evict(&self) {
         let _one = self.evicting.lock().unwrap();
         self.since_scan.store(0, Ordering::Relaxed);
         // What the disk holds: chunks not yet committed (of any process)
-        // count, though only committed ones can go, and so do the maps
-        // and the file system's own blocks for the sparse files.
+        // count, though only committed ones can go, and so do the maps,
+        // the sums and the file system's own blocks for the sparse files.
         let (mut held, mut total) = scan(&self.root);
         if total > self.limit {
             let target = self.limit / 10 * 9;
+            let whole = !self.obj.can_punch.load(Ordering::Relaxed);
+            let mut per_dir: HashMap<PathBuf, u64> = HashMap::new();
+            for f in &held {
+                *per_dir.entry(f.dir.clone()).or_default() += f.size;
+            }
             held.sort_by_key(|f| f.stamp);
-            // Per version directory: its write lock (None: another process
-            // has it open) and the chunks picked to go.
+            // Per version directory: how to free in it (None: an eviction
+            // of this process has it) and the chunks picked to go.
             let mut picked: HashMap<PathBuf, Option<(Victim, Vec<u64>)>> = HashMap::new();
             let open = open_objects().lock().unwrap().clone();
             for f in &held {
                 if total <= target {
                     break;
                 }
+                let new = !picked.contains_key(&f.dir);
                 let slot = picked.entry(f.dir.clone()).or_insert_with(|| {
                     let victim = match open.get(&f.dir).and_then(Weak::upgrade) {
-                        Some(obj) => obj.try_alone().then_some(Victim::Open(obj)),
+                        Some(obj) => obj.begin_freeing().then_some(Victim::Open(obj)),
                         None => fs::OpenOptions::new()
                             .read(true)
                             .write(true)
                             .open(f.dir.join("map"))
                             .ok()
-                            .filter(|m| lock(m, libc::F_WRLCK).is_ok())
+                            .inspect(|m| {
+                                let _ = lock(m, libc::F_WRLCK);
+                            })
                             .map(Victim::Closed),
                     };
                     victim.map(|v| (v, Vec::new()))
                 });
                 if let Some((_, chunks)) = slot {
                     chunks.push(f.index);
-                    total = total.saturating_sub(f.size);
+                    if !whole {
+                        total = total.saturating_sub(f.size);
+                    } else if new {
+                        total = total.saturating_sub(per_dir[&f.dir]);
+                    }
                 }
             }
             for (dir, slot) in picked {
                 match slot {
-                    Some((Victim::Open(obj), chunks)) => obj.free_alone(&chunks),
+                    Some((Victim::Open(obj), chunks)) => obj.free_alone(&chunks, whole),
                     Some((Victim::Closed(map), chunks)) => {
-                        if let Err(e) = free_closed(&dir, &map, &chunks) {
-                            log::warn!("{}: cached chunks not freed: {e}", dir.display());
+                        match free_closed(&dir, &map, &chunks, whole) {
+                            Ok(Freed::Whole) => self.obj.can_punch.store(false, Ordering::Relaxed),
+                            Ok(Freed::Chunks | Freed::Removed) => {}
+                            Err(e) => {
+                                log::warn!("{}: cached chunks not freed: {e}", dir.display())
+                            }
                         }
                     }
                     None => {}
@@ -163,32 +223,58 @@ impl DiskCache {
 /// Clears the entries of `gone` (chunks of `chunk` bytes in an object of
 /// `size`), makes that durable, and only then punches their holes: a
 /// crash in between leaves blocks no entry names, freed at the next open.
-/// The caller holds the write lock on `map`.
-fn free(map: &File, data: &File, size: u64, chunk: u64, gone: &[u64]) -> io::Result<()> {
+/// With `whole`, or where punching is not supported, frees the whole
+/// object: every entry cleared, `data` emptied.
+fn free(
+    map: &File,
+    data: &File,
+    size: u64,
+    chunk: u64,
+    gone: &[u64],
+    whole: bool,
+) -> io::Result<Freed> {
     for &i in gone {
         map.write_all_at(&0u32.to_le_bytes(), entry_at(i))?;
     }
-    map.sync_data()?;
-    for (start, end) in runs(gone) {
-        let off = start * chunk;
-        let len = (end * chunk).min(size) - off;
-        punch(data, off, len)?;
+    if !whole {
+        map.sync_data()?;
+        let mut punched = Ok(());
+        for (start, end) in runs(gone) {
+            let off = start * chunk;
+            let len = (end * chunk).min(size) - off;
+            punched = punch(data, off, len);
+            if punched.is_err() {
+                break;
+            }
+        }
+        match punched {
+            Ok(()) => return Ok(Freed::Chunks),
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                log::info!("the cache's file system cannot punch holes: evicting whole objects");
+            }
+            Err(e) => return Err(e),
+        }
     }
-    Ok(())
+    let chunks = size.div_ceil(chunk);
+    let zeros = vec![0u8; (4 * chunks) as usize];
+    map.write_all_at(&zeros, entry_at(0))?;
+    map.sync_data()?;
+    data.set_len(0)?;
+    data.set_len(size)?;
+    Ok(Freed::Whole)
 }
 
-/// Frees `chunks` of an object no process has open, whose map's write
-/// lock is held.
+/// Frees `chunks` of an object this process does not have open.
 /// One whose map went bad or whose data went since the scan serves nothing
 /// and is removed whole.
-fn free_closed(dir: &Path, map: &File, chunks: &[u64]) -> io::Result<()> {
+fn free_closed(dir: &Path, map: &File, chunks: &[u64], whole: bool) -> io::Result<Freed> {
     let parsed = parse_map(&fs::read(dir.join("map"))?);
     let data = fs::OpenOptions::new().write(true).open(dir.join("data"));
     match (parsed, data) {
-        (Some((size, chunk, _)), Ok(data)) => free(map, &data, size, chunk, chunks),
+        (Some((size, chunk, _)), Ok(data)) => free(map, &data, size, chunk, chunks, whole),
         (None, _) | (_, Err(_)) => {
             log::debug!("{}: damaged cache directory removed", dir.display());
-            fs::remove_dir_all(dir)
+            fs::remove_dir_all(dir).map(|()| Freed::Removed)
         }
     }
 }

@@ -5,7 +5,15 @@
 //! (or Last-Modified), the chunk size and this layout. `data` is a sparse
 //! file as long as the object, each chunk at its own offset; `map` is a
 //! header and then one 32-bit entry per chunk: 0 while the cache does not
-//! hold the chunk, else when it was last used (seconds since 1970).
+//! hold the chunk, else when it was last used (seconds since 1970);
+//! `sums` is a sparse file of one crc32c (little-endian) per [`PIECE`] of
+//! `data`, written with the chunk and made durable before its entry.
+//!
+//! Sums are per piece, not per chunk, so that a read checks what it
+//! returns without reading the rest of its chunk: a 128 KiB read of a
+//! 4 MiB chunk would otherwise read and sum 32 times what it asked for.
+//! They live beside the map, not in it, because every eviction reads
+//! every map whole.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -13,8 +21,12 @@ use std::time::SystemTime;
 use sha2::Digest;
 
 /// The layout, part of each version directory's name: 1 and 2 were a
-/// file per chunk (1 with a checksummed header, 2 synced and renamed).
-pub(super) const LAYOUT: u32 = 3;
+/// file per chunk (1 with a checksummed header, 2 synced and renamed), 3
+/// the sparse file without sums.
+pub(super) const LAYOUT: u32 = 4;
+/// Bytes of `data` per sum: the page, so that an unaligned read reads at
+/// most two pages more than it asked for.
+pub(super) const PIECE: u64 = 4096;
 const MAGIC: &[u8; 8] = b"foliofsC";
 /// The map's header: magic, object size, chunk size, layout.
 pub(super) const HEADER: u64 = 24;
@@ -74,6 +86,21 @@ pub(super) fn parse_map(bytes: &[u8]) -> Option<(u64, u64, Vec<u32>)> {
         .map(|e| u32::from_le_bytes(e.try_into().unwrap()))
         .collect();
     Some((size, chunk, stamps))
+}
+
+/// Where the sum of the piece holding `offset` of the object lies in
+/// `sums`.
+pub(super) fn sum_at(offset: u64) -> u64 {
+    offset / PIECE * 4
+}
+
+/// The bytes of `sums` for `bytes`, which start at a piece boundary: one
+/// crc32c per piece, the last piece possibly short.
+pub(super) fn piece_sums(bytes: &[u8]) -> Vec<u8> {
+    bytes
+        .chunks(PIECE as usize)
+        .flat_map(|p| crc32c::crc32c(p).to_le_bytes())
+        .collect()
 }
 
 /// Bytes of chunk `index`: the last one may be short.

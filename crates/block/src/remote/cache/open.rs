@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::commit::Pending;
 use super::evict::default_limit;
-use super::map::{chunk_len, dirs, entry_at, header, parse_map, runs, HEADER, PENDING};
+use super::map::{chunk_len, dirs, entry_at, header, parse_map, runs, HEADER, PENDING, PIECE};
 use super::object::{open_objects, Object};
 use super::sys::{lock, next_data, open_rw, punch};
 use super::DiskCache;
@@ -53,10 +53,17 @@ impl DiskCache {
         let chunks = size.div_ceil(chunk);
         let map = open_rw(&dir.join("map"))?;
         let data = open_rw(&dir.join("data"))?;
+        let sums = open_rw(&dir.join("sums"))?;
+        let sums_len = size.div_ceil(PIECE) * 4;
         let alone = take_lock(&map, &dir)?;
         let stamps = match parse_map(&fs::read(dir.join("map"))?) {
             Some((s, c, stamps)) if s == size && c == chunk => {
                 if alone {
+                    if sums.metadata()?.len() != sums_len {
+                        // A chunk whose sums went is caught at its first
+                        // read: it fails to read them, and is fetched.
+                        sums.set_len(sums_len)?;
+                    }
                     reclaim(&map, &data, size, chunk, stamps)?
                 } else {
                     stamps
@@ -66,6 +73,8 @@ impl DiskCache {
                 // New, or left half made: start afresh.
                 data.set_len(0)?;
                 data.set_len(size)?;
+                sums.set_len(0)?;
+                sums.set_len(sums_len)?;
                 map.set_len(0)?;
                 map.write_all_at(&header(size, chunk), 0)?;
                 map.set_len(HEADER + 4 * chunks)?;
@@ -90,6 +99,7 @@ impl DiskCache {
             size,
             chunk,
             data,
+            sums,
             map,
             stamps: stamps
                 .into_iter()
@@ -97,6 +107,7 @@ impl DiskCache {
                 .collect(),
             gate: RwLock::new(()),
             freeing: AtomicBool::new(false),
+            can_punch: AtomicBool::new(true),
         });
         // A second open of the same version in this process (never two
         // mounts' worth: objects are shared) leaves the first one listed.

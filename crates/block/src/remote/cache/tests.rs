@@ -192,13 +192,14 @@ fn committed(root: &Path) -> u64 {
     scan(root).0.iter().map(|f| f.size).sum()
 }
 
-/// Evicts for `c` under a limit of ten chunks beside what the maps and
-/// the sparse files' own blocks take of the disk now (whatever the
-/// file system), which keeps nine chunks; returns `c`'s chunks that
-/// went.
+/// Evicts for `c` of eleven chunks under a limit that keeps nine beside
+/// what the maps, the sums and the sparse files' own blocks take of the
+/// disk now (whatever the file system); returns `c`'s chunks that went.
 fn evict_to_nine(root: &Path, c: &mut DiskCache) -> Vec<u64> {
     let overhead = scan(root).1 - committed(root);
-    c.limit = 10 * 4096 + overhead * 10 / 9 + 2048;
+    // Over the limit with eleven, and nine beside the overhead are
+    // within 90% of it, ten are not.
+    c.limit = ((9 * 4096 + overhead) * 10).div_ceil(9) + 512;
     let before = held(c);
     c.evict();
     c.limit = 1 << 30;
@@ -233,9 +234,9 @@ fn the_limit_evicts_least_recently_used_across_objects() {
 }
 
 #[test]
-fn an_object_another_process_has_open_is_not_freed() {
+fn an_object_another_process_has_open_is_freed_under_it_and_read_again() {
     let root = tempfile::tempdir().unwrap();
-    let a = filled(root.path(), "a", 6);
+    let _a = filled(root.path(), "a", 6);
     // A second open of the same files: to the locks, another process.
     let other = DiskCache::open(root.path(), "a", "v", 4096, 16 * 4096, Some(1 << 30)).unwrap();
     let present = held(&other);
@@ -245,22 +246,56 @@ fn an_object_another_process_has_open_is_not_freed() {
         put(&b, i, &[2; 4096]);
         used_at(&b, i, 100 + i as u32);
     }
-    // a's chunks are older, but in use elsewhere: b's own oldest go.
-    assert_eq!(evict_to_nine(root.path(), &mut b), vec![0, 1]);
-    // (Looked at without reading, which would make them recent.)
-    for i in 0..6 {
-        assert!(entry(&other, i) > PENDING, "chunk {i}");
-        let mut out = [0; 4096];
-        other.obj.data.read_exact_at(&mut out, i * 4096).unwrap();
-        assert_eq!(out, [1; 4096], "chunk {i}");
-    }
-    drop(other);
-    // Open here only, a's oldest go first.
-    put(&b, 5, &[2; 4096]);
-    put(&b, 6, &[2; 4096]);
+    // a's chunks are the oldest, in use elsewhere or not.
     assert_eq!(evict_to_nine(root.path(), &mut b), vec![]);
-    assert!(!a.read(0, 0, &mut [0; 1]) && !a.read(1, 0, &mut [0; 1]));
-    assert!(a.read(2, 0, &mut [0; 1]) && b.read(6, 0, &mut [0; 1]));
+    assert!(hole(&other.obj.data, 0) && hole(&other.obj.data, 4096));
+    // The other process still thinks it holds them: its read finds the
+    // hole, and takes it for a miss, not for damage.
+    assert!(other.holds(0));
+    assert_eq!(other.lookup(0, 0, &mut [0; 4096]), Found::Miss);
+    assert!(!other.holds(0));
+    let mut out = [0u8; 4096];
+    assert_eq!(other.lookup(2, 0, &mut out), Found::Hit);
+    assert_eq!(out, [1; 4096]);
+    put(&other, 0, &[1; 4096]);
+    assert_eq!(other.lookup(0, 0, &mut out), Found::Hit);
+    assert_eq!(out, [1; 4096]);
+}
+
+#[test]
+fn without_hole_punching_whole_objects_are_evicted() {
+    let root = tempfile::tempdir().unwrap();
+    let a = filled(root.path(), "a", 6);
+    let mut b = small(root.path(), "b");
+    // As the probe finds it where `fallocate` says EOPNOTSUPP.
+    b.obj.refuse_punching();
+    for i in 0..5 {
+        put(&b, i, &[2; 4096]);
+        used_at(&b, i, 100 + i as u32);
+    }
+    let overhead = scan(root.path()).1 - committed(root.path());
+    b.limit = 10 * 4096 + overhead;
+    b.evict();
+    // a's chunks were the oldest: all of a went, and b stays whole.
+    assert!(held(&a).is_empty(), "{:?}", held(&a));
+    assert_eq!(held(&b), (0..5).collect::<Vec<_>>());
+    assert_eq!(a.obj.data.metadata().unwrap().len(), 16 * 4096);
+    assert_eq!(next_data(&a.obj.data, 0), None);
+    assert!(scan(root.path()).1 <= b.limit);
+    assert_eq!(a.lookup(3, 0, &mut [0; 4]), Found::Miss);
+    // Over the limit again with b the oldest: b goes whole, itself.
+    put(&a, 0, &[1; 4096]);
+    for i in 1..8 {
+        put(&a, i, &[1; 4096]);
+        used_at(&a, i, 500);
+    }
+    used_at(&a, 0, 500);
+    b.evict();
+    assert!(held(&b).is_empty(), "{:?}", held(&b));
+    assert_eq!(held(&a).len(), 8);
+    let mut out = [0u8; 4];
+    assert_eq!(a.lookup(7, 0, &mut out), Found::Hit);
+    assert_eq!(out, [1; 4]);
 }
 
 #[test]
@@ -316,4 +351,108 @@ fn default_dirs() {
         default_dir(&env(&[("HOME", "/h")]), true),
         Some(PathBuf::from("/var/cache/foliofs"))
     );
+}
+
+/// Bytes that differ from piece to piece, so that a piece read from the
+/// wrong place would show.
+fn patterned(n: usize, seed: u32) -> Vec<u8> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 13) as u8)
+        .collect()
+}
+
+#[test]
+fn every_read_is_checked_and_damage_of_the_same_length_is_dropped() {
+    let root = tempfile::tempdir().unwrap();
+    let chunk = 64u64 << 10;
+    // The last chunk and its last piece are short.
+    let size = 3 * chunk - 1000;
+    let c = DiskCache::open(root.path(), "o", "v", chunk as u32, size, None).unwrap();
+    let whole = patterned(size as usize, 5);
+    for i in 0..3 {
+        let from = (i * chunk) as usize;
+        put(
+            &c,
+            i,
+            &whole[from..(from + chunk as usize).min(size as usize)],
+        );
+    }
+    // Aligned, unaligned at either end or both, inside one piece, the
+    // whole chunk, and up to the object's end.
+    for (index, within, len) in [
+        (0u64, 0usize, 4096usize),
+        (0, 100, 5000),
+        (1, 4096, 8192),
+        (1, 4000, 100),
+        (1, 0, chunk as usize),
+        (2, 1, (chunk - 1001) as usize),
+        (2, 60000, (chunk - 60000 - 1000) as usize),
+    ] {
+        let mut out = vec![0u8; len];
+        assert_eq!(c.lookup(index, within, &mut out), Found::Hit);
+        let at = (index * chunk) as usize + within;
+        assert!(out == whole[at..at + len], "{index} {within} {len}");
+    }
+    let data = fs::OpenOptions::new()
+        .write(true)
+        .open(c.obj.dir.join("data"))
+        .unwrap();
+    let flip = |offset: u64| {
+        let mut b = [0u8; 1];
+        c.obj.data.read_exact_at(&mut b, offset).unwrap();
+        data.write_all_at(&[b[0] ^ 0x10], offset).unwrap();
+    };
+    // In a piece read straight into the caller's buffer.
+    flip(chunk + 20000);
+    let mut out = vec![0u8; 16384];
+    assert_eq!(c.lookup(1, 16384, &mut out), Found::Damaged);
+    assert_eq!(entry(&c, 1), 0);
+    assert!(!c.holds(1));
+    assert_eq!(c.lookup(1, 0, &mut out), Found::Miss);
+    // In an edge piece, read in part; and in the short last piece.
+    flip(10);
+    assert_eq!(c.lookup(0, 8, &mut [0; 4]), Found::Damaged);
+    flip(size - 1);
+    assert_eq!(
+        c.lookup(2, (chunk - 1001) as usize, &mut [0; 1]),
+        Found::Damaged
+    );
+    // Stored again, served again.
+    put(&c, 1, &whole[chunk as usize..2 * chunk as usize]);
+    let mut out = vec![0u8; chunk as usize];
+    assert_eq!(c.lookup(1, 0, &mut out), Found::Hit);
+    assert!(out == whole[chunk as usize..2 * chunk as usize]);
+    // Damaged sums are damage too.
+    let sums = fs::OpenOptions::new()
+        .write(true)
+        .open(c.obj.dir.join("sums"))
+        .unwrap();
+    sums.write_all_at(&[0xff; 4], super::map::sum_at(chunk + 4096))
+        .unwrap();
+    assert_eq!(c.lookup(1, 4096, &mut [0; 8]), Found::Damaged);
+}
+
+#[test]
+fn a_cache_of_the_layout_without_sums_is_rebuilt_not_misread() {
+    let root = tempfile::tempdir().unwrap();
+    let object = root.path().join(hex_digest("o"));
+    // Layout 3: the same map format, no sums; chunk 0 entered.
+    let old = object.join(hex_digest("v\n4096\n3"));
+    fs::create_dir_all(&old).unwrap();
+    let mut map = b"foliofsC".to_vec();
+    map.extend(8192u64.to_le_bytes());
+    map.extend(4096u32.to_le_bytes());
+    map.extend(3u32.to_le_bytes());
+    map.extend(now_stamp().to_le_bytes());
+    map.extend(0u32.to_le_bytes());
+    fs::write(old.join("map"), map).unwrap();
+    fs::write(old.join("data"), [6u8; 8192]).unwrap();
+    let c = DiskCache::open(root.path(), "o", "v", 4096, 8192, None).unwrap();
+    assert!(held(&c).is_empty());
+    assert!(!old.exists());
+    assert_eq!(c.lookup(0, 0, &mut [0; 4]), Found::Miss);
+    put(&c, 0, &[5; 4096]);
+    let mut out = [0u8; 4];
+    assert_eq!(c.lookup(0, 0, &mut out), Found::Hit);
+    assert_eq!(out, [5; 4]);
 }

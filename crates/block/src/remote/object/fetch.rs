@@ -12,9 +12,11 @@
 //! durable on a thread of its own (`DiskCache::commit_next`), so a
 //! fetch thread does not wait for the disk before its next GET.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
 
-use super::super::client::{retrying, FetchError};
+use super::super::client::{retrying, FetchError, GaveUp};
 use super::super::stats::Stat;
 use super::{Shared, State};
 
@@ -37,13 +39,20 @@ impl Flight {
         })
     }
 
-    pub(super) fn wait(&self) -> Outcome {
+    /// The outcome, or `None` once `deadline` passes without one: a
+    /// reader queued behind fetches that hang waits no longer than
+    /// `timeout=` says, whatever they do.
+    pub(super) fn wait(&self, deadline: Instant) -> Option<Outcome> {
         let mut r = self.result.lock().unwrap();
         loop {
             if let Some(o) = &*r {
-                return o.clone();
+                return Some(o.clone());
             }
-            r = self.done.wait(r).unwrap();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            r = self.done.wait_timeout(r, left).unwrap().0;
         }
     }
 }
@@ -144,21 +153,48 @@ impl Shared {
         }
     }
 
-    /// Fetches chunk `c` (with retries) and checks its length.
+    /// Fetches chunk `c` and checks its length: with retries within
+    /// `timeout=`, or, once a fetch gave up and until the server answers
+    /// again, one try, so that readers fail fast rather than each wait
+    /// out the whole timeout against a server that is down.
     fn fetch(&self, c: u64) -> Outcome {
         let start = c * self.chunk;
         let len = self.chunk_len(c) as u64;
-        let got = retrying(&self.policy, &self.counters, |t| {
+        let attempt = |t| {
             let body = self.backend.get(&self.head, start, len, t)?;
             if body.len() as u64 != len {
-                return Err(FetchError::fatal(format!(
-                    "bytes {start}-{}: the server sent {} bytes for {len} (the object is shorter than when it was opened?)",
+                // Cut short on the way, or an object shorter than at
+                // open (which the next try finds out from the status).
+                return Err(FetchError::transient(format!(
+                    "bytes {start}-{}: the server sent {} bytes for {len}",
                     start + len - 1,
                     body.len()
                 )));
             }
             Ok(body)
-        });
+        };
+        let got = if self.down.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            attempt(self.policy.per_request).map_err(|last| GaveUp {
+                last,
+                tries: 1,
+                elapsed: t.elapsed(),
+            })
+        } else {
+            retrying(&self.policy, &self.counters, attempt)
+        };
+        let was_down = self.down.swap(got.is_err(), Ordering::Relaxed);
+        if was_down != got.is_err() {
+            log::info!(
+                "{}: {}",
+                self.shown,
+                if was_down {
+                    "the server answers again"
+                } else {
+                    "failing reads fast until the server answers again"
+                }
+            );
+        }
         match got {
             Ok(body) => {
                 self.counters.add(Stat::BytesFetched, len);

@@ -6,9 +6,11 @@
 //! checked against the server's state and the mount's own counters.
 
 mod cache;
+mod campaign;
 mod faults;
 mod mount;
 mod user;
+mod verify;
 
 use std::ffi::OsString;
 use std::fs;
