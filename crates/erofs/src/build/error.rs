@@ -27,9 +27,9 @@ pub enum BuildError {
         why: String,
     },
     /// The tar stream itself is damaged (before any entry could be named).
-    #[error("tar stream after byte {offset}: {why}")]
+    #[error("tar stream: {why}")]
     Stream {
-        /// The last good position in the (decompressed) stream.
+        /// The last good header's position in the (decompressed) stream.
         offset: u64,
         /// What is wrong.
         why: String,

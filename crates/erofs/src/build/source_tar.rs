@@ -94,20 +94,25 @@ pub(crate) fn add_tar(b: &mut Builder, r: Box<dyn Read>) -> Result<(), BuildErro
         offset: 0,
         why: e.to_string(),
     })?;
-    let mut last = (0u64, String::from("(none)"));
+    let mut last: Option<(u64, String)> = None;
     // Directories that hold whiteouts, and opaque ones: marked once every
     // entry is in, so that a later entry for the directory keeps them.
     let mut with_whiteouts: Vec<Vec<Vec<u8>>> = Vec::new();
     let mut opaque: Vec<Vec<Vec<u8>>> = Vec::new();
     for e in entries {
         let mut e = e.map_err(|err| BuildError::Stream {
-            offset: last.0,
-            why: format!("after entry {:?}: {err}", last.1),
+            offset: last.as_ref().map_or(0, |l| l.0),
+            why: match &last {
+                Some((at, name)) => {
+                    format!("the header after entry {name:?} (at byte {at}): {err}")
+                }
+                None => format!("the first header: {err}"),
+            },
         })?;
         let offset = e.raw_header_position();
         let raw_path = e.path_bytes().into_owned();
         let shown = String::from_utf8_lossy(&raw_path).into_owned();
-        last = (offset, shown.clone());
+        last = Some((offset, shown.clone()));
         let bad = |why: String| BuildError::Tar {
             path: shown.clone(),
             offset,
@@ -178,7 +183,9 @@ pub(crate) fn add_tar(b: &mut Builder, r: Box<dyn Read>) -> Result<(), BuildErro
                     }
                     let n = comps.len();
                     comps[n - 1] = target;
-                    meta.mode |= 0o020000;
+                    // overlayfs's whiteout: a character device 0:0 with no
+                    // permission bits, as mkfs.erofs and overlayfs make it.
+                    meta.mode = 0o020000;
                     b.add(&comps, meta, Body::Device(0, 0)).map_err(bad)?;
                     with_whiteouts.push(comps[..n - 1].iter().map(|c| c.to_vec()).collect());
                     continue;
@@ -232,8 +239,7 @@ pub(crate) fn add_tar(b: &mut Builder, r: Box<dyn Read>) -> Result<(), BuildErro
             }
             other => {
                 return Err(bad(format!(
-                    "entry type {:?} ({}) is not one EROFS stores",
-                    other,
+                    "entry type {:?} is not one EROFS stores",
                     other.as_byte() as char
                 )))
             }
@@ -248,7 +254,7 @@ pub(crate) fn add_tar(b: &mut Builder, r: Box<dyn Read>) -> Result<(), BuildErro
             b.dir_xattr(&refs, name, value)
                 .map_err(|why| BuildError::Tar {
                     path: String::from_utf8_lossy(&dir.join(&b'/')).into_owned(),
-                    offset: last.0,
+                    offset: last.as_ref().map_or(0, |l| l.0),
                     why,
                 })?;
         }

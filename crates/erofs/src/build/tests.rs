@@ -65,7 +65,10 @@ fn paths_resolve_inside_the_root_only() {
 
 #[test]
 fn pax_times_keep_nanoseconds() {
-    assert_eq!(pax_time(b"1700000000.5"), Some((1_700_000_000, 500_000_000)));
+    assert_eq!(
+        pax_time(b"1700000000.5"),
+        Some((1_700_000_000, 500_000_000))
+    );
     assert_eq!(pax_time(b"12.000000001999"), Some((12, 1)));
     assert_eq!(pax_time(b"-1.25"), Some((-2, 750_000_000)));
     assert_eq!(pax_time(b"7"), Some((7, 0)));
@@ -160,12 +163,14 @@ fn tar_replacement_links_and_whiteouts() {
     assert_eq!((wh.rdev.major, wh.rdev.minor), (0, 0));
     let deep = lookup(&fs, "deep");
     assert_eq!(
-        fs.getxattr(deep.ino, OsStr::new("trusted.overlay.origin")).unwrap(),
+        fs.getxattr(deep.ino, OsStr::new("trusted.overlay.origin"))
+            .unwrap(),
         b""
     );
     let opq = lookup(&fs, "opq");
     assert_eq!(
-        fs.getxattr(opq.ino, OsStr::new("trusted.overlay.opaque")).unwrap(),
+        fs.getxattr(opq.ino, OsStr::new("trusted.overlay.opaque"))
+            .unwrap(),
         b"y"
     );
     assert!(names(&fs, opq.ino).is_empty());
