@@ -11,7 +11,7 @@ use crate::format::{
     INODE_COMPACT_SIZE, I_FORMAT_EXTENDED, MAX_INODE_SIZE,
 };
 
-use super::data::Writer;
+use super::data::{FileData, Writer};
 use super::tree::{Body, NodeId, Tree, ROOT};
 use super::xattr::{icount, Shared};
 use super::BuildError;
@@ -262,12 +262,16 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
         });
     }
 
-    // Directory and symlink bytes, in the order their blocks were given.
+    // Directory and symlink blocks, in the order they were given. Only
+    // directory tails are kept for the inodes (there are far fewer
+    // directories than files); file tails are read back from the spill
+    // file and symlink tails taken from the tree as each inode is written.
     let wio = |e| BuildError::io("writing the image")(e);
-    let mut tails: Vec<Vec<u8>> = vec![Vec::new(); plans.len()];
+    let mut dir_tails: HashMap<usize, Vec<u8>> = HashMap::new();
     for (k, plan) in plans.iter().enumerate() {
         let node = &tree.nodes[plan.node];
-        let bytes = match &node.body {
+        let dir;
+        let bytes: &[u8] = match &node.body {
             Body::Dir(_) => {
                 let parent = order[plan.parent];
                 let entries: Vec<(&[u8], u64, u8)> = entries_of(tree, plan.node, parent)
@@ -277,17 +281,10 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
                         (name, cp.nid, file_type(tree.nodes[c].meta.mode))
                     })
                     .collect();
-                dir_bytes(&entries, blksz)
+                dir = dir_bytes(&entries, blksz);
+                &dir
             }
-            Body::Symlink(t) => t.clone(),
-            Body::File(d) => {
-                if let Some(t) = d.tail {
-                    tails[k] = w
-                        .tail(t)
-                        .map_err(BuildError::io("reading the spill file"))?;
-                }
-                continue;
-            }
+            Body::Symlink(t) => t,
             _ => continue,
         };
         let in_blocks = bytes.len() - plan.tail as usize;
@@ -295,7 +292,9 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
             let at = w.blocks(&bytes[..in_blocks]).map_err(wio)?;
             debug_assert_eq!(at, u64::from(plan.i_u));
         }
-        tails[k] = bytes[in_blocks..].to_vec();
+        if matches!(node.body, Body::Dir(_)) && plan.tail > 0 {
+            dir_tails.insert(k, bytes[in_blocks..].to_vec());
+        }
     }
     debug_assert_eq!(w.next_block, xattr_blkaddr);
     if !shared.bytes.is_empty() {
@@ -310,7 +309,19 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
         buf.resize(at as usize, 0);
         put_inode(&mut buf, tree, plan, k as u32 + 1);
         buf.extend_from_slice(&plan.xattrs);
-        buf.extend_from_slice(&tails[k]);
+        match &tree.nodes[plan.node].body {
+            Body::File(FileData { tail: Some(t), .. }) => {
+                let tail = w
+                    .tail(*t)
+                    .map_err(BuildError::io("reading the spill file"))?;
+                buf.extend_from_slice(&tail);
+            }
+            Body::Symlink(t) if plan.tail > 0 => {
+                buf.extend_from_slice(&t[t.len() - plan.tail as usize..]);
+            }
+            Body::Dir(_) if plan.tail > 0 => buf.extend_from_slice(&dir_tails[&k]),
+            _ => {}
+        }
         if buf.len() >= 4 << 20 {
             let cut = buf.len() as u64 / blksz * blksz;
             w.raw(&buf[..cut as usize]).map_err(wio)?;
