@@ -218,3 +218,34 @@ fn deep_nesting_builds_and_walks() {
     super::super::walk::assert_same("the kernel's walk", &want, &got);
     assert!(got.contains_key(Path::new(&format!("{deep}bottom"))));
 }
+
+/// Options foliofs does not build are refused in one line, not ignored.
+#[test]
+fn options_not_built_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("f"), b"x").unwrap();
+    let img = tmp.path().join("img");
+    for (args, expect) in [
+        (&["-z", "lz4"][..], "-z lz4"),
+        (&["--tar=i"][..], "--tar=i"),
+        (&["-b", "8192"][..], "-b 8192"),
+        (&["-E", "fragments"][..], "-E fragments"),
+        (&["-U", "nonsense"][..], "-U \"nonsense\""),
+        (&["-L", "a label far too long"][..], "label"),
+        (&["--aufs"][..], "--aufs"),
+    ] {
+        let mut all: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        all.extend([src.as_os_str(), img.as_os_str()]);
+        let out = mkfs(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains(expect),
+            "{args:?}: expected {expect:?} in {err}"
+        );
+        assert!(!img.exists(), "{args:?} left an image");
+    }
+}
