@@ -210,3 +210,59 @@ fn the_same_tar_through_mkfs_erofs_walks_equal_under_the_kernel() {
         }
     }
 }
+
+/// GNU sparse files (`tar --sparse --format=gnu`) read as their holes
+/// filled with zeros: the same image as the tree's; PAX sparse files are
+/// refused in one line naming the entry.
+#[test]
+fn sparse_tars_give_the_trees_image() {
+    require!("tar");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let f = fs::File::create(src.join("holes")).unwrap();
+    f.set_len(10 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"data in the middle", 5_000_000).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"and at the end", (10 << 20) - 14).unwrap();
+    fs::write(src.join("plain"), b"plain\n").unwrap();
+    let tar_with = |format: &str, out: &Path| {
+        let r = common::run_timeout(
+            Command::new("tar")
+                .args([
+                    "--sparse",
+                    "--sort=name",
+                    &format!("--format={format}"),
+                    "-C",
+                ])
+                .arg(&src)
+                .arg("-cf")
+                .arg(out)
+                .arg("."),
+            Duration::from_secs(60),
+        );
+        assert!(
+            r.status.success(),
+            "tar: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+    };
+    let (gnu, pax) = (tmp.path().join("gnu.tar"), tmp.path().join("pax.tar"));
+    tar_with("gnu", &gnu);
+    tar_with("pax", &pax);
+    assert!(
+        fs::metadata(&gnu).unwrap().len() < 1 << 20,
+        "tar stored the holes"
+    );
+    let (from_dir, from_tar) = (tmp.path().join("dir.img"), tmp.path().join("tar.img"));
+    build(&["-T0"], &src, &from_dir);
+    build(&["-T0"], &gnu, &from_tar);
+    assert!(fs::read(&from_dir).unwrap() == fs::read(&from_tar).unwrap());
+    let img = tmp.path().join("pax.img");
+    let out = super::mkfs(&[pax.as_os_str(), img.as_os_str()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("holes") && err.contains("PAX sparse"),
+        "{err}"
+    );
+    assert!(!img.exists());
+}
