@@ -28,6 +28,7 @@ mod startup;
 mod stats;
 mod timing;
 mod tree;
+mod unpack;
 mod wakeup;
 
 use std::io::IsTerminal;
@@ -49,6 +50,8 @@ pub enum Which {
     Ramfs,
     /// Container start-up: 1st and later runs from one image (EROFS buffered vs direct I/O, pushing, profiles).
     Startup,
+    /// Unpacking a layer tar.gz (foliofs mkfs erofs, mkfs.erofs --tar=f, tar x), each followed by the start-up reads.
+    Unpack,
     /// Small files on ramfs: untar, read back and rm -rf a tree; many creates and unlinks.
     Smallfiles,
     /// A real program's start-up: Python importing modules from an image.
@@ -174,6 +177,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             Which::Tree,
             Which::Ramfs,
             Which::Startup,
+            Which::Unpack,
             Which::Smallfiles,
             Which::Realstart,
             Which::Bigdir,
@@ -198,6 +202,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             Which::Tree => tree::tree(&env, &cfg),
             Which::Ramfs => ramfs::ramfs(&env, &cfg),
             Which::Startup => startup::startup(&env, &cfg),
+            Which::Unpack => unpack::unpack(&env, &cfg),
             Which::Smallfiles => smallfiles::smallfiles(&env, &cfg),
             Which::Realstart => realstart::realstart(&env, &cfg),
             Which::Bigdir => bigdir::bigdir(&env, &cfg),

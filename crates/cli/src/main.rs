@@ -10,6 +10,7 @@ mod inspect;
 mod ls;
 mod man;
 mod mkfs;
+mod mkfs_erofs;
 mod mount;
 mod mounts;
 mod open;

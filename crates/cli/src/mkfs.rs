@@ -23,6 +23,9 @@ pub struct MkfsArgs {
 pub enum MkfsFormat {
     /// Build a romfs image (readable by Linux's romfs and genromfs's tools).
     Romfs(RomfsArgs),
+    /// Build an EROFS image from a directory or a tar stream (readable by
+    /// Linux's EROFS and erofs-utils).
+    Erofs(crate::mkfs_erofs::ErofsArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -57,6 +60,7 @@ pub struct RomfsArgs {
 pub fn run(args: MkfsArgs) -> anyhow::Result<i32> {
     match args.format {
         MkfsFormat::Romfs(a) => romfs(a),
+        MkfsFormat::Erofs(a) => crate::mkfs_erofs::run(a),
     }
 }
 

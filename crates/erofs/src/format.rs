@@ -19,6 +19,8 @@ pub const SUPER_SIZE_EXT: usize = 144;
 /// Largest superblock (with its extension slots) the kernel takes: the
 /// rest of a 4 KiB page after byte 1024.
 pub const SUPER_MAX_SIZE: u64 = 4096 - SUPER_OFFSET;
+/// Bytes of the superblock's volume name (NUL-terminated within them).
+pub const VOLUME_NAME_SIZE: usize = 16;
 /// `EROFS_SUPER_MAGIC_V1`.
 pub const MAGIC: u32 = 0xE0F5_E1E2;
 /// Size of one device table slot.
@@ -279,6 +281,8 @@ pub const PLEN_FMT_SHIFT: u32 = 28;
 
 /// Size of one on-disk directory entry.
 pub const DIRENT_SIZE: usize = 12;
+/// Longest file name a directory entry holds.
+pub const NAME_LEN_MAX: usize = 255;
 /// Directory entry file types (`EROFS_FT_*`).
 pub const FT_REG_FILE: u8 = 1;
 /// A directory.
@@ -300,6 +304,17 @@ pub const FT_SYMLINK: u8 = 7;
 pub const XATTR_IBODY_HEADER: u64 = 12;
 /// Bit of `e_name_index` selecting a long prefix.
 pub const XATTR_LONG_PREFIX: u8 = 0x80;
+/// Size of an xattr entry's header (`e_name_len`, `e_name_index`,
+/// `e_value_size`).
+pub const XATTR_ENTRY_HEADER: usize = 4;
+/// Bits of the in-inode name filter (`h_name_filter`).
+pub const XATTR_FILTER_BITS: u32 = 32;
+/// The xxh32 seed of the name filter, to which the name index is added.
+pub const XATTR_FILTER_SEED: u32 = 0x25BB_E08F;
+/// Largest name suffix an entry holds (`e_name_len` is a byte).
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest value an entry holds (`e_value_size` is 16 bits).
+pub const XATTR_VALUE_MAX: usize = 65535;
 
 /// The name prefix of a built-in xattr name index, as the kernel lists it.
 /// Index 5 (Lustre) has no handler in Linux and is neither listed nor

@@ -1,4 +1,4 @@
-//! Read EROFS images: the superblock, compact and extended inodes, flat,
+//! Read and build EROFS images. Reading: the superblock, compact and extended inodes, flat,
 //! inline, chunk-based and compressed data (LZ4, MicroLZMA, DEFLATE, Zstd;
 //! dedupe's partial references and fragments in the packed inode included;
 //! lcluster indexes or extent records), 48-bit block addresses, metadata
@@ -32,8 +32,10 @@
 // them with one file per algorithm, `zcache` keeps them), fragments
 // in the packed inode (`fragment`), metadata in the metabox inode
 // (`metabox`), directories (`dir`), name lookup (`namei`), and the
-// `FileSystem` trait on top of them (`fs`).
+// `FileSystem` trait on top of them (`fs`). Building is its own module
+// tree (`build`), which shares the format's constants and nothing else.
 
+pub mod build;
 pub mod chunk;
 mod data;
 pub mod decompress;

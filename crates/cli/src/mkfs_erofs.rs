@@ -1,0 +1,162 @@
+//! `foliofs mkfs erofs`: an EROFS image from a directory or a tar stream.
+//! Options that mean what a mkfs.erofs option means are spelt as it spells
+//! them, so one tool can stand in for the other in a script.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use foliofs_erofs::build::{open_tar, Builder, Options};
+
+#[derive(clap::Args, Debug)]
+pub struct ErofsArgs {
+    /// Block size in bytes: 512, 1024, 2048 or 4096 (default 4096).
+    #[arg(short = 'b', value_name = "SIZE")]
+    pub block_size: Option<u32>,
+    /// Extended options, comma-separated: `noinline_data` (no tails of
+    /// regular files inline after their inodes), `inline_data` (the
+    /// default).
+    #[arg(short = 'E', value_name = "OPTS")]
+    pub extended: Vec<String>,
+    /// Every inode's mtime and the image's build time, in seconds since
+    /// 1970 (default: each entry's own; the image is reproducible either
+    /// way).
+    #[arg(short = 'T', value_name = "SECONDS", allow_negative_numbers = true)]
+    pub time: Option<i64>,
+    /// The UUID: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or `clear` (all
+    /// zeros); default: one made from a hash of the image's content.
+    #[arg(short = 'U', value_name = "UUID")]
+    pub uuid: Option<String>,
+    /// Volume label (at most 15 bytes).
+    #[arg(short = 'L', value_name = "LABEL")]
+    pub label: Option<String>,
+    /// Compression (`lz4`, `lz4hc[,LEVEL]`, `zstd`): not built yet, and
+    /// refused rather than ignored.
+    #[arg(short = 'z', value_name = "ALG")]
+    pub compress: Option<String>,
+    /// The source is a tar stream: `f` (file data copied into the image).
+    /// Without it a SOURCE that is not a directory is read as a tar.
+    #[arg(long = "tar", value_name = "MODE", num_args = 0..=1, default_missing_value = "f", require_equals = true)]
+    pub tar: Option<String>,
+    /// Turn AUFS whiteouts into overlayfs's: `.wh.NAME` becomes a character
+    /// device 0:0 named NAME, `.wh..wh..opq` sets
+    /// `trusted.overlay.opaque=y` on its directory.
+    #[arg(long)]
+    pub aufs: bool,
+    /// Make every file owned by root.
+    #[arg(long = "all-root")]
+    pub all_root: bool,
+    /// Make the image durable (fsync) before returning.
+    #[arg(long)]
+    pub fsync: bool,
+    /// Print nothing but errors.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// A directory, a tar file (plain, gzip or zstd), or `-` for a tar on
+    /// standard input.
+    pub src: PathBuf,
+    /// The image file to write.
+    pub image: PathBuf,
+}
+
+fn parse_uuid(s: &str) -> anyhow::Result<[u8; 16]> {
+    if s == "clear" {
+        return Ok([0; 16]);
+    }
+    let hex: String = s.chars().filter(|&c| c != '-').collect();
+    if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        bail!("-U {s:?}: expected a UUID (32 hex digits, dashes allowed) or \"clear\"");
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)?;
+    }
+    Ok(out)
+}
+
+fn format_uuid(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// The options, or why one cannot be honoured.
+fn options(a: &ErofsArgs) -> anyhow::Result<Options> {
+    let mut o = Options::default();
+    if let Some(z) = &a.compress {
+        bail!(
+            "-z {z}: compressed images are not built yet; leave -z out for an uncompressed image"
+        );
+    }
+    if let Some(b) = a.block_size {
+        if !matches!(b, 512 | 1024 | 2048 | 4096) {
+            bail!("-b {b}: the block size must be 512, 1024, 2048 or 4096");
+        }
+        o.blkszbits = b.trailing_zeros() as u8;
+    }
+    for list in &a.extended {
+        for opt in list.split(',').filter(|s| !s.is_empty()) {
+            match opt {
+                "noinline_data" | "^inline_data" => o.inline_data = false,
+                "inline_data" => o.inline_data = true,
+                other => bail!(
+                    "-E {other}: not an extended option foliofs knows (noinline_data, inline_data)"
+                ),
+            }
+        }
+    }
+    o.time = a.time;
+    o.uuid = a.uuid.as_deref().map(parse_uuid).transpose()?;
+    o.all_root = a.all_root;
+    o.aufs = a.aufs;
+    o.fsync = a.fsync;
+    if let Some(l) = &a.label {
+        o.volume = l.as_bytes().to_vec();
+    }
+    Ok(o)
+}
+
+pub fn run(a: ErofsArgs) -> anyhow::Result<i32> {
+    let opts = options(&a)?;
+    let as_tar = match a.tar.as_deref() {
+        Some("f") => true,
+        Some("i") => bail!("--tar=i: index images are not built yet; use --tar=f"),
+        Some(m) => bail!("--tar={m}: expected f"),
+        None => a.src != Path::new("-") && !a.src.is_dir(),
+    } || a.src == Path::new("-");
+    if opts.aufs && !as_tar {
+        bail!(
+            "--aufs applies to tar sources; {} is a directory",
+            a.src.display()
+        );
+    }
+    let bar = if a.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        crate::progress::spinner(format!("building {}", a.image.display()))
+    };
+    let res = if as_tar {
+        let r = open_tar(&a.src).with_context(|| format!("opening {}", a.src.display()))?;
+        Builder::build_tar(r, &a.image, opts)
+    } else {
+        Builder::build_dir(&a.src, &a.image, opts)
+    };
+    bar.finish_and_clear();
+    let sum = res?;
+    if !a.quiet {
+        eprintln!(
+            "{}: EROFS, {} bytes, {} inodes, {} bytes of file data, UUID {}",
+            a.image.display(),
+            sum.image_size,
+            sum.inodes,
+            sum.data_bytes,
+            format_uuid(&sum.uuid)
+        );
+    }
+    Ok(0)
+}

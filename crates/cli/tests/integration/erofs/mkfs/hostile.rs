@@ -1,0 +1,251 @@
+//! A hostile tar corpus made here, byte by byte: truncations, paths out of
+//! the root, long names, huge sizes, garbage, dangling links, deep
+//! nesting. Every bad tar fails with one line naming the entry and leaves
+//! no image (nor a temporary file) behind; the deep one builds and walks.
+
+use std::fs;
+use std::path::Path;
+
+use super::super::walk::walk_mounted;
+use super::{comparable, kernel_walk, mkfs};
+use crate::common;
+
+/// A ustar header for `name` of type `kind` with a 12-byte size field.
+fn header(name: &[u8], kind: u8, size: [u8; 12], link: &[u8]) -> Vec<u8> {
+    let mut h = vec![0u8; 512];
+    h[..name.len()].copy_from_slice(name);
+    h[100..108].copy_from_slice(b"0000644\0");
+    h[108..116].copy_from_slice(b"0000000\0");
+    h[116..124].copy_from_slice(b"0000000\0");
+    h[124..136].copy_from_slice(&size);
+    h[136..148].copy_from_slice(b"00000001750\0");
+    h[156] = kind;
+    h[157..157 + link.len()].copy_from_slice(link);
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    h
+}
+
+fn octal(n: u64) -> [u8; 12] {
+    let mut f = [0u8; 12];
+    f[..11].copy_from_slice(format!("{n:011o}").as_bytes());
+    f
+}
+
+/// A whole entry: header and data padded to 512.
+fn entry(name: &[u8], kind: u8, data: &[u8]) -> Vec<u8> {
+    let mut e = header(name, kind, octal(data.len() as u64), b"");
+    e.extend_from_slice(data);
+    e.resize(e.len().next_multiple_of(512), 0);
+    e
+}
+
+fn file(name: &[u8], data: &[u8]) -> Vec<u8> {
+    entry(name, b'0', data)
+}
+
+fn pax(records: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (k, v) in records {
+        let rest = k.len() + v.len() + 3;
+        let mut len = rest + 1;
+        while format!("{len}").len() + rest != len {
+            len += 1;
+        }
+        body.extend_from_slice(format!("{len} {k}=").as_bytes());
+        body.extend_from_slice(v);
+        body.push(b'\n');
+    }
+    entry(b"PaxHeaders/x", b'x', &body)
+}
+
+fn end(mut t: Vec<u8>) -> Vec<u8> {
+    t.extend_from_slice(&[0; 1024]);
+    t
+}
+
+/// Bad tars and a word each error must contain (besides "foliofs: ").
+fn corpus() -> Vec<(&'static str, Vec<u8>, &'static str)> {
+    let two = end([file(b"first", b"1"), file(b"second", &[2; 3000])].concat());
+    let mut huge256 = [0u8; 12];
+    huge256[0] = 0x80;
+    huge256[4] = 0x40;
+    let mut link = header(b"hard", b'1', octal(0), b"nowhere");
+    link.extend_from_slice(&[0; 1024]);
+    vec![
+        ("cut in a header", two[..512 + 512 + 100].to_vec(), "first"),
+        ("cut in the data", two[..512 * 3 + 1000].to_vec(), "second"),
+        ("cut before the end", two[..512 * 3].to_vec(), "second"),
+        ("dot-dot", end(file(b"../escape", b"x")), "../escape"),
+        (
+            "absolute dot-dot",
+            end(file(b"/a/../../x", b"x")),
+            "climbs out",
+        ),
+        (
+            "GNU long name",
+            end([
+                entry(b"././@LongLink", b'L', &[&[b'n'; 300][..], b"\0"].concat()),
+                file(b"short", b"x"),
+            ]
+            .concat()),
+            "300 bytes",
+        ),
+        (
+            "PAX long name",
+            end([
+                pax(&[("path", format!("d/{}", "p".repeat(256)).as_bytes())]),
+                file(b"short", b"x"),
+            ]
+            .concat()),
+            "256 bytes",
+        ),
+        (
+            "huge octal size",
+            end(header(b"huge", b'0', octal(0o77777777777), b"")),
+            "huge",
+        ),
+        (
+            "huge base-256 size",
+            end(header(b"huger", b'0', huge256, b"")),
+            "huger",
+        ),
+        (
+            "PAX size past the stream",
+            end([
+                pax(&[("size", b"1152921504606846976")]),
+                file(b"paxhuge", b"x"),
+            ]
+            .concat()),
+            "paxhuge",
+        ),
+        ("garbage", end(vec![0x5a; 512]), "the first header"),
+        ("dangling hard link", link, "nowhere"),
+        (
+            "xattr with no prefix",
+            end([
+                pax(&[("SCHILY.xattr.system.odd", b"v")]),
+                file(b"odd", b"x"),
+            ]
+            .concat()),
+            "system.odd",
+        ),
+        (
+            "file as a parent",
+            end([file(b"a", b"x"), file(b"a/b", b"y")].concat()),
+            "a/b",
+        ),
+        ("unknown type", end(entry(b"what", b'Q', b"")), "what"),
+    ]
+}
+
+#[test]
+fn hostile_tars_fail_in_one_line_naming_the_entry_and_leave_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (what, tar, expect) in corpus() {
+        let dir = tmp.path().join(what.replace(' ', "-"));
+        fs::create_dir(&dir).unwrap();
+        let t = dir.join("t.tar");
+        fs::write(&t, &tar).unwrap();
+        let img = dir.join("img");
+        let out = mkfs(&[t.as_os_str(), img.as_os_str()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what}: built an image");
+        assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+        assert!(
+            err.starts_with("foliofs: ") && err.contains(expect),
+            "{what}: expected {expect:?} in: {err}"
+        );
+        let left: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n != "t.tar")
+            .collect();
+        assert!(left.is_empty(), "{what}: left {left:?} behind");
+    }
+}
+
+/// 400 directories deep, with a file at the bottom and PAX names: builds,
+/// and the kernel walks it as the same tree extracted by tar.
+#[test]
+fn deep_nesting_builds_and_walks() {
+    require!("root", "kernel-erofs", "tar");
+    let tmp = tempfile::tempdir().unwrap();
+    let deep = "d/".repeat(400);
+    let tar = end([
+        pax(&[("path", format!("{deep}bottom").as_bytes())]),
+        file(b"bottom", b"at the bottom\n"),
+    ]
+    .concat());
+    let t = tmp.path().join("t.tar");
+    fs::write(&t, &tar).unwrap();
+    let img = tmp.path().join("img");
+    let out = mkfs(&["-T0".as_ref(), t.as_os_str(), img.as_os_str()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let x = tmp.path().join("x");
+    fs::create_dir(&x).unwrap();
+    let r = common::run_timeout(
+        std::process::Command::new("tar")
+            .arg("-C")
+            .arg(&x)
+            .arg("-xf")
+            .arg(&t),
+        std::time::Duration::from_secs(60),
+    );
+    assert!(
+        r.status.success(),
+        "tar x: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    // Parents no entry declared are 0755 root:root.
+    fs::set_permissions(&x, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut want = comparable(walk_mounted(&x), Some(0));
+    for (p, n) in want.iter_mut() {
+        if n.kind == "dir" {
+            n.mode = 0o040755;
+            n.xattrs.clear();
+        }
+        let _ = p;
+    }
+    let got = comparable(kernel_walk(&img), None);
+    super::super::walk::assert_same("the kernel's walk", &want, &got);
+    assert!(got.contains_key(Path::new(&format!("{deep}bottom"))));
+}
+
+/// Options foliofs does not build are refused in one line, not ignored.
+#[test]
+fn options_not_built_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("f"), b"x").unwrap();
+    let img = tmp.path().join("img");
+    for (args, expect) in [
+        (&["-z", "lz4"][..], "-z lz4"),
+        (&["--tar=i"][..], "--tar=i"),
+        (&["-b", "8192"][..], "-b 8192"),
+        (&["-E", "fragments"][..], "-E fragments"),
+        (&["-U", "nonsense"][..], "-U \"nonsense\""),
+        (&["-L", "a label far too long"][..], "label"),
+        (&["--aufs"][..], "--aufs"),
+    ] {
+        let mut all: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        all.extend([src.as_os_str(), img.as_os_str()]);
+        let out = mkfs(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains(expect),
+            "{args:?}: expected {expect:?} in {err}"
+        );
+        assert!(!img.exists(), "{args:?} left an image");
+    }
+}

@@ -1,0 +1,140 @@
+//! `foliofs mkfs erofs`: every image is mounted by the kernel's EROFS and
+//! walked equal to its source, read equal by the library, and checked
+//! clean by fsck.erofs 1.9.3 (where built) and `foliofs fsck`; a tree and
+//! its tar give the same bytes; a tar through mkfs.erofs 1.9.3 and
+//! through foliofs walks the same under the kernel; bad tars fail in one
+//! line and leave nothing; the user `tests` builds and mounts images.
+
+mod hostile;
+mod trees;
+mod user;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use foliofs_block::OpenOptions;
+use foliofs_erofs::Erofs;
+
+use super::walk::{assert_same, walk_library, walk_mounted, KernelMount, Tree};
+use crate::common;
+
+/// `foliofs mkfs erofs ARGS`, bounded.
+pub fn mkfs<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    common::run_timeout(
+        Command::new(common::bin())
+            .args(["mkfs", "erofs", "-q"])
+            .args(args)
+            .stdin(Stdio::null()),
+        Duration::from_secs(600),
+    )
+}
+
+/// Builds `img` from `src` with `ARGS`, panicking with the error if it
+/// fails.
+pub fn build<S: AsRef<OsStr>>(args: &[S], src: &Path, img: &Path) {
+    let mut all: Vec<&OsStr> = args.iter().map(AsRef::as_ref).collect();
+    all.push(src.as_os_str());
+    all.push(img.as_os_str());
+    let out = mkfs(&all);
+    assert!(
+        out.status.success(),
+        "foliofs mkfs erofs {all:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A walk with what differs between a source tree and any image of it
+/// taken out: inode numbers, directory sizes (each format's own), and,
+/// under `-T`, the mtimes.
+pub fn comparable(mut t: Tree, time: Option<i64>) -> Tree {
+    for n in t.values_mut() {
+        n.ino = 0;
+        if n.kind == "dir" {
+            n.size = 0;
+        }
+        if let Some(t) = time {
+            n.mtime = (t, 0);
+        }
+    }
+    t
+}
+
+/// The kernel's walk of `img` (as mounted, inode numbers included), after
+/// checking that foliofs's library reads the same and that fsck.erofs
+/// 1.9.3 (where built) and `foliofs fsck` find it clean.
+pub fn kernel_walk(img: &Path) -> Tree {
+    let kernel = {
+        let m = KernelMount::new(img, "");
+        walk_mounted(m.path())
+    };
+    let fs = Erofs::open(img, &OpenOptions::default(), &[]).unwrap();
+    assert_same("foliofs's library", &kernel, &walk_library(&fs));
+    let out = common::foliofs([OsStr::new("fsck"), img.as_os_str()]);
+    assert!(
+        out.status.success(),
+        "foliofs fsck {}: {}{}",
+        img.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if let Some(bin) = erofs_utils() {
+        let out = common::run_timeout(
+            Command::new(bin.join("fsck.erofs")).arg(img),
+            Duration::from_secs(600),
+        );
+        assert!(
+            out.status.success(),
+            "fsck.erofs 1.9.3 {}: {}",
+            img.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    kernel
+}
+
+/// Builds `src` into an image with `args`, and checks it four ways
+/// against the source's own walk.
+pub fn check_tree(src: &Path, img: &Path, args: &[&str], time: Option<i64>) {
+    build(args, src, img);
+    let want = comparable(walk_mounted(src), time);
+    let got = comparable(kernel_walk(img), None);
+    assert_same(
+        &format!("the kernel's walk of mkfs erofs {args:?}"),
+        &want,
+        &got,
+    );
+}
+
+/// erofs-utils 1.9.3's bin directory, if it is built (quietly: callers
+/// that need it say so themselves).
+pub fn erofs_utils() -> Option<PathBuf> {
+    super::erofs_utils_193("mkfs erofs checks")
+}
+
+/// `tar --sort=name --format=pax` of `src`'s contents with xattrs, as a
+/// tree's canonical tar.
+pub fn tar_of(src: &Path, tar: &Path) {
+    let out = common::run_timeout(
+        Command::new("tar")
+            .args([
+                "--sort=name",
+                "--format=pax",
+                "--xattrs",
+                "--xattrs-include=*",
+            ])
+            .arg("-C")
+            .arg(src)
+            .arg("-cf")
+            .arg(tar)
+            .arg("."),
+        Duration::from_secs(600),
+    );
+    assert!(
+        out.status.success(),
+        "tar of {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,268 @@
+//! Real and made trees through `foliofs mkfs erofs`, from a directory and
+//! from their tar, against the kernel, and against mkfs.erofs 1.9.3.
+
+use std::fs;
+use std::os::unix::fs::lchown;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use super::super::walk::{assert_same, set_mtime, set_xattr, walk_mounted};
+use super::{build, check_tree, comparable, kernel_walk, tar_of};
+use crate::common;
+
+/// Every entry type, plus what picks the inode form and the xattr paths:
+/// owners past 16 bits, mtimes with nanoseconds, xattrs in every
+/// namespace, shared ones (the same pair on several inodes), and one
+/// value large enough to push a small file's tail out of its block.
+fn rich_tree(dir: &Path) {
+    common::every_type_tree(dir);
+    for f in ["one", "k1024", "p4097", "deep"] {
+        set_xattr(&dir.join(f), "user.shared", b"same on four inodes");
+    }
+    set_xattr(&dir.join("one"), "user.only", b"here");
+    set_xattr(&dir.join("one"), "trusted.t", b"\x00\x01binary");
+    set_xattr(&dir.join("k1025"), "security.s", b"sec");
+    set_xattr(&dir.join("p4095"), "user.big", &[b'v'; 3000]);
+    set_xattr(&dir.join("empty-dir"), "user.on-a-dir", b"");
+    lchown(dir.join("fifteen"), Some(100_000), Some(70_000)).unwrap();
+    lchown(dir.join("link-rel"), Some(7), Some(8)).unwrap();
+    set_mtime(&dir.join("seventeen"), 1_600_000_000, 123_456_789);
+    set_mtime(&dir.join("deep"), 1_000, 1);
+    set_mtime(&dir.join("link-abs"), -5, 0);
+}
+
+#[test]
+fn every_type_walks_equal_at_every_block_size_with_and_without_inline_data() {
+    require!("root", "kernel-erofs");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    rich_tree(&src);
+    for (args, time) in [
+        (&[][..], None),
+        (&["-Enoinline_data"][..], None),
+        (&["-b512"][..], None),
+        (&["-b1024", "-T", "1234567"][..], Some(1_234_567)),
+        (&["-b2048", "-Enoinline_data", "-Uclear", "-Lvol"][..], None),
+    ] {
+        let img = tmp.path().join("img");
+        check_tree(&src, &img, args, time);
+    }
+}
+
+#[test]
+fn python_library_and_usr_share_walk_equal() {
+    require!("root", "kernel-erofs");
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("img");
+    let python = Path::new("/usr/lib/python3.11");
+    if python.is_dir() {
+        check_tree(python, &img, &[], None);
+        check_tree(python, &img, &["-Enoinline_data"], None);
+    }
+    for part in ["/usr/share/zoneinfo", "/usr/share/perl", "/usr/share/mime"] {
+        if Path::new(part).is_dir() {
+            check_tree(Path::new(part), &img, &["-b512"], None);
+        }
+    }
+}
+
+fn compress(tar: &Path, tool: &str) -> std::path::PathBuf {
+    let out = tar.with_extension(tool);
+    let r = common::run_timeout(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("{tool} -c < \"$1\" > \"$2\""))
+            .arg("sh")
+            .arg(tar)
+            .arg(&out),
+        Duration::from_secs(300),
+    );
+    assert!(
+        r.status.success(),
+        "{tool}: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    out
+}
+
+#[test]
+fn a_tree_and_its_tar_give_the_same_image() {
+    require!("root", "tar", "gzip");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    rich_tree(&src);
+    // tar stores no sockets: the tree has none either.
+    fs::remove_file(src.join("dev/socket")).unwrap();
+    let tar = tmp.path().join("t.tar");
+    tar_of(&src, &tar);
+    let mut tars = vec![tar.clone(), compress(&tar, "gzip")];
+    if common::have("zstd", &["zstd"]) {
+        tars.push(compress(&tar, "zstd"));
+    }
+    for args in [&[][..], &["-T", "0", "-Enoinline_data"][..], &["-b512"][..]] {
+        let from_dir = tmp.path().join("dir.img");
+        build(args, &src, &from_dir);
+        let want = fs::read(&from_dir).unwrap();
+        for t in &tars {
+            let from_tar = tmp.path().join("tar.img");
+            build(args, t, &from_tar);
+            assert!(
+                fs::read(&from_tar).unwrap() == want,
+                "{args:?}: the image of {} differs from the tree's",
+                t.display()
+            );
+        }
+        // And from standard input.
+        let from_stdin = tmp.path().join("stdin.img");
+        let out = common::run_timeout(
+            Command::new("sh")
+                .arg("-c")
+                .arg("exec \"$0\" mkfs erofs -q \"$@\" < \"$T\"")
+                .arg(common::bin())
+                .args(args)
+                .arg("-")
+                .arg(&from_stdin)
+                .env("T", tars.last().unwrap()),
+            Duration::from_secs(300),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            fs::read(&from_stdin).unwrap() == want,
+            "{args:?}: from stdin"
+        );
+    }
+}
+
+/// A layer as an overlayfs upper directory is tarred: whiteouts as AUFS
+/// names, an opaque directory, a hard link, and files in several
+/// directories. It stands in for a Debian root, which cannot be had
+/// offline.
+fn layer_tree(dir: &Path) {
+    rich_tree(dir);
+    fs::remove_file(dir.join("dev/socket")).unwrap();
+    fs::write(dir.join(".wh.removed-file"), b"").unwrap();
+    fs::create_dir_all(dir.join("etc/opaque")).unwrap();
+    fs::write(dir.join("etc/opaque/.wh..wh..opq"), b"").unwrap();
+    fs::write(dir.join("etc/opaque/kept"), b"kept\n").unwrap();
+    fs::write(dir.join("etc/.wh.gone-dir"), b"").unwrap();
+    fs::write(dir.join("etc/config"), b"key=value\n").unwrap();
+}
+
+#[test]
+fn the_same_tar_through_mkfs_erofs_walks_equal_under_the_kernel() {
+    require!("root", "kernel-erofs", "tar");
+    let Some(bin) = erofs_utils_193!() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut layers = Vec::new();
+    let layer = tmp.path().join("layer");
+    layer_tree(&layer);
+    layers.push(("layer", layer));
+    let python = Path::new("/usr/lib/python3.11");
+    if python.is_dir() {
+        layers.push(("python", python.to_owned()));
+    }
+    for (what, src) in layers {
+        let tar = tmp.path().join(format!("{what}.tar"));
+        tar_of(&src, &tar);
+        for extra in [&["-Enoinline_data"][..], &[][..], &["-b512"][..]] {
+            let theirs = tmp.path().join("theirs.img");
+            let out = common::run_timeout(
+                Command::new(bin.join("mkfs.erofs"))
+                    .args(["--tar=f", "--aufs", "--quiet", "-T0", "-Uclear"])
+                    .args(extra)
+                    .arg(&theirs)
+                    .arg(&tar),
+                Duration::from_secs(600),
+            );
+            assert!(
+                out.status.success(),
+                "mkfs.erofs: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let ours = tmp.path().join("ours.img");
+            let mut args = vec!["--tar=f", "--aufs", "-T0", "-Uclear"];
+            args.extend_from_slice(extra);
+            build(&args, &tar, &ours);
+            let want = comparable(
+                walk_mounted(super::super::walk::KernelMount::new(&theirs, "").path()),
+                None,
+            );
+            let got = comparable(kernel_walk(&ours), None);
+            assert_same(
+                &format!("{what} {extra:?}: foliofs (mkfs.erofs is 'kernel')"),
+                &want,
+                &got,
+            );
+            if what == "layer" {
+                // The whiteouts are there to compare at all.
+                assert_eq!(got[Path::new("removed-file")].kind, "chr");
+                assert!(got[Path::new("etc/opaque")]
+                    .xattrs
+                    .contains_key(&b"trusted.overlay.opaque"[..]));
+            }
+        }
+    }
+}
+
+/// GNU sparse files (`tar --sparse --format=gnu`) read as their holes
+/// filled with zeros: the same image as the tree's; PAX sparse files are
+/// refused in one line naming the entry.
+#[test]
+fn sparse_tars_give_the_trees_image() {
+    require!("tar");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let f = fs::File::create(src.join("holes")).unwrap();
+    f.set_len(10 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"data in the middle", 5_000_000).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"and at the end", (10 << 20) - 14).unwrap();
+    fs::write(src.join("plain"), b"plain\n").unwrap();
+    let tar_with = |format: &str, out: &Path| {
+        let r = common::run_timeout(
+            Command::new("tar")
+                .args([
+                    "--sparse",
+                    "--sort=name",
+                    &format!("--format={format}"),
+                    "-C",
+                ])
+                .arg(&src)
+                .arg("-cf")
+                .arg(out)
+                .arg("."),
+            Duration::from_secs(60),
+        );
+        assert!(
+            r.status.success(),
+            "tar: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+    };
+    let (gnu, pax) = (tmp.path().join("gnu.tar"), tmp.path().join("pax.tar"));
+    tar_with("gnu", &gnu);
+    tar_with("pax", &pax);
+    assert!(
+        fs::metadata(&gnu).unwrap().len() < 1 << 20,
+        "tar stored the holes"
+    );
+    let (from_dir, from_tar) = (tmp.path().join("dir.img"), tmp.path().join("tar.img"));
+    build(&["-T0"], &src, &from_dir);
+    build(&["-T0"], &gnu, &from_tar);
+    assert!(fs::read(&from_dir).unwrap() == fs::read(&from_tar).unwrap());
+    let img = tmp.path().join("pax.img");
+    let out = super::mkfs(&[pax.as_os_str(), img.as_os_str()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("holes") && err.contains("PAX sparse"),
+        "{err}"
+    );
+    assert!(!img.exists());
+}

@@ -1,0 +1,180 @@
+//! Writing the image front to back: file data as it streams in, whole
+//! blocks straight into place, written once; the tails that will be
+//! inlined after their inodes go to a spill file until the metadata is
+//! laid out, so memory never holds file data beyond one buffer. Every
+//! byte written is hashed, for a UUID that depends on the content alone.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+
+use xxhash_rust::xxh3::Xxh3;
+
+use super::BuildError;
+
+/// Where a regular file's data went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct FileData {
+    pub size: u64,
+    /// First block of the data written in place (0 when there is none).
+    pub blkaddr: u64,
+    /// Blocks written in place (the last one zero-padded when the tail is
+    /// not inlined).
+    pub blocks: u64,
+    /// The tail to inline after the inode: its offset and length in the
+    /// spill file.
+    pub tail: Option<(u64, u32)>,
+}
+
+/// Bytes of file data read and written at a time.
+const CHUNK: usize = 1 << 20;
+
+pub(crate) struct Writer {
+    image: File,
+    pub blksz: u64,
+    /// The next block to write: everything before it is written.
+    pub next_block: u64,
+    spill: File,
+    spill_len: u64,
+    hash: Xxh3,
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    /// Writes from block `first` of `image` on (what is before it is the
+    /// superblock's, written last).
+    pub fn new(mut image: File, blksz: u64, first: u64) -> io::Result<Writer> {
+        image.seek(SeekFrom::Start(first * blksz))?;
+        Ok(Writer {
+            image,
+            blksz,
+            next_block: first,
+            spill: tempfile::tempfile()?,
+            spill_len: 0,
+            hash: Xxh3::new(),
+            buf: vec![0; CHUNK],
+        })
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.hash.update(bytes);
+        self.image.write_all(bytes)
+    }
+
+    /// Writes `size` bytes read from `r` as a file's data. A tail of at
+    /// most `room` bytes (the space an inode's block will have after it)
+    /// goes to the spill file, to be inlined; anything else is written in
+    /// place, the last block zero-padded.
+    pub fn file(
+        &mut self,
+        r: &mut dyn Read,
+        size: u64,
+        room: Option<u64>,
+        what: &dyn Fn() -> String,
+    ) -> Result<FileData, BuildError> {
+        let tail_len = size % self.blksz;
+        let inline = tail_len > 0 && room.is_some_and(|r| tail_len <= r);
+        let in_place = if inline { size - tail_len } else { size };
+        let blkaddr = self.next_block;
+        let mut left = in_place;
+        let short = |got: u64| BuildError::Io {
+            what: what(),
+            source: io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("truncated: {size} bytes of data expected, {got} found"),
+            ),
+        };
+        let mut buf = std::mem::take(&mut self.buf);
+        let res = (|| {
+            while left > 0 {
+                let n = left.min(CHUNK as u64) as usize;
+                let got = read_full(r, &mut buf[..n]).map_err(BuildError::io(what()))?;
+                if got < n {
+                    return Err(short(in_place - left + got as u64));
+                }
+                self.put(&buf[..n])
+                    .map_err(BuildError::io("writing the image"))?;
+                left -= n as u64;
+            }
+            let pad = (self.blksz - in_place % self.blksz) % self.blksz;
+            if pad > 0 {
+                buf[..pad as usize].fill(0);
+                self.put(&buf[..pad as usize])
+                    .map_err(BuildError::io("writing the image"))?;
+            }
+            let blocks = in_place.div_ceil(self.blksz);
+            self.next_block += blocks;
+            let mut tail = None;
+            if inline {
+                let t = &mut buf[..tail_len as usize];
+                let got = read_full(r, t).map_err(BuildError::io(what()))?;
+                if got < t.len() {
+                    return Err(short(in_place + got as u64));
+                }
+                self.spill
+                    .write_all_at(t, self.spill_len)
+                    .map_err(BuildError::io("writing the spill file"))?;
+                tail = Some((self.spill_len, tail_len as u32));
+                self.spill_len += tail_len;
+            }
+            Ok(FileData {
+                size,
+                blkaddr: if blocks > 0 { blkaddr } else { 0 },
+                blocks,
+                tail,
+            })
+        })();
+        self.buf = buf;
+        res
+    }
+
+    /// Writes `bytes` in place from the next block, zero-padded to a
+    /// block, and returns its first block.
+    pub fn blocks(&mut self, bytes: &[u8]) -> io::Result<u64> {
+        let at = self.next_block;
+        self.put(bytes)?;
+        let pad = (self.blksz - bytes.len() as u64 % self.blksz) % self.blksz;
+        self.put(&vec![0; pad as usize])?;
+        self.next_block += (bytes.len() as u64).div_ceil(self.blksz);
+        Ok(at)
+    }
+
+    /// Writes whole blocks of `bytes` in place.
+    pub fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        debug_assert_eq!(bytes.len() as u64 % self.blksz, 0);
+        self.put(bytes)?;
+        self.next_block += bytes.len() as u64 / self.blksz;
+        Ok(())
+    }
+
+    /// A tail from the spill file.
+    pub fn tail(&self, (off, len): (u64, u32)) -> io::Result<Vec<u8>> {
+        let mut v = vec![0; len as usize];
+        self.spill.read_exact_at(&mut v, off)?;
+        Ok(v)
+    }
+
+    /// The hash of everything written so far.
+    pub fn digest(&self) -> u128 {
+        self.hash.digest128()
+    }
+
+    /// The image file, everything but the superblock written.
+    pub fn into_image(self) -> File {
+        self.image
+    }
+}
+
+/// Reads until `buf` is full or the input ends; the count read.
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}

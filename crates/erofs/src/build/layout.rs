@@ -1,0 +1,375 @@
+//! The metadata, laid out once every file's data is in the image: nids in
+//! breadth-first order (a directory's entries side by side, the root
+//! first), link counts from the entries reached, directory blocks sorted
+//! as the kernel's binary search expects, tails inlined where they fit,
+//! then the shared xattrs and the inodes.
+
+use std::collections::HashMap;
+
+use crate::format::{
+    Layout, DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV, FT_DIR, FT_FIFO, FT_REG_FILE, FT_SOCK, FT_SYMLINK,
+    INODE_COMPACT_SIZE, I_FORMAT_EXTENDED, MAX_INODE_SIZE,
+};
+
+use super::data::{FileData, Writer};
+use super::tree::{Body, NodeId, Tree, ROOT};
+use super::xattr::{icount, Shared};
+use super::BuildError;
+
+/// Where the metadata went, for the superblock.
+pub(crate) struct Placed {
+    pub root_nid: u64,
+    pub inos: u64,
+    pub meta_blkaddr: u64,
+    pub xattr_blkaddr: u64,
+    pub xattr_filter: bool,
+}
+
+/// One inode's plan.
+struct Plan {
+    node: NodeId,
+    nid: u64,
+    nlink: u32,
+    /// Parent directory's position in the order (directories only).
+    parent: usize,
+    size: u64,
+    layout: Layout,
+    extended: bool,
+    xattrs: Vec<u8>,
+    /// The `i_u` field: first block, or the encoded device number.
+    i_u: u32,
+    /// Inline tail length (0: none).
+    tail: u64,
+}
+
+const S_IFMT: u32 = 0o170000;
+
+fn file_type(mode: u32) -> u8 {
+    match mode & S_IFMT {
+        0o100000 => FT_REG_FILE,
+        0o040000 => FT_DIR,
+        0o020000 => FT_CHRDEV,
+        0o060000 => FT_BLKDEV,
+        0o010000 => FT_FIFO,
+        0o140000 => FT_SOCK,
+        _ => FT_SYMLINK,
+    }
+}
+
+/// Linux's `new_encode_dev`, as EROFS stores `rdev`.
+pub(crate) fn encode_dev(major: u32, minor: u32) -> u32 {
+    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
+}
+
+/// A directory's entries ("." and ".." among them) split into blocks:
+/// each block's entries, in byte order across the whole directory.
+fn dir_blocks(names: &[&[u8]], blksz: u64) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut used) = (0, 0u64);
+    for (i, n) in names.iter().enumerate() {
+        let need = (DIRENT_SIZE + n.len()) as u64;
+        if used + need > blksz {
+            out.push(start..i);
+            start = i;
+            used = 0;
+        }
+        used += need;
+    }
+    out.push(start..names.len());
+    out
+}
+
+/// The size of a directory with these entry names.
+fn dir_size(names: &[&[u8]], blksz: u64) -> u64 {
+    let blocks = dir_blocks(names, blksz);
+    let last = blocks.last().expect("a directory has . and ..");
+    let tail: u64 = names[last.clone()]
+        .iter()
+        .map(|n| (DIRENT_SIZE + n.len()) as u64)
+        .sum();
+    (blocks.len() as u64 - 1) * blksz + tail
+}
+
+/// The bytes of a directory: entries are (name, nid, file type), sorted.
+fn dir_bytes(entries: &[(&[u8], u64, u8)], blksz: u64) -> Vec<u8> {
+    let names: Vec<&[u8]> = entries.iter().map(|e| e.0).collect();
+    let mut out = Vec::new();
+    let blocks = dir_blocks(&names, blksz);
+    let n = blocks.len();
+    for (b, range) in blocks.into_iter().enumerate() {
+        let start = out.len();
+        let mut nameoff = DIRENT_SIZE * range.len();
+        for (name, nid, ft) in &entries[range.clone()] {
+            out.extend_from_slice(&nid.to_le_bytes());
+            out.extend_from_slice(&(nameoff as u16).to_le_bytes());
+            out.push(*ft);
+            out.push(0);
+            nameoff += name.len();
+        }
+        for (name, _, _) in &entries[range] {
+            out.extend_from_slice(name);
+        }
+        if b + 1 < n {
+            out.resize(start + blksz as usize, 0);
+        }
+    }
+    out
+}
+
+/// A directory's sorted entries: (name, node), "." and ".." included.
+fn entries_of(tree: &Tree, dir: NodeId, parent: NodeId) -> Vec<(&[u8], NodeId)> {
+    let Body::Dir(children) = &tree.nodes[dir].body else {
+        unreachable!("entries of a directory")
+    };
+    let mut v: Vec<(&[u8], NodeId)> = vec![(b".", dir), (b"..", parent)];
+    v.extend(children.iter().map(|(n, &c)| (n.as_slice(), c)));
+    v.sort_by(|a, b| a.0.cmp(b.0));
+    v
+}
+
+pub(crate) struct Params {
+    pub epoch: i64,
+    pub nsec: u32,
+}
+
+/// Lays out and writes every block after the file data: directory and
+/// symlink blocks, the shared xattrs, the inodes.
+pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, BuildError> {
+    let blksz = w.blksz;
+    // Breadth first: the order inodes are placed in.
+    let mut order: Vec<NodeId> = vec![ROOT];
+    let mut slot: HashMap<NodeId, usize> = HashMap::from([(ROOT, 0)]);
+    let mut parent_of: Vec<usize> = vec![0];
+    let mut nlink: Vec<u32> = vec![2];
+    let mut i = 0;
+    while i < order.len() {
+        if let Body::Dir(children) = &tree.nodes[order[i]].body {
+            for &c in children.values() {
+                let is_dir = matches!(tree.nodes[c].body, Body::Dir(_));
+                if is_dir {
+                    nlink[i] += 1;
+                }
+                match slot.get(&c) {
+                    Some(&s) => nlink[s] += 1,
+                    None => {
+                        slot.insert(c, order.len());
+                        order.push(c);
+                        parent_of.push(i);
+                        nlink.push(if is_dir { 2 } else { 1 });
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+
+    let shared = Shared::new(order.iter().map(|&n| &tree.nodes[n].meta.xattrs));
+    let mut filter = false;
+    // Directory and symlink blocks go right after the file data.
+    let mut next_block = w.next_block;
+    let mut plans = Vec::with_capacity(order.len());
+    for (k, &n) in order.iter().enumerate() {
+        let node = &tree.nodes[n];
+        let m = &node.meta;
+        let (xattrs, f) = shared.body(&m.xattrs);
+        filter |= f;
+        let mut plan = Plan {
+            node: n,
+            nid: 0,
+            nlink: nlink[k],
+            parent: parent_of[k],
+            size: 0,
+            layout: Layout::FlatPlain,
+            extended: false,
+            xattrs,
+            i_u: 0,
+            tail: 0,
+        };
+        let mut spread = |plan: &mut Plan, size: u64| {
+            // Data that has no blocks yet: full blocks here, the tail
+            // inline if it fits after the inode (judged at the extended
+            // size, which the inode may yet need).
+            let tail = size % blksz;
+            let fits = tail > 0 && MAX_INODE_SIZE as u64 + plan.xattrs.len() as u64 + tail <= blksz;
+            let in_blocks = if fits { size - tail } else { size };
+            let blocks = in_blocks.div_ceil(blksz);
+            if blocks > 0 {
+                plan.i_u = next_block as u32;
+                next_block += blocks;
+            }
+            if fits {
+                plan.layout = Layout::FlatInline;
+                plan.tail = tail;
+            }
+            plan.size = size;
+        };
+        match &node.body {
+            Body::Dir(_) => {
+                let names: Vec<&[u8]> = entries_of(tree, n, n).iter().map(|e| e.0).collect();
+                spread(&mut plan, dir_size(&names, blksz));
+            }
+            Body::Symlink(t) => spread(&mut plan, t.len() as u64),
+            Body::File(d) => {
+                plan.size = d.size;
+                plan.i_u = d.blkaddr as u32;
+                if let Some((_, len)) = d.tail {
+                    plan.layout = Layout::FlatInline;
+                    plan.tail = u64::from(len);
+                }
+            }
+            Body::Device(major, minor) => plan.i_u = encode_dev(*major, *minor),
+            Body::Special => {}
+        }
+        plan.extended = m.uid > 0xffff
+            || m.gid > 0xffff
+            || plan.nlink > 0xffff
+            || plan.size > u64::from(u32::MAX)
+            || m.mtime != p.epoch
+            || m.nsec != p.nsec;
+        plans.push(plan);
+    }
+    if next_block > u64::from(u32::MAX) {
+        return Err(BuildError::ImageTooBig {
+            blocks: next_block,
+            block_size: blksz as u32,
+        });
+    }
+    let xattr_blkaddr = next_block;
+    next_block += (shared.bytes.len() as u64).div_ceil(blksz);
+    let meta_blkaddr = next_block;
+
+    // Nids: slot 0 is left empty, as a directory entry naming inode 0 is
+    // skipped by some readers of getdents.
+    let mut pos = INODE_COMPACT_SIZE as u64;
+    for plan in &mut plans {
+        let isize = if plan.extended {
+            MAX_INODE_SIZE
+        } else {
+            INODE_COMPACT_SIZE
+        } as u64;
+        let need = isize + plan.xattrs.len() as u64 + plan.tail;
+        if need <= blksz && pos % blksz + need > blksz {
+            pos = pos.next_multiple_of(blksz);
+        }
+        plan.nid = pos / INODE_COMPACT_SIZE as u64;
+        pos = (pos + need).next_multiple_of(INODE_COMPACT_SIZE as u64);
+    }
+    let meta_end = meta_blkaddr + pos.div_ceil(blksz);
+    if meta_end > u64::from(u32::MAX) {
+        return Err(BuildError::ImageTooBig {
+            blocks: meta_end,
+            block_size: blksz as u32,
+        });
+    }
+
+    // Directory and symlink blocks, in the order they were given. Only
+    // directory tails are kept for the inodes (there are far fewer
+    // directories than files); file tails are read back from the spill
+    // file and symlink tails taken from the tree as each inode is written.
+    let wio = |e| BuildError::io("writing the image")(e);
+    let mut dir_tails: HashMap<usize, Vec<u8>> = HashMap::new();
+    for (k, plan) in plans.iter().enumerate() {
+        let node = &tree.nodes[plan.node];
+        let dir;
+        let bytes: &[u8] = match &node.body {
+            Body::Dir(_) => {
+                let parent = order[plan.parent];
+                let entries: Vec<(&[u8], u64, u8)> = entries_of(tree, plan.node, parent)
+                    .into_iter()
+                    .map(|(name, c)| {
+                        let cp = &plans[slot[&c]];
+                        (name, cp.nid, file_type(tree.nodes[c].meta.mode))
+                    })
+                    .collect();
+                dir = dir_bytes(&entries, blksz);
+                &dir
+            }
+            Body::Symlink(t) => t,
+            _ => continue,
+        };
+        let in_blocks = bytes.len() - plan.tail as usize;
+        if in_blocks > 0 {
+            let at = w.blocks(&bytes[..in_blocks]).map_err(wio)?;
+            debug_assert_eq!(at, u64::from(plan.i_u));
+        }
+        if matches!(node.body, Body::Dir(_)) && plan.tail > 0 {
+            dir_tails.insert(k, bytes[in_blocks..].to_vec());
+        }
+    }
+    debug_assert_eq!(w.next_block, xattr_blkaddr);
+    if !shared.bytes.is_empty() {
+        w.blocks(&shared.bytes).map_err(wio)?;
+    }
+
+    // The inodes, streamed out a few MiB at a time.
+    let mut buf: Vec<u8> = Vec::new();
+    let mut base = 0u64;
+    for (k, plan) in plans.iter().enumerate() {
+        let at = plan.nid * INODE_COMPACT_SIZE as u64 - base;
+        buf.resize(at as usize, 0);
+        put_inode(&mut buf, tree, plan, k as u32 + 1);
+        buf.extend_from_slice(&plan.xattrs);
+        match &tree.nodes[plan.node].body {
+            Body::File(FileData { tail: Some(t), .. }) => {
+                let tail = w
+                    .tail(*t)
+                    .map_err(BuildError::io("reading the spill file"))?;
+                buf.extend_from_slice(&tail);
+            }
+            Body::Symlink(t) if plan.tail > 0 => {
+                buf.extend_from_slice(&t[t.len() - plan.tail as usize..]);
+            }
+            Body::Dir(_) if plan.tail > 0 => buf.extend_from_slice(&dir_tails[&k]),
+            _ => {}
+        }
+        if buf.len() >= 4 << 20 {
+            let cut = buf.len() as u64 / blksz * blksz;
+            w.raw(&buf[..cut as usize]).map_err(wio)?;
+            buf.drain(..cut as usize);
+            base += cut;
+        }
+    }
+    w.blocks(&buf).map_err(wio)?;
+    debug_assert_eq!(w.next_block, meta_end);
+    Ok(Placed {
+        root_nid: plans[0].nid,
+        inos: plans.len() as u64,
+        meta_blkaddr,
+        xattr_blkaddr,
+        xattr_filter: filter,
+    })
+}
+
+fn put_inode(out: &mut Vec<u8>, tree: &Tree, plan: &Plan, ino: u32) {
+    let m = &tree.nodes[plan.node].meta;
+    let layout = plan.layout as u16;
+    let icount = icount(plan.xattrs.len());
+    if plan.extended {
+        out.extend_from_slice(&(layout << 1 | I_FORMAT_EXTENDED).to_le_bytes());
+        out.extend_from_slice(&icount.to_le_bytes());
+        out.extend_from_slice(&(m.mode as u16).to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&plan.size.to_le_bytes());
+        out.extend_from_slice(&plan.i_u.to_le_bytes());
+        out.extend_from_slice(&ino.to_le_bytes());
+        out.extend_from_slice(&m.uid.to_le_bytes());
+        out.extend_from_slice(&m.gid.to_le_bytes());
+        out.extend_from_slice(&(m.mtime as u64).to_le_bytes());
+        out.extend_from_slice(&m.nsec.to_le_bytes());
+        out.extend_from_slice(&plan.nlink.to_le_bytes());
+        out.extend_from_slice(&[0; 16]);
+    } else {
+        out.extend_from_slice(&(layout << 1).to_le_bytes());
+        out.extend_from_slice(&icount.to_le_bytes());
+        out.extend_from_slice(&(m.mode as u16).to_le_bytes());
+        out.extend_from_slice(&(plan.nlink as u16).to_le_bytes());
+        out.extend_from_slice(&(plan.size as u32).to_le_bytes());
+        // The mtime is the epoch's: no offset from it.
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&plan.i_u.to_le_bytes());
+        out.extend_from_slice(&ino.to_le_bytes());
+        out.extend_from_slice(&(m.uid as u16).to_le_bytes());
+        out.extend_from_slice(&(m.gid as u16).to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+    }
+}
