@@ -90,23 +90,12 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     let layer_size = std::fs::metadata(&layer)?.len();
     let gnu_time = have("/usr/bin/time").then(|| PathBuf::from("/usr/bin/time"));
     let mkfs = cfg.mkfs_erofs.clone().filter(|m| has_tar(m));
-    let columns = vec![
-        Column {
-            key: "unpack",
-            label: "unpack",
-            unit: Unit::Seconds,
-        },
-        Column {
-            key: "first",
-            label: "1st run",
-            unit: Unit::Seconds,
-        },
-        Column {
-            key: "next",
-            label: "later run",
-            unit: Unit::Seconds,
-        },
-    ];
+    let mut columns = vec![Column {
+        key: "unpack",
+        label: "unpack",
+        unit: Unit::Seconds,
+    }];
+    columns.extend(crate::startup::run_columns());
     let mounts: [(&str, How); 3] = [
         (
             "buffered",
