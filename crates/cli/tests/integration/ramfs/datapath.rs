@@ -572,14 +572,16 @@ impl Drop for Map {
 }
 
 /// A passed-through ramfs holds one open file per regular file it stores,
-/// so its server raises its descriptor limit as far as the machine lets
-/// it: mounted under `ulimit -n 1024`, it still stores 3,000 files, each
-/// with its own bytes.
+/// so its server raises its descriptor limit as far as it may: mounted
+/// with a soft limit of 1,024 under a hard one of 4,096, it stores 3,000
+/// files, each with its own bytes; past what it may hold (the hard limit,
+/// without `CAP_SYS_RESOURCE`), a new file is refused with ENOSPC, a full
+/// file system, and what it holds stays readable.
 #[test]
-fn passthrough_stores_more_files_than_its_starting_descriptor_limit() {
+fn passthrough_stores_files_up_to_its_descriptor_limit_then_says_enospc() {
     require!("fuse", "prlimit");
     if !data_paths().contains(&"passthrough") {
-        eprintln!("skip: passthrough_stores_more_files_than_its_starting_descriptor_limit: needs ramfs passthrough (root, Linux 6.9)");
+        eprintln!("skip: passthrough_stores_files_up_to_its_descriptor_limit_then_says_enospc: needs ramfs passthrough (root, Linux 6.9)");
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -588,25 +590,42 @@ fn passthrough_stores_more_files_than_its_starting_descriptor_limit() {
     let m = Mount::by_command(
         None,
         std::process::Command::new("prlimit")
-            .arg("--nofile=1024:1024")
+            .arg("--nofile=1024:4096")
             .arg(common::bin())
             .args(["mount", "-t", "ramfs", "-o", "passthrough", "none"])
             .arg(&dir),
         &dir,
     )
     .unwrap();
-    const FILES: usize = 3000;
+    const FILES: usize = 5000;
+    let mut stored = FILES;
     for i in 0..FILES {
         let p = dir.join(format!("f{i}"));
-        fs::write(&p, format!("file {i}\n"))
-            .unwrap_or_else(|e| panic!("creating file {i} of {FILES}: {e}"));
+        if let Err(e) = fs::write(&p, format!("file {i}\n")) {
+            assert_eq!(
+                e.raw_os_error(),
+                Some(libc::ENOSPC),
+                "file {i}: {e} (a server out of descriptors must say ENOSPC)"
+            );
+            assert!(
+                i >= 3000,
+                "only {i} files before {e}: the limit was not raised"
+            );
+            stored = i;
+            break;
+        }
     }
-    for i in (0..FILES).step_by(97) {
+    for i in (0..stored).step_by(97) {
         assert_eq!(
             fs::read_to_string(dir.join(format!("f{i}"))).unwrap(),
             format!("file {i}\n")
         );
     }
-    assert_eq!(fs::read_dir(&dir).unwrap().count(), FILES);
+    assert!(fs::read_dir(&dir).unwrap().count() >= stored);
+    // Freeing files gives their descriptors back.
+    for i in 0..100 {
+        fs::remove_file(dir.join(format!("f{i}"))).unwrap();
+    }
+    fs::write(dir.join("again"), b"again").unwrap();
     m.unmount().unwrap();
 }
