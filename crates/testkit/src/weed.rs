@@ -158,8 +158,22 @@ impl Weed {
             dir,
             agent,
         };
-        w.run()?;
-        Ok(w)
+        // Ports are picked free and taken by the server a moment later:
+        // another process (a parallel test's proxy or mount) can bind one
+        // in between. Such a start is tried again on other ports.
+        let mut tries = 0;
+        loop {
+            match w.run() {
+                Ok(()) => return Ok(w),
+                Err(e) if tries < 3 && e.to_string().contains("address already in use") => {
+                    tries += 1;
+                    remove_sockets(&w.ports.all());
+                    let _ = fs::remove_file(w.log_path());
+                    w.ports = Ports::pick(w.options.tls.is_some())?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Starts the server process (again, on the same directory and ports,
