@@ -32,6 +32,11 @@ pub(super) const LISTED_WINDOW: Duration = Duration::from_secs(1);
 /// Directories remembered at most; older ones are dropped first.
 const REMEMBERED: usize = 4096;
 
+/// Bytes of names of lean entries remembered at most (see
+/// [`Lean::remember`]); past it they are all dropped, and a stat of one
+/// looks its name up again.
+const NAME_BYTES: usize = 32 << 20;
+
 /// The policy's state for one mount.
 #[derive(Debug)]
 pub(super) struct Lean {
@@ -40,6 +45,20 @@ pub(super) struct Lean {
     listed: Mutex<HashMap<Ino, Duration>>,
     /// Until when every entry is full (nanoseconds since `epoch`).
     full_until: AtomicU64,
+    /// The inodes of lean entries of an image, by directory and name, and
+    /// the bytes their names take: a walker that lists a directory whole
+    /// before it stats each entry (`find -ls` of one large directory) sends
+    /// a LOOKUP per entry, which the listing has already answered; a lookup
+    /// would search the directory again (in a large EROFS directory, a
+    /// binary search over its blocks).
+    names: Mutex<Names>,
+}
+
+/// Lean entries' inodes by directory and name, and their names' bytes.
+#[derive(Debug, Default)]
+struct Names {
+    inodes: HashMap<(Ino, Box<[u8]>), Ino>,
+    bytes: usize,
 }
 
 impl Lean {
@@ -48,6 +67,7 @@ impl Lean {
             epoch: Instant::now(),
             listed: Mutex::new(HashMap::new()),
             full_until: AtomicU64::new(0),
+            names: Mutex::new(Names::default()),
         }
     }
 
@@ -71,6 +91,28 @@ impl Lean {
             }
         }
         l.insert(dir, now);
+    }
+
+    /// A lean entry `name` of `dir` names inode `ino` (images only: their
+    /// names never change).
+    pub(super) fn remember(&self, dir: Ino, name: &[u8], ino: Ino) {
+        let mut n = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if n.bytes + name.len() > NAME_BYTES {
+            n.inodes.clear();
+            n.bytes = 0;
+        }
+        if n.inodes.insert((dir, name.into()), ino).is_none() {
+            n.bytes += name.len();
+        }
+    }
+
+    /// The inode a lean entry `name` of `dir` named, once: the kernel
+    /// holds it after this lookup.
+    pub(super) fn take(&self, dir: Ino, name: &[u8]) -> Option<Ino> {
+        let mut n = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        let ino = n.inodes.remove(&(dir, Box::from(name)))?;
+        n.bytes -= name.len();
+        Some(ino)
     }
 
     /// A LOOKUP in `parent`: if its listing just went out lean, someone is
@@ -105,6 +147,21 @@ mod tests {
         assert!(!l.full());
         l.looked_up(5);
         assert!(l.full());
+    }
+
+    #[test]
+    fn lean_names_are_taken_once_and_stay_bounded() {
+        let l = Lean::new();
+        l.remember(5, b"a", 10);
+        assert_eq!(l.take(5, b"b"), None);
+        assert_eq!(l.take(4, b"a"), None);
+        assert_eq!(l.take(5, b"a"), Some(10));
+        assert_eq!(l.take(5, b"a"), None);
+        let name = vec![b'x'; 255];
+        for i in 0..(2 * NAME_BYTES / 255) as u64 {
+            l.remember(i, &name, i);
+        }
+        assert!(l.names.lock().unwrap().bytes <= NAME_BYTES);
     }
 
     #[test]

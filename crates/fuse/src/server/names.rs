@@ -17,7 +17,20 @@ impl Server {
         self.log(format_args!("lookup({}, {name:?}) pid {}", h.nodeid, h.pid));
         let parent = self.ino(h.nodeid);
         self.lean.looked_up(parent);
-        match self.fs.lookup(parent, name) {
+        // An image's entry listed lean a moment ago: its inode is known,
+        // and its attributes are all a lookup would add.
+        let listed = self
+            .immutable
+            .then(|| {
+                self.lean
+                    .take(parent, std::os::unix::ffi::OsStrExt::as_bytes(name))
+            })
+            .flatten();
+        let found = match listed {
+            Some(ino) => self.fs.getattr(ino),
+            None => self.fs.lookup(parent, name),
+        };
+        match found {
             // A name that is not there stays cached as missing (node 0 with
             // a lifetime) like a found one: every way a name can appear goes
             // through this mount, and the kernel makes the entry positive
