@@ -20,17 +20,7 @@ pub struct TakeoverArgs {
 }
 
 pub fn run(args: TakeoverArgs) -> anyhow::Result<i32> {
-    let path = crate::umount::mount_path(&args.mountpoint)?;
-    let Some(m) = foliofs_fuse::find_mount(&path)? else {
-        bail!("{}: not mounted", path.display());
-    };
-    if m.fs_type != foliofs_fuse::FS_TYPE {
-        bail!(
-            "{}: is a {} mount, not a foliofs one",
-            path.display(),
-            m.fs_type
-        );
-    }
+    let (path, m) = crate::umount::foliofs_mount(&args.mountpoint)?;
     let Some(before) = MountState::find(&m) else {
         bail!(
             "{}: no record of its server (mounted by another user?)",

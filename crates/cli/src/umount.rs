@@ -32,16 +32,10 @@ pub(crate) fn mount_path(p: &Path) -> anyhow::Result<PathBuf> {
     }
 }
 
-/// A user's name, or their number where the system has no name for it.
-fn user_name(uid: u32) -> String {
-    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
-        Ok(Some(u)) => format!("{} (uid {uid})", u.name),
-        _ => format!("uid {uid}"),
-    }
-}
-
-pub fn run(args: UmountArgs) -> anyhow::Result<i32> {
-    let path = mount_path(&args.mountpoint)?;
+/// The foliofs mount at `p` (its path as [`mount_path`] makes it), or why
+/// there is none.
+pub(crate) fn foliofs_mount(p: &Path) -> anyhow::Result<(PathBuf, foliofs_fuse::MountInfo)> {
+    let path = mount_path(p)?;
     let Some(m) = foliofs_fuse::find_mount(&path)? else {
         bail!("{}: not mounted", path.display());
     };
@@ -52,6 +46,19 @@ pub fn run(args: UmountArgs) -> anyhow::Result<i32> {
             m.fs_type
         );
     }
+    Ok((path, m))
+}
+
+/// A user's name, or their number where the system has no name for it.
+fn user_name(uid: u32) -> String {
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(u)) => format!("{} (uid {uid})", u.name),
+        _ => format!("uid {uid}"),
+    }
+}
+
+pub fn run(args: UmountArgs) -> anyhow::Result<i32> {
+    let (path, m) = foliofs_mount(&args.mountpoint)?;
     let me = nix::unistd::getuid().as_raw();
     if !foliofs_fuse::privilege::has_cap_sys_admin() {
         if let Some(owner) = m.user_id().filter(|&o| o != me) {

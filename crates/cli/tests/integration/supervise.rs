@@ -25,6 +25,19 @@ const FILE_SIZE: u64 = 32 << 20;
 /// How long a replacement may take to serve.
 const RESTART: Duration = Duration::from_secs(30);
 
+/// `n` random files `f0`.. of `size` bytes in a new directory `dir`, from
+/// seeds `seed`, `seed + 1`, ...; each file's sha256.
+fn random_files(dir: &Path, n: usize, size: u64, seed: u64) -> Vec<[u8; 32]> {
+    fs::create_dir(dir).unwrap();
+    (0..n)
+        .map(|i| {
+            let f = dir.join(format!("f{i}"));
+            common::write_random_file(&f, size, seed + i as u64);
+            Sha256::digest(fs::read(&f).unwrap()).into()
+        })
+        .collect()
+}
+
 /// An EROFS image of [`READERS`] random files (`f0`, `f1`, ...) of `size`
 /// bytes, and each file's sha256.
 fn image(size: u64) -> (tempfile::TempDir, PathBuf, Vec<[u8; 32]>) {
@@ -33,13 +46,7 @@ fn image(size: u64) -> (tempfile::TempDir, PathBuf, Vec<[u8; 32]>) {
         .tempdir()
         .unwrap();
     let src = tmp.path().join("src");
-    fs::create_dir(&src).unwrap();
-    let mut sums = Vec::new();
-    for i in 0..READERS {
-        let f = src.join(format!("f{i}"));
-        common::write_random_file(&f, size, 100 + i as u64);
-        sums.push(Sha256::digest(fs::read(&f).unwrap()).into());
-    }
+    let sums = random_files(&src, READERS, size, 100);
     let img = tmp.path().join("image.erofs");
     common::mkfs_erofs::<&str>(&[], &img, &src);
     common::open_to_all(tmp.path());
@@ -232,13 +239,7 @@ fn romfs_and_remote_images_outlive_a_killed_server() {
         .tempdir()
         .unwrap();
     let src = tmp.path().join("src");
-    fs::create_dir(&src).unwrap();
-    let mut sums = Vec::new();
-    for i in 0..FILES {
-        let f = src.join(format!("f{i}"));
-        common::write_random_file(&f, FILE_SIZE, 200 + i as u64);
-        sums.push(<[u8; 32]>::from(Sha256::digest(fs::read(&f).unwrap())));
-    }
+    let sums = random_files(&src, FILES, FILE_SIZE, 200);
     let romfs = tmp.path().join("image.romfs");
     crate::romfs::util::genromfs(&src, &romfs, &[]);
     let erofs = tmp.path().join("image.erofs");
