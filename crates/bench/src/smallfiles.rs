@@ -182,35 +182,11 @@ fn ratio_line(row: &Row, reference: &Row, columns: &[Column]) -> Option<String> 
         .then(|| format!("{} / {}: {}", row.label, reference.label, parts.join(", ")))
 }
 
-/// How many files the creates make: `wanted`, or fewer where root's ramfs
-/// passes its files through and so holds one descriptor per file, which
-/// its descriptor limit (the hard `RLIMIT_NOFILE` it inherits, and may
-/// raise only with `CAP_SYS_RESOURCE`) would refuse past; every row then
-/// makes the same number, so the ratios stay comparable.
-fn passthrough_files(env: &BenchEnv, wanted: u64, notes: &mut Vec<String>) -> u64 {
-    use nix::sys::resource::{getrlimit, Resource};
-    if !env.root {
-        return wanted;
-    }
-    let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return wanted;
-    };
-    // Room for the server's own descriptors, with margin.
-    let room = hard.saturating_sub(4096) / 1000 * 1000;
-    if room >= wanted {
-        return wanted;
-    }
-    notes.push(format!(
-        "creates: {room} files, not {wanted}: a passed-through ramfs holds a descriptor per file, and this machine's descriptor limit is {hard} (raising it needs CAP_SYS_RESOURCE); a ramfs past it refuses new files with ENOSPC"
-    ));
-    room
-}
-
 /// Untar, read back and remove a real tree, then `N` small creates and
 /// `N/2` unlinks, on foliofs ramfs, tmpfs and the kernel's ramfs.
 pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     let mut notes = Vec::new();
-    let n = passthrough_files(env, cfg.small_files, &mut notes);
+    let n = cfg.small_files;
     // The archive, made once; the same page-cached file feeds every row.
     let tree = match python_stdlib() {
         None => {

@@ -1,25 +1,35 @@
-//! File data in the kernel's page cache: each regular file's bytes in an
-//! unnamed file (`O_TMPFILE`) on a tmpfs of this file system's own, which
-//! is mounted nowhere (a detached mount, `fsmount(2)`), so no other process
-//! can reach it. The FUSE layer hands such a file to the kernel (FUSE
-//! passthrough) and the kernel then reads, writes and maps it without a
-//! request to the server; the server still answers for its size, its
-//! times, truncation and allocation from the same file.
+//! File data in the kernel's page cache: each regular file's bytes in a
+//! file of its own on a tmpfs of this file system's own, which is mounted
+//! nowhere (a detached mount, `fsmount(2)`), so no other process can reach
+//! it. The FUSE layer hands such a file to the kernel (FUSE passthrough)
+//! and the kernel then reads, writes and maps it without a request to the
+//! server; the server still answers for its size, its times, truncation
+//! and allocation from the same file.
 //!
 //! Why a tmpfs of our own rather than a memfd: its `size=` makes the
 //! kernel refuse a write past the limit at `write(2)` (a memfd has no limit
 //! but the memory cgroup, and a passthrough write never reaches the server
 //! to be refused there), and its `huge=` picks large folios for this mount
 //! alone, where a memfd's follow the machine-wide shmem setting.
+//!
+//! Why each file has a name there (rather than being an `O_TMPFILE` held by
+//! a descriptor): a descriptor per stored file would cap the file count at
+//! the server's `RLIMIT_NOFILE` (20,000 for root on some machines, and
+//! raising it needs `CAP_SYS_RESOURCE`), far below what `nr_inodes=`
+//! promises. A named file needs a descriptor only while it is in use: the
+//! kernel holds its own reference to a registered one, and the server opens
+//! it by name for the few operations it does itself. The names go with the
+//! detached mount when the server exits, so a crash leaves nothing behind.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use foliofs_vfs::Timespec;
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::mount::{FsMountFlags, FsOpenFlags, MountAttrFlags};
 
 /// How the pool's tmpfs allocates folios (its `huge=`).
@@ -47,8 +57,11 @@ impl Folios {
 /// The tmpfs every backed file of one mount lives on.
 #[derive(Debug)]
 pub(crate) struct Pool {
-    /// The detached mount's root.
-    root: OwnedFd,
+    /// The detached mount's root, shared with every file's body (which
+    /// removes its name when dropped).
+    root: Arc<OwnedFd>,
+    /// The next file's name.
+    next: AtomicU64,
 }
 
 impl Pool {
@@ -78,19 +91,30 @@ impl Pool {
                 | MountAttrFlags::MOUNT_ATTR_NODEV
                 | MountAttrFlags::MOUNT_ATTR_NOEXEC,
         )?;
-        Ok(Pool { root })
+        Ok(Pool {
+            root: Arc::new(root),
+            next: AtomicU64::new(0),
+        })
     }
 
-    /// A new empty file on the pool, gone once every descriptor of it is.
+    /// A new empty file on the pool, removed when its last body is
+    /// dropped (and gone once the kernel's descriptors of it close too).
+    /// It takes no descriptor: see the module's note.
     pub fn create(&self) -> io::Result<Backed> {
-        let fd = rustix::fs::openat(
-            &self.root,
-            ".",
-            OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{id:x}");
+        rustix::fs::mknodat(
+            &*self.root,
+            name.as_str(),
+            rustix::fs::FileType::RegularFile,
             Mode::from_raw_mode(0o600),
+            0,
         )?;
         Ok(Backed {
-            file: Arc::new(File::from(fd)),
+            name: Arc::new(Name {
+                root: self.root.clone(),
+                name,
+            }),
         })
     }
 
@@ -111,20 +135,49 @@ pub(crate) struct Stat {
     pub ctime: Timespec,
 }
 
+/// A backing file's name on the pool; dropping the last one removes it.
+#[derive(Debug)]
+struct Name {
+    root: Arc<OwnedFd>,
+    name: String,
+}
+
+impl Drop for Name {
+    fn drop(&mut self) {
+        // The kernel's open files of it (passthrough) keep its pages until
+        // they close, as an unlinked file's do.
+        if let Err(e) = rustix::fs::unlinkat(&*self.root, self.name.as_str(), AtFlags::empty()) {
+            log::warn!("ramfs: cannot remove backing file {}: {e}", self.name);
+        }
+    }
+}
+
 /// One regular file's bytes.
 #[derive(Debug, Clone)]
 pub(crate) struct Backed {
-    file: Arc<File>,
+    name: Arc<Name>,
 }
 
 impl Backed {
-    /// The file, for the FUSE layer to register with the kernel.
-    pub fn file(&self) -> Arc<File> {
-        self.file.clone()
+    /// The file opened for reading and writing: for the FUSE layer to
+    /// register with the kernel, and for what the server does itself.
+    /// Held only while in use (see the module's note).
+    pub fn open(&self) -> io::Result<File> {
+        let fd = rustix::fs::openat(
+            &*self.name.root,
+            self.name.name.as_str(),
+            OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )?;
+        Ok(File::from(fd))
     }
 
     pub fn stat(&self) -> io::Result<Stat> {
-        let st = rustix::fs::fstat(self.file.as_fd())?;
+        let st = rustix::fs::statat(
+            &*self.name.root,
+            self.name.name.as_str(),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )?;
         Ok(Stat {
             size: st.st_size as u64,
             allocated: st.st_blocks as u64 * 512,
@@ -148,16 +201,19 @@ impl Backed {
         if st.allocated >= st.size {
             return by_memory;
         }
+        let Ok(file) = self.open() else {
+            return by_memory;
+        };
         let mut touched = 0u64;
         // Blocks before this one are counted (a block two extents share
         // counts once).
         let mut counted_to = 0u64;
         let mut at = 0u64;
         while at < st.size {
-            let Ok(start) = self.seek(at, libc::SEEK_DATA) else {
+            let Ok(start) = seek(&file, at, libc::SEEK_DATA) else {
                 break;
             };
-            let end = self.seek(start, libc::SEEK_HOLE).unwrap_or(st.size);
+            let end = seek(&file, start, libc::SEEK_HOLE).unwrap_or(st.size);
             if end <= start {
                 break;
             }
@@ -172,9 +228,10 @@ impl Backed {
 
     /// Fills `buf` from `offset`; returns the bytes read (short at the end).
     pub fn read_into(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let file = self.open()?;
         let mut done = 0;
         while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+            match file.read_at(&mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -187,9 +244,10 @@ impl Backed {
     /// Writes `data` at `offset`; returns the bytes stored, short where the
     /// pool is full after some were (the error when none were).
     pub fn write(&self, offset: u64, data: &[u8]) -> io::Result<usize> {
+        let file = self.open()?;
         let mut done = 0;
         while done < data.len() {
-            match self.file.write_at(&data[done..], offset + done as u64) {
+            match file.write_at(&data[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -204,28 +262,22 @@ impl Backed {
     }
 
     pub fn truncate(&self, size: u64) -> io::Result<()> {
-        self.file.set_len(size)
+        self.open()?.set_len(size)
     }
 
     /// `fallocate(2)` of the backing file with the same mode.
     pub fn fallocate(&self, mode: i32, offset: u64, len: u64) -> io::Result<()> {
         let mode = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
-        rustix::fs::fallocate(self.file.as_fd(), mode, offset, len)?;
+        rustix::fs::fallocate(self.open()?.as_fd(), mode, offset, len)?;
         Ok(())
     }
 
     /// `lseek(2)` with `SEEK_DATA` or `SEEK_HOLE`.
     pub fn seek(&self, offset: u64, whence: i32) -> io::Result<u64> {
-        let to = match whence {
-            libc::SEEK_DATA => rustix::fs::SeekFrom::Data(offset),
-            libc::SEEK_HOLE => rustix::fs::SeekFrom::Hole(offset),
-            _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
-        };
-        Ok(rustix::fs::seek(self.file.as_fd(), to)?)
+        seek(&self.open()?, offset, whence)
     }
 
-    /// Sets the modification time (`utimensat` of the file through the
-    /// mount), so the backing file's own time, which writes through the
+    /// Sets the modification time, so the backing file's own time, which writes through the
     /// kernel move, stays the one to read.
     pub fn set_mtime(&self, t: Timespec) -> io::Result<()> {
         let ts = rustix::fs::Timestamps {
@@ -238,8 +290,22 @@ impl Backed {
                 tv_nsec: i64::from(t.nsec),
             },
         };
-        Ok(rustix::fs::futimens(self.file.as_fd(), &ts)?)
+        Ok(rustix::fs::utimensat(
+            &*self.name.root,
+            self.name.name.as_str(),
+            &ts,
+            AtFlags::SYMLINK_NOFOLLOW,
+        )?)
     }
+}
+
+fn seek(file: &File, offset: u64, whence: i32) -> io::Result<u64> {
+    let to = match whence {
+        libc::SEEK_DATA => rustix::fs::SeekFrom::Data(offset),
+        libc::SEEK_HOLE => rustix::fs::SeekFrom::Hole(offset),
+        _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    Ok(rustix::fs::seek(file.as_fd(), to)?)
 }
 
 #[cfg(test)]

@@ -193,18 +193,7 @@ impl RamFs {
     pub(crate) fn new_file_body(&self) -> Result<Body> {
         match &self.pool {
             None => Ok(Body::File(FileData::default())),
-            Some(p) => p.create().map(Body::Backed).map_err(|e| {
-                match e.raw_os_error() {
-                    // Each file's body is a descriptor the server holds
-                    // open: out of descriptors, the file system is as full
-                    // as out of inodes.
-                    Some(libc::EMFILE | libc::ENFILE) => {
-                        log::warn!("ramfs: no new file: every descriptor this server may hold is a file's body ({e})");
-                        foliofs_vfs::Error::NoSpace
-                    }
-                    _ => crate::file::io_error(e),
-                }
-            }),
+            Some(p) => p.create().map(Body::Backed).map_err(crate::file::io_error),
         }
     }
 }
@@ -301,7 +290,15 @@ impl FileSystem for RamFs {
         self.pool.as_ref()?;
         let node = self.table.get(ino).ok()?;
         let st = node.read();
-        crate::backing::Backed::of(&st).map(|b| b.file())
+        let backed = crate::backing::Backed::of(&st)?;
+        match backed.open() {
+            Ok(f) => Some(Arc::new(f)),
+            Err(e) => {
+                // The open is then served by the server, from the same file.
+                log::warn!("ramfs: cannot open the backing file of inode {ino}: {e}");
+                None
+            }
+        }
     }
 
     fn getxattr(&self, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {

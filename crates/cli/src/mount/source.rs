@@ -341,7 +341,6 @@ fn ramfs_with_data_path(
                 .to_owned(),
         )
     } else {
-        raise_open_files();
         match foliofs_ramfs::RamFs::new_backed(ro) {
             Ok(fs) => return Ok(fs),
             Err(e) => Some(format!(
@@ -355,24 +354,4 @@ fn ramfs_with_data_path(
     }
     log::info!("ramfs: files stay in the server: {why}");
     Ok(foliofs_ramfs::RamFs::new(ro))
-}
-
-/// Raises this process's descriptor limit as far as the machine allows
-/// (`fs.nr_open`, which root may set its hard limit to): a passed-through
-/// ramfs holds one open file per regular file it stores, and a limit of
-/// some thousands would cap it at that many files.
-fn raise_open_files() {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return;
-    };
-    let most = std::fs::read_to_string("/proc/sys/fs/nr_open")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .unwrap_or(hard)
-        .max(hard);
-    if setrlimit(Resource::RLIMIT_NOFILE, most, most).is_err() && soft < hard {
-        // Without CAP_SYS_RESOURCE only up to the hard limit.
-        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-    }
 }
