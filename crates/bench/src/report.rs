@@ -269,8 +269,9 @@ pub fn table(s: &Section) -> String {
     out
 }
 
-/// "A / B: COLUMN 0.93 (best/best 0.95), ...": row `a`'s time over row
-/// `b`'s in each column, the median of the rounds' ratios (each round
+/// "A / B, time ratio (below 1: A is faster): COLUMN 0.93 (best/best
+/// 0.95), ...": row `a`'s time over row `b`'s in each column (a bandwidth
+/// column is turned into time first, so every pair line reads one way), the median of the rounds' ratios (each round
 /// measured both one after the other) and the best run over the best run.
 fn pair_line(s: &Section, a: usize, b: usize) -> Option<String> {
     let (ra, rb) = (s.rows.get(a)?, s.rows.get(b)?);
@@ -285,7 +286,15 @@ fn pair_line(s: &Section, a: usize, b: usize) -> Option<String> {
             ))
         })
         .collect();
-    (!cells.is_empty()).then(|| format!("{} / {}: {}", ra.label, rb.label, cells.join(", ")))
+    (!cells.is_empty()).then(|| {
+        format!(
+            "{} / {}, time ratio (below 1: {} is faster): {}",
+            ra.label,
+            rb.label,
+            ra.label,
+            cells.join(", ")
+        )
+    })
 }
 
 /// Writes the whole report as JSON.
@@ -400,7 +409,12 @@ mod tests {
         assert!(t.contains("skipped: squashfuse is not installed"), "{t}");
         // Round by round 2/1, 4/2, 6/3; best 2 over best 1. A row without
         // runs has no pair line.
-        assert!(t.contains("mount / image: dd 2.00 (best/best 2.00)"), "{t}");
+        assert!(
+            t.contains(
+                "mount / image, time ratio (below 1: mount is faster): dd 2.00 (best/best 2.00)"
+            ),
+            "{t}"
+        );
         assert!(!t.contains("peer / image"), "{t}");
     }
 

@@ -100,6 +100,41 @@ fn one_byte_writes(dir: &Path, n: u64) -> Result<f64> {
     Ok(start.elapsed().as_secs_f64() * 1e6 / n as f64)
 }
 
+/// `getxattr(2)`s of a name no file has, on one open file in `dir`;
+/// returns microseconds per call. FUSE caches no extended attribute, so on
+/// foliofs each is one GETXATTR request and its reply on every data path
+/// (where a passed-through ramfs answers a write in the kernel, the
+/// 1-byte write is no round trip any more): the cost of one round trip.
+fn missing_xattr_reads(dir: &Path, n: u64) -> Result<f64> {
+    use std::os::fd::AsRawFd;
+    let p = dir.join("probe");
+    let f = File::create(&p).with_context(|| format!("creating {}", p.display()))?;
+    let name = c"user.foliofs.bench.missing";
+    let get = || {
+        // SAFETY: a valid descriptor, a NUL-terminated name, and a zero-sized
+        // buffer (the call only says how long the value is, or that there
+        // is none).
+        let r = unsafe { libc::fgetxattr(f.as_raw_fd(), name.as_ptr(), std::ptr::null_mut(), 0) };
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENODATA | libc::EOPNOTSUPP) if r < 0 => Ok(()),
+            _ if r >= 0 => anyhow::bail!(
+                "{} has {name:?}, which the probe expects absent",
+                p.display()
+            ),
+            _ => Err(e).with_context(|| format!("getxattr of {}", p.display())),
+        }
+    };
+    for _ in 0..10 {
+        get()?;
+    }
+    let start = Instant::now();
+    for _ in 0..n {
+        get()?;
+    }
+    Ok(start.elapsed().as_secs_f64() * 1e6 / n as f64)
+}
+
 /// Requests of `counts` whose caller waits for the reply: all but those
 /// the kernel sends without waiting (FORGET has no reply; a file's RELEASE
 /// goes in the background).
@@ -113,26 +148,38 @@ fn waited(counts: &Counts) -> u64 {
 }
 
 /// What round trips alone cost a workload, against the reference's whole
-/// time: the requests that waited times one round trip. A FUSE server
-/// cannot go below it however little it does per request.
-fn floor_line(label: &str, trip_us: f64, trips: &Trips, reference: &Row) -> Option<String> {
+/// time, and how far the row itself is above it: the requests that waited
+/// times one round trip. A FUSE server cannot go below it however little
+/// it does per request.
+fn floor_line(row: &Row, trip_us: f64, trips: &Trips, reference: &Row) -> Option<String> {
     let parts: Vec<String> = trips
         .iter()
-        .filter(|(key, _)| *key != "trip")
+        .filter(|(key, _)| !PROBES.contains(key))
         .filter_map(|(key, counts)| {
             let t = summarize(reference.runs.get(key)?)?.median;
             let floor = waited(counts) as f64 * trip_us * 1e-6;
-            (t > 0.0).then(|| format!("{key} {:.1}x", floor / t))
+            let own = summarize(row.runs.get(key)?)?.median;
+            (t > 0.0 && floor > 0.0).then(|| {
+                format!(
+                    "{key} {:.1}x, the row at {:.2}x its floor",
+                    floor / t,
+                    own / floor
+                )
+            })
         })
         .collect();
     (!parts.is_empty()).then(|| {
         format!(
-            "round-trip floor of {label} / {}: {} (the requests each workload waited on, times one round trip of {trip_us:.2} µs, the 1-byte write's median)",
+            "round-trip floor of {} / {}: {} (the requests each workload waited on, times one round trip of {trip_us:.2} µs, the missing-xattr read's median)",
+            row.label,
             reference.label,
-            parts.join(", ")
+            parts.join("; ")
         )
     })
 }
+
+/// The columns that measure a single call, not a workload.
+const PROBES: [&str; 2] = ["trip", "xattr"];
 
 /// The live mount id of a foliofs mount at `dir`, to find its counts.
 pub(crate) fn mount_id(dir: &Path) -> Option<u64> {
@@ -251,9 +298,14 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         label: "1-byte write",
         unit: Unit::Micros,
     });
+    columns.push(Column {
+        key: "xattr",
+        label: "round trip",
+        unit: Unit::Micros,
+    });
     let writes = n / 5;
     notes.push(format!(
-        "creates: {n} files of 100 bytes in one directory (open, write, close); unlinks: every other one of them; 1-byte write: {writes} pwrites of one byte to one place in a write-only file (on foliofs one round trip each)"
+        "creates: {n} files of 100 bytes in one directory (open, write, close); unlinks: every other one of them; 1-byte write: {writes} pwrites of one byte to one place in a write-only file (one round trip each on the server's data path; a passed-through ramfs writes in the kernel); round trip: {writes} getxattr calls of a name the file lacks (one GETXATTR request each on every foliofs row: FUSE caches no extended attribute)"
     ));
 
     let plans = [
@@ -391,6 +443,8 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                 measure("unlink", t, row);
                 let t = one_byte_writes(&m.dir, writes)?;
                 measure("trip", t, row);
+                let t = missing_xattr_reads(&m.dir, writes)?;
+                measure("xattr", t, row);
                 Ok(())
             })();
             if let Err(e) = r {
@@ -412,9 +466,9 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     }
     for (c, &r) in counted.iter().enumerate() {
         if rows[r].note.is_none() {
-            let trip = rows[r].runs.get("trip").and_then(|v| summarize(v));
+            let trip = rows[r].runs.get("xattr").and_then(|v| summarize(v));
             if let Some(l) =
-                trip.and_then(|t| floor_line(&rows[r].label, t.median, &trips[c], &rows[reference]))
+                trip.and_then(|t| floor_line(&rows[r], t.median, &trips[c], &rows[reference]))
             {
                 notes.push(l);
             }
@@ -430,7 +484,7 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         let per = match *key {
             "untar" | "read" | "rm" => entries,
             "create" => Some(n),
-            "trip" => Some(writes),
+            "trip" | "xattr" => Some(writes),
             _ => Some(n / 2),
         };
         let per = per
@@ -497,13 +551,27 @@ mod tests {
         let mut tmpfs = Row::new("kernel tmpfs", "kernel");
         tmpfs.runs.insert("create", vec![0.002, 0.001, 0.003]);
         // 400 waits of 10 µs = 4 ms against tmpfs's median of 2 ms.
-        let trips: Trips = vec![("create", counts), ("trip", Counts::new())];
+        let trips: Trips = vec![
+            ("create", counts),
+            ("trip", Counts::new()),
+            ("xattr", Counts::new()),
+        ];
+        let mut row = Row::new("foliofs ramfs", "foliofs");
+        // 5 ms against the floor of 4 ms.
+        row.runs.insert("create", vec![0.005, 0.004, 0.006]);
         assert_eq!(
-            floor_line("foliofs ramfs", 10.0, &trips, &tmpfs).unwrap(),
-            "round-trip floor of foliofs ramfs / kernel tmpfs: create 2.0x (the requests each workload waited on, times one round trip of 10.00 µs, the 1-byte write's median)"
+            floor_line(&row, 10.0, &trips, &tmpfs).unwrap(),
+            "round-trip floor of foliofs ramfs / kernel tmpfs: create 2.0x, the row at 1.25x its floor (the requests each workload waited on, times one round trip of 10.00 µs, the missing-xattr read's median)"
         );
         tmpfs.runs.clear();
-        assert!(floor_line("foliofs ramfs", 10.0, &trips, &tmpfs).is_none());
+        assert!(floor_line(&row, 10.0, &trips, &tmpfs).is_none());
+    }
+
+    #[test]
+    fn missing_xattr_reads_time_each_call() {
+        let d = tempfile::tempdir().unwrap();
+        let us = missing_xattr_reads(d.path(), 100).unwrap();
+        assert!(us > 0.0 && us.is_finite());
     }
 
     #[test]
