@@ -31,20 +31,35 @@ pub const MAX_LEN: u64 = 256 << 20;
 /// Why a digest was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DigestError {
+    /// The magic is not [`MAGIC`] (or the digest is shorter than a header).
     #[error("not a foliofs digest (bad magic at offset 0)")]
     Magic,
+    /// Not [`VERSION`].
     #[error("digest version {0} is not {VERSION}")]
     Version(u32),
+    /// A piece size this does not read.
     #[error("piece size 2^{0} is not a power of two from 4 KiB to 64 KiB")]
     Piece(u32),
+    /// The digest is of an object of another size.
     #[error("the digest is for an object of {digest} bytes, this one has {object}")]
-    Size { digest: u64, object: u64 },
+    Size {
+        /// The size the digest names.
+        digest: u64,
+        /// The object's.
+        object: u64,
+    },
+    /// The piece count does not fit the size.
     #[error("the digest lists {listed} pieces where {size} bytes need {needed}")]
+    #[allow(missing_docs)]
     Count { listed: u64, needed: u64, size: u64 },
+    /// The digest is cut short or too long for its list.
     #[error("the digest is {got} bytes, {want} expected for its {pieces} pieces")]
+    #[allow(missing_docs)]
     Length { got: u64, want: u64, pieces: u64 },
+    /// Larger than [`MAX_LEN`].
     #[error("the digest is {0} bytes: more than the {MAX_LEN} read")]
     TooLarge(u64),
+    /// Its own hash does not match.
     #[error("the digest's own SHA-256 (at offset {0}) does not match: it is damaged")]
     Damaged(u64),
 }
