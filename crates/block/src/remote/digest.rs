@@ -196,7 +196,9 @@ impl Digest {
     /// `Err` names the first piece whose bytes do not match.
     pub fn check(&self, start: u64, data: &[u8]) -> Result<(), String> {
         let end = start + data.len() as u64;
-        if start % self.piece != 0 || (end % self.piece != 0 && end != self.size) || end > self.size
+        if !start.is_multiple_of(self.piece)
+            || (!end.is_multiple_of(self.piece) && end != self.size)
+            || end > self.size
         {
             return Err(format!(
                 "bytes {start}-{end} are not whole pieces of {} of an object of {}",
