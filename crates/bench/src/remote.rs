@@ -34,12 +34,17 @@ enum Way {
     Local,
     Warm,
     Cold,
+    /// Cold, with every fetched chunk checked against the image's digest
+    /// (`-o digest`). Warm reads are cache hits, which the digest does not
+    /// touch, so it has no warm row.
+    ColdDigest,
 }
 
-const WAYS: [(Way, &str); 3] = [
+const WAYS: [(Way, &str); 4] = [
     (Way::Local, "foliofs erofs, local file"),
     (Way::Warm, "foliofs erofs, s3, warm cache"),
     (Way::Cold, "foliofs erofs, s3, cold cache"),
+    (Way::ColdDigest, "foliofs erofs, s3, cold cache, -o digest"),
 ];
 
 /// Bytes a cold workload fetched and read, summed over rounds.
@@ -78,7 +83,7 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         columns,
         rows: Vec::new(),
         reference: 0,
-        pairs: vec![(1, 0), (2, 0)],
+        pairs: vec![(1, 0), (2, 0), (3, 2)],
         notes: Vec::new(),
     };
     let why = if !have("weed") {
@@ -126,6 +131,11 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     })
     .context("starting SeaweedFS")?;
     weed.put_file(BUCKET, "remote.erofs", &image)?;
+    let digest = foliofs_block::remote::digest::Digest::of_reader(
+        std::io::BufReader::new(std::fs::File::open(&image)?),
+        foliofs_block::remote::digest::PIECE,
+    )?;
+    weed.put(BUCKET, "remote.erofs.digest", &digest.to_bytes())?;
     let url = PathBuf::from(format!("s3://{BUCKET}/remote.erofs"));
     let cache = env.subdir("remote-cache")?;
     let remote_opts = format!(
@@ -139,10 +149,10 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     ];
     let how = |way: Way| How::Foliofs {
         fstype: "erofs",
-        opts: if way == Way::Local {
-            String::new()
-        } else {
-            remote_opts.clone()
+        opts: match way {
+            Way::Local => String::new(),
+            Way::ColdDigest => format!("{remote_opts},digest"),
+            _ => remote_opts.clone(),
         },
     };
 
@@ -158,7 +168,7 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     let find_ls = |mnt: &Path| time_cmd(Command::new("find").arg(mnt.join("app")).arg("-ls"));
     let works: [Work<'_>; 3] = [("seq", &seq), ("startup", &startup), ("find_ls", &find_ls)];
     let mut traffic = [Traffic::default(); 3];
-    let mut failed: [Option<String>; 3] = Default::default();
+    let mut failed: [Option<String>; 4] = Default::default();
 
     for round in 0..cfg.runs {
         for (w, (key, work)) in works.iter().enumerate() {
@@ -170,7 +180,13 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             // local file or the warm cache (not the disk's direct-read
             // speed, which held; not SeaweedFS, which was idle; a 3 s pause
             // did not help). With warm always first, that fell on it alone.
-            let order = if round % 2 == 0 { [2, 1, 0] } else { [2, 0, 1] };
+            // The two cold ways take turns too, so the digest's cost is
+            // their ratio within one round.
+            let order = if round % 2 == 0 {
+                [2, 3, 1, 0]
+            } else {
+                [3, 2, 0, 1]
+            };
             for row in order {
                 let (way, label) = WAYS[row];
                 if failed[row].is_some() {
@@ -181,7 +197,7 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                     &format!("[remote] round {}/{}: {label}: {key}", round + 1, cfg.runs),
                 );
                 let r = (|| -> Result<(f64, Option<(u64, u64)>)> {
-                    if way == Way::Cold {
+                    if matches!(way, Way::Cold | Way::ColdDigest) {
                         empty_dir(&cache)?;
                     }
                     let source = if way == Way::Local {
@@ -227,7 +243,7 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     }
     let mb = |b: u64| b as f64 / 1e6;
     section.notes.push(format!(
-        "one EROFS image of {:.0} MB in a SeaweedFS on loopback (s3://, signed): a start-up set of {} files, {:.0} MB (about a tenth of the image), and one {} MiB file; chunk={CHUNK}; every run mounts afresh and drops the page cache first; cold runs empty the disk cache, warm runs find what the cold run before them fetched; after each cold run, warm and local take turns at going first; ratios are to the local file",
+        "one EROFS image of {:.0} MB in a SeaweedFS on loopback (s3://, signed): a start-up set of {} files, {:.0} MB (about a tenth of the image), and one {} MiB file; chunk={CHUNK}; every run mounts afresh and drops the page cache first; cold runs empty the disk cache, warm runs find what the cold run before them fetched; after each cold run, warm and local take turns at going first (as do cold with and without -o digest); ratios are to the local file, and the digest's to the cold cache without it",
         mb(image_size),
         stats.files,
         mb(stats.bytes),

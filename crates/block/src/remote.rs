@@ -4,6 +4,7 @@
 mod cache;
 mod client;
 mod credentials;
+pub mod digest;
 mod object;
 mod options;
 mod stats;

@@ -3,6 +3,7 @@
 
 mod cat;
 mod completions;
+mod digest;
 mod extract;
 mod fsck;
 mod info;
@@ -62,6 +63,9 @@ enum Command {
     Extract(extract::ExtractArgs),
     /// Check an image for damage; exit 0 when clean, 1 with one line per defect.
     Fsck(fsck::FsckArgs),
+    /// Write an image file's digest (IMAGE.digest): upload it beside the
+    /// image and mount with `-o digest` so that every fetched byte is checked.
+    Digest(digest::DigestArgs),
     /// Print a completion script for bash, zsh, fish, elvish or PowerShell.
     Completions(completions::CompletionsArgs),
     /// Print a manual page (roff) of foliofs or one of its commands.
@@ -117,6 +121,7 @@ fn run(cmd: Command) -> anyhow::Result<i32> {
         Command::Cat(a) => cat::run(a),
         Command::Extract(a) => extract::run(a),
         Command::Fsck(a) => fsck::run(a),
+        Command::Digest(a) => digest::run(a),
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => man::run(a),
         Command::WatchMount(a) => mount::watch(a),

@@ -125,6 +125,8 @@ fn reading_keys_are_exactly_what_open_options_and_devices_hold() {
         "path_style",
         "insecure_http",
         "timeout=5",
+        "digest",
+        "digest=s3://b/k.digest",
     ] {
         let o = parse(s).unwrap();
         let key = s.split('=').next().unwrap();
@@ -143,7 +145,7 @@ fn reading_keys_are_exactly_what_open_options_and_devices_hold() {
         );
     }
     // The lists are made of their parts, each key once.
-    assert_eq!(ImageOptions::KEYS.len(), 14);
+    assert_eq!(ImageOptions::KEYS.len(), 15);
     for k in RemoteOptions::KEYS {
         assert!(OpenOptions::is_key(k), "{k}");
     }

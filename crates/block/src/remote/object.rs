@@ -28,7 +28,8 @@ use foliofs_vfs::{Error, Result};
 use super::cache::{DiskCache, Found};
 use super::client::{retrying, Backend, Head, HttpBackend, RetryPolicy};
 use super::credentials::AwsConfig;
-use super::options::check_chunk;
+use super::digest::{self, Digest};
+use super::options::{self, check_chunk};
 use super::stats::{Counters, RemoteStats, Stat};
 use super::url::{parse, redact};
 use super::RemoteOptions;
@@ -84,6 +85,8 @@ struct Shared {
     chunks: u64,
     max_window: u64,
     cache: DiskCache,
+    /// What every fetched chunk is checked against, when asked for.
+    digest: Option<Digest>,
     policy: RetryPolicy,
     /// Set when a fetch gave up, cleared by the next that succeeds.
     down: AtomicBool,
@@ -156,6 +159,36 @@ pub fn release_unused() -> usize {
     unused.len()
 }
 
+/// Fetches and checks the digest of an object of `size` bytes: its length
+/// is known from `size` before its GET, so a digest object of another
+/// size is refused without reading it.
+fn fetch_digest(
+    backend: &dyn Backend,
+    size: u64,
+    policy: &RetryPolicy,
+    counters: &Counters,
+) -> std::result::Result<Digest, (io::ErrorKind, String)> {
+    let head = retrying(policy, counters, |t| backend.head(t))
+        .map_err(|e| (e.last.io_kind(), e.describe()))?;
+    let bad = |why: String| (io::ErrorKind::InvalidData, why);
+    if head.size > digest::MAX_LEN {
+        return Err(bad(digest::DigestError::TooLarge(head.size).to_string()));
+    }
+    let body = retrying(policy, counters, |t| {
+        let b = backend.get(&head, 0, head.size, t)?;
+        if b.len() as u64 != head.size {
+            return Err(super::client::FetchError::transient(format!(
+                "the server sent {} bytes for {}",
+                b.len(),
+                head.size
+            )));
+        }
+        Ok(b)
+    })
+    .map_err(|e| (e.last.io_kind(), e.describe()))?;
+    Digest::parse(&body, size).map_err(|e| bad(e.to_string()))
+}
+
 impl RemoteObject {
     /// Opens `source` (an `s3://`, `https://` or `http://` URL) as `opts`
     /// say, or returns the object this process already opened so.
@@ -197,6 +230,45 @@ impl RemoteObject {
             aws.credentials.as_ref(),
         )
         .map_err(|e| open_error(io::ErrorKind::InvalidInput, &shown, e))?;
+        let digest_backend = match &opts.digest {
+            None => None,
+            Some(d) => {
+                let url = match d {
+                    options::Digest::At(u) => u.clone(),
+                    options::Digest::Beside if source.contains('?') => {
+                        return Err(open_error(
+                            io::ErrorKind::InvalidInput,
+                            &shown,
+                            "-o digest: the URL has a query string, so there is no KEY.digest beside it: pass -o digest=URL",
+                        ))
+                    }
+                    options::Digest::Beside => format!("{source}.digest"),
+                };
+                let dshown = redact(&url);
+                let dloc = parse(&url, opts, &region).map_err(|e| {
+                    open_error(
+                        io::ErrorKind::InvalidInput,
+                        &shown,
+                        format!("digest {}: {}", e.url, e.why),
+                    )
+                })?;
+                let b = HttpBackend::new(
+                    &dloc,
+                    &region,
+                    opts.path_style,
+                    opts.insecure_http,
+                    aws.credentials.as_ref(),
+                )
+                .map_err(|e| {
+                    open_error(
+                        io::ErrorKind::InvalidInput,
+                        &shown,
+                        format!("digest {dshown}: {e}"),
+                    )
+                })?;
+                Some((Box::new(b) as Box<dyn Backend>, dshown))
+            }
+        };
         let cache_dir = match &opts.cache_dir {
             Some(d) => d.clone(),
             None => {
@@ -218,19 +290,22 @@ impl RemoteObject {
             &shown,
             &cache_dir,
             opts,
+            digest_backend,
         )?);
         reg.insert(key, object.clone());
         Ok(object)
     }
 
     /// Opens the object behind `backend` (not shared): the HEAD, the cache,
-    /// the fetch threads.
+    /// the fetch threads; and the digest from `digest` (its backend and
+    /// its URL as shown) when one is asked for.
     pub(crate) fn open_with(
         backend: Box<dyn Backend>,
         identity: &str,
         shown: &str,
         cache_dir: &Path,
         opts: &RemoteOptions,
+        digest: Option<(Box<dyn Backend>, String)>,
     ) -> Result<RemoteObject> {
         check_chunk(opts.chunk).map_err(|e| open_error(io::ErrorKind::InvalidInput, shown, e))?;
         let counters = Counters::new();
@@ -252,6 +327,12 @@ impl RemoteObject {
             ));
         }
         let size = head.size;
+        let digest = match digest {
+            None => None,
+            Some((b, dshown)) => Some(fetch_digest(&*b, size, &policy, &counters).map_err(
+                |(kind, why)| open_error(kind, shown, format!("digest {dshown}: {why}")),
+            )?),
+        };
         let cache = DiskCache::open(
             cache_dir,
             identity,
@@ -295,6 +376,7 @@ impl RemoteObject {
             chunks,
             max_window: (MAX_AHEAD / chunk).clamp(1, 32),
             cache,
+            digest,
             policy,
             down: AtomicBool::new(false),
             counters,

@@ -65,6 +65,19 @@ pub struct RemoteOptions {
     /// The longest one read waits for the backend, across retries
     /// (`timeout=SECONDS`), before it fails with EIO.
     pub timeout: Duration,
+    /// Where the object's digest is (`digest=URL`, or `digest` alone for
+    /// the object's URL with `.digest` added); every fetched range is
+    /// checked against it. `None`: fetched bytes are trusted.
+    pub digest: Option<Digest>,
+}
+
+/// Where a remote object's digest is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Digest {
+    /// Beside the object: its URL with `.digest` added.
+    Beside,
+    /// At this URL (read with the same endpoint and credentials).
+    At(String),
 }
 
 impl Default for RemoteOptions {
@@ -79,6 +92,7 @@ impl Default for RemoteOptions {
             path_style: false,
             insecure_http: false,
             timeout: Duration::from_secs(30),
+            digest: None,
         }
     }
 }
@@ -97,6 +111,7 @@ impl RemoteOptions {
         "path_style",
         "insecure_http",
         "timeout",
+        "digest",
     ];
 
     /// Whether `key` is one of [`RemoteOptions::KEYS`].
@@ -198,6 +213,23 @@ impl RemoteOptions {
                     })?;
                 self.timeout = Duration::from_secs(secs);
             }
+            "digest" => {
+                self.digest = Some(match value {
+                    None => Digest::Beside,
+                    Some(v) => {
+                        let scheme = v.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+                        if !matches!(scheme.as_deref(), Some("s3" | "https" | "http"))
+                            || v.ends_with("://")
+                        {
+                            return Err(OptionError::bad(
+                                key,
+                                format!("`{v}` is not an s3://, https:// or http:// URL"),
+                            ));
+                        }
+                        Digest::At(v.to_owned())
+                    }
+                });
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -238,6 +270,12 @@ mod tests {
         assert_eq!(r.endpoint.as_deref(), Some("http://127.0.0.1:8333"));
         assert_eq!(r.region.as_deref(), Some("eu-west-1"));
         assert_eq!(r.timeout, Duration::from_secs(3));
+        assert_eq!(r.digest, None);
+        assert_eq!(parse("digest").unwrap().digest, Some(Digest::Beside));
+        assert_eq!(
+            parse("digest=s3://b/k.d").unwrap().digest,
+            Some(Digest::At("s3://b/k.d".into()))
+        );
         // A URL's `=` and `:` stay in the value.
         let r = parse("endpoint=https://h:9000/p?a=b").unwrap();
         assert_eq!(r.endpoint.as_deref(), Some("https://h:9000/p?a=b"));
@@ -289,6 +327,9 @@ mod tests {
             ("timeout=3601", "timeout", "from 1 to 3600"),
             ("timeout=1.5", "timeout", "from 1 to 3600"),
             ("timeout=-1", "timeout", "from 1 to 3600"),
+            ("digest=", "digest", "not an s3://"),
+            ("digest=k.digest", "digest", "not an s3://"),
+            ("digest=s3://", "digest", "not an s3://"),
         ] {
             let e = parse(s).unwrap_err();
             assert!(

@@ -17,6 +17,9 @@ pub struct RemoteStats {
     /// Cached chunks whose bytes did not match their checksums: dropped
     /// and fetched again.
     pub cache_corrupt: u64,
+    /// Fetched ranges whose bytes did not match the object's digest:
+    /// dropped and fetched again.
+    pub fetch_corrupt: u64,
     /// Fetches that failed for good (after their retries).
     pub fetch_errors: u64,
     /// Requests sent again after a transient failure.
@@ -27,12 +30,13 @@ impl std::fmt::Display for RemoteStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "read {} B, fetched {} B, cache hits {}, misses {}, corrupt {}, fetch errors {}, retries {}",
+            "read {} B, fetched {} B, cache hits {}, misses {}, corrupt {}, fetch corrupt {}, fetch errors {}, retries {}",
             self.bytes_read,
             self.bytes_fetched,
             self.cache_hits,
             self.cache_misses,
             self.cache_corrupt,
+            self.fetch_corrupt,
             self.fetch_errors,
             self.retries
         )
@@ -47,6 +51,7 @@ pub(crate) enum Stat {
     CacheHits,
     CacheMisses,
     CacheCorrupt,
+    FetchCorrupt,
     FetchErrors,
     Retries,
 }
@@ -54,11 +59,11 @@ pub(crate) enum Stat {
 /// A set of counters: one per process ([`stats`]) and one per object
 /// (what tests look at, since tests share the process).
 #[derive(Debug, Default)]
-pub(crate) struct Counters([AtomicU64; 7]);
+pub(crate) struct Counters([AtomicU64; 8]);
 
 impl Counters {
     pub(crate) const fn new() -> Counters {
-        Counters([const { AtomicU64::new(0) }; 7])
+        Counters([const { AtomicU64::new(0) }; 8])
     }
 
     /// Adds `n` to `stat` here and in the process's counters.
@@ -77,6 +82,7 @@ impl Counters {
             cache_hits: get(Stat::CacheHits),
             cache_misses: get(Stat::CacheMisses),
             cache_corrupt: get(Stat::CacheCorrupt),
+            fetch_corrupt: get(Stat::FetchCorrupt),
             fetch_errors: get(Stat::FetchErrors),
             retries: get(Stat::Retries),
         }

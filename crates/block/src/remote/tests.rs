@@ -25,6 +25,8 @@ struct Mem {
     delay: Mutex<Duration>,
     /// GETs send half the body.
     short: AtomicBool,
+    /// GETs still to send with one byte flipped (right length).
+    flip: AtomicU32,
     /// The size the HEAD claims, when not the data's.
     claimed_size: Mutex<Option<u64>>,
     /// Chunk starts in the order their GETs began.
@@ -90,6 +92,14 @@ impl Backend for MemBackend {
             if m.short.load(SeqCst) {
                 body.truncate(body.len() / 2);
             }
+            if !body.is_empty()
+                && m.flip
+                    .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                let i = body.len() / 3;
+                body[i] ^= 0x20;
+            }
             Ok(body)
         })();
         m.running.fetch_sub(1, SeqCst);
@@ -127,6 +137,7 @@ fn open(m: &Arc<Mem>, dir: &std::path::Path, o: &RemoteOptions) -> RemoteObject 
         "mem://obj",
         dir,
         o,
+        None,
     )
     .unwrap()
 }
@@ -580,6 +591,7 @@ fn open_failures_are_one_line_naming_the_url() {
         "mem://obj",
         dir.path(),
         &o,
+        None,
     )
     .unwrap_err();
     let text = e.to_string();
@@ -593,8 +605,15 @@ fn open_failures_are_one_line_naming_the_url() {
         ..opts()
     };
     m.down.store(false, SeqCst);
-    let e = RemoteObject::open_with(Box::new(MemBackend(m)), "i", "mem://obj", dir.path(), &bad)
-        .unwrap_err();
+    let e = RemoteObject::open_with(
+        Box::new(MemBackend(m)),
+        "i",
+        "mem://obj",
+        dir.path(),
+        &bad,
+        None,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("power of two"), "{e}");
 }
 
@@ -622,6 +641,7 @@ fn a_size_too_large_to_cache_is_refused_at_open() {
         "mem://obj",
         dir.path(),
         &opts(),
+        None,
     )
     .unwrap_err();
     let text = e.to_string();
@@ -631,4 +651,123 @@ fn a_size_too_large_to_cache_is_refused_at_open() {
     );
     assert_eq!(text.lines().count(), 1);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// A backend serving a fixed digest object.
+struct DigestBackend(Vec<u8>);
+
+impl Backend for DigestBackend {
+    fn head(&self, _: Duration) -> Result<Head, FetchError> {
+        Ok(Head {
+            size: self.0.len() as u64,
+            etag: Some("\"d\"".into()),
+            last_modified: None,
+        })
+    }
+    fn get(&self, _: &Head, start: u64, len: u64, _: Duration) -> Result<Vec<u8>, FetchError> {
+        Ok(self.0[start as usize..(start + len) as usize].to_vec())
+    }
+}
+
+fn digest_of(data: &[u8]) -> Vec<u8> {
+    super::digest::Digest::of_reader(data, super::digest::PIECE)
+        .unwrap()
+        .to_bytes()
+}
+
+fn open_digested(
+    m: &Arc<Mem>,
+    dir: &std::path::Path,
+    o: &RemoteOptions,
+    digest: Vec<u8>,
+) -> foliofs_vfs::Result<RemoteObject> {
+    RemoteObject::open_with(
+        Box::new(MemBackend(m.clone())),
+        "mem://obj",
+        "mem://obj",
+        dir,
+        o,
+        Some((Box::new(DigestBackend(digest)), "mem://obj.digest".into())),
+    )
+}
+
+#[test]
+fn flipped_bytes_are_fetched_again_never_served_or_cached() {
+    let m = mem(300_000);
+    let truth = m.data.lock().unwrap().clone();
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts();
+    let r = open_digested(&m, dir.path(), &o, digest_of(&truth)).unwrap();
+    // Two bad bodies in a row: the third try is right.
+    m.flip.store(2, SeqCst);
+    let mut buf = vec![0u8; truth.len()];
+    assert_eq!(r.read_at(&mut buf, 0).unwrap(), truth.len());
+    assert!(buf == truth, "wrong bytes served");
+    let s = r.stats();
+    assert_eq!(s.fetch_corrupt, 2, "{s:?}");
+    assert!(r.settle(Duration::from_secs(5)));
+    drop(r);
+    // What the cache kept is right: read back with the backend now lying
+    // on every GET, and no GET needed.
+    m.flip.store(u32::MAX, SeqCst);
+    let gets = m.gets.load(SeqCst);
+    let r = open_digested(&m, dir.path(), &o, digest_of(&truth)).unwrap();
+    let mut again = vec![0u8; truth.len()];
+    r.read_at(&mut again, 0).unwrap();
+    assert!(again == truth);
+    assert_eq!(m.gets.load(SeqCst), gets);
+}
+
+#[test]
+fn flipped_bytes_that_persist_are_eio() {
+    let m = mem(200_000);
+    let truth = m.data.lock().unwrap().clone();
+    let dir = tempfile::tempdir().unwrap();
+    let o = RemoteOptions {
+        timeout: Duration::from_secs(1),
+        ..opts()
+    };
+    let r = open_digested(&m, dir.path(), &o, digest_of(&truth)).unwrap();
+    m.flip.store(u32::MAX, SeqCst);
+    let mut buf = vec![0u8; 4096];
+    let t = Instant::now();
+    let e = r.read_at(&mut buf, 70_000).unwrap_err().to_string();
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert!(e.contains("do not match the digest"), "{e}");
+    assert!(r.stats().fetch_corrupt > 0);
+    // Healed when the fault stops.
+    m.flip.store(0, SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match r.read_at(&mut buf, 70_000) {
+            Ok(_) => break,
+            Err(e) => assert!(Instant::now() < deadline, "not healed: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(buf[..] == truth[70_000..74_096]);
+}
+
+#[test]
+fn a_wrong_digest_fails_the_open_by_name() {
+    let m = mem(200_000);
+    let truth = m.data.lock().unwrap().clone();
+    let dir = tempfile::tempdir().unwrap();
+    let mut damaged = digest_of(&truth);
+    damaged[50] ^= 1;
+    let other = digest_of(&truth[..150_000]);
+    for (digest, why) in [
+        (damaged, "damaged"),
+        (other, "an object of 150000 bytes"),
+        (b"not a digest".to_vec(), "bad magic"),
+    ] {
+        let e = open_digested(&m, dir.path(), &opts(), digest)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("digest mem://obj.digest") && e.contains(why),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+    }
 }

@@ -65,6 +65,7 @@ fn remote_gauge() -> foliofs_fuse::published::Gauge {
                 ("cache_hits", r.cache_hits),
                 ("cache_misses", r.cache_misses),
                 ("cache_corrupt", r.cache_corrupt),
+                ("fetch_corrupt", r.fetch_corrupt),
                 ("fetch_errors", r.fetch_errors),
                 ("retries", r.retries),
             ]

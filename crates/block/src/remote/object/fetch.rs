@@ -171,6 +171,14 @@ impl Shared {
                     body.len()
                 )));
             }
+            if let Some(d) = &self.digest {
+                if let Err(why) = d.check(start, &body) {
+                    // Damaged on the way (or by the server): never handed
+                    // on, tried again as a transient fault.
+                    self.counters.add(Stat::FetchCorrupt, 1);
+                    return Err(FetchError::transient(why));
+                }
+            }
             Ok(body)
         };
         let got = if self.down.load(Ordering::Relaxed) {

@@ -7,6 +7,7 @@
 
 mod cache;
 mod campaign;
+mod digest;
 mod faults;
 mod mount;
 mod user;
