@@ -503,6 +503,21 @@ impl Shared {
         }
     }
 
+    /// The flight chunk `c` is fetched by, started if none is, and
+    /// whether it was already under way.
+    fn flight_for(&self, st: &mut State, c: u64) -> (Arc<Flight>, bool) {
+        match st.inflight.get(&c) {
+            Some(f) => (f.clone(), true),
+            None => {
+                let f = Flight::new();
+                st.inflight.insert(c, f.clone());
+                st.demand.push_back(c);
+                self.work.notify_one();
+                (f, false)
+            }
+        }
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         let size = self.head.size;
         if offset >= size || buf.is_empty() {
@@ -538,25 +553,29 @@ impl Shared {
                 st = self.state.lock().unwrap();
             }
             self.counters.add(Stat::CacheMisses, 1);
-            let flight = match st.inflight.get(&c) {
-                Some(f) => f.clone(),
-                None => {
-                    let f = Flight::new();
-                    st.inflight.insert(c, f.clone());
-                    st.demand.push_back(c);
-                    self.work.notify_one();
-                    f
-                }
-            };
-            waits.push((c, flight));
+            let (flight, joined) = self.flight_for(&mut st, c);
+            waits.push((c, flight, joined));
         }
         self.sequential(offset, n as u64);
         let deadline = std::time::Instant::now() + self.policy.total;
-        for (c, flight) in waits {
+        for (c, mut flight, joined) in waits {
             let (range, within) = part(c);
+            if joined {
+                // A flight begun before this reader came may fail on what
+                // the server did then (a stall it has since left): one new
+                // flight of the reader's own, within its own deadline.
+                if let Some(Err(_)) = flight.wait(deadline) {
+                    let mut st = self.state.lock().unwrap();
+                    flight = self.flight_for(&mut st, c).0;
+                }
+            }
             let outcome = flight.wait(deadline).unwrap_or_else(|| {
+                let last = flight
+                    .last_try()
+                    .map(|why| format!(" (last try: {why})"))
+                    .unwrap_or_default();
                 Err(format!(
-                    "bytes {}-{}: no answer within timeout={} s",
+                    "bytes {}-{}: no answer within timeout={} s{last}",
                     c * self.chunk,
                     c * self.chunk + self.chunk_len(c) as u64 - 1,
                     self.policy.total.as_secs_f64()

@@ -29,6 +29,9 @@ type Outcome = std::result::Result<Arc<Vec<u8>>, Arc<str>>;
 pub(super) struct Flight {
     result: Mutex<Option<Outcome>>,
     done: Condvar,
+    /// Why the last try failed, while the fetch still retries: a reader
+    /// whose own deadline comes first says what the server was doing.
+    last_try: Mutex<Option<String>>,
 }
 
 impl Flight {
@@ -36,7 +39,13 @@ impl Flight {
         Arc::new(Flight {
             result: Mutex::new(None),
             done: Condvar::new(),
+            last_try: Mutex::new(None),
         })
+    }
+
+    /// Why the last failed try of this fetch failed, if one did.
+    pub(super) fn last_try(&self) -> Option<String> {
+        self.last_try.lock().unwrap().clone()
     }
 
     /// The outcome, or `None` once `deadline` passes without one: a
@@ -110,7 +119,7 @@ impl Shared {
                 st.background += 1;
             }
             drop(st);
-            let outcome = self.fetch(c);
+            let outcome = self.fetch(c, &flight);
             if let Ok(data) = &outcome {
                 // Readers first (the disk write can wait), but counted
                 // from now on, so that settling waits for it.
@@ -157,10 +166,10 @@ impl Shared {
     /// `timeout=`, or, once a fetch gave up and until the server answers
     /// again, one try, so that readers fail fast rather than each wait
     /// out the whole timeout against a server that is down.
-    fn fetch(&self, c: u64) -> Outcome {
+    fn fetch(&self, c: u64, flight: &Flight) -> Outcome {
         let start = c * self.chunk;
         let len = self.chunk_len(c) as u64;
-        let attempt = |t| {
+        let tried = |t| {
             let body = self.backend.get(&self.head, start, len, t)?;
             if body.len() as u64 != len {
                 // Cut short on the way, or an object shorter than at
@@ -180,6 +189,11 @@ impl Shared {
                 }
             }
             Ok(body)
+        };
+        let attempt = |t| {
+            tried(t).inspect_err(|e: &FetchError| {
+                *flight.last_try.lock().unwrap() = Some(e.message.clone());
+            })
         };
         let got = if self.down.load(Ordering::Relaxed) {
             let t = Instant::now();
