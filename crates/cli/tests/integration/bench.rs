@@ -119,7 +119,8 @@ fn quick_remote_bench_measures_cold_warm_and_local() {
     let s = &v["sections"][0];
     assert_eq!(s["name"], "remote");
     let rows = s["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 3, "{stdout}");
+    // local, cold, cold with -o digest, warm
+    assert_eq!(rows.len(), 4, "{stdout}");
     for r in rows {
         assert!(r["note"].is_null(), "{r}");
         for key in ["seq", "startup", "find_ls"] {
