@@ -207,14 +207,26 @@ impl DiskCache {
 
     /// Evicts again if the last eviction left the directory over its limit
     /// and a while has passed (the process that held what it wanted may
-    /// have closed it since).
+    /// have closed it since), or if chunks were stored since the last
+    /// count: each process counts only its own stores between counts, so
+    /// several filling one directory can take it past the limit together,
+    /// which a count once they pause (or close) finds and undoes.
     pub fn tidy(&self) {
         let due = self
             .over
             .lock()
             .unwrap()
-            .is_some_and(|at| at.elapsed() >= RETRY_EVICT);
+            .is_some_and(|at| at.elapsed() >= RETRY_EVICT)
+            || self.since_scan.load(Ordering::Relaxed) > 0;
         if due {
+            self.evict();
+        }
+    }
+
+    /// As [`tidy`](Self::tidy), without waiting for a retry to be due: the
+    /// object is being closed and its committer will not come back.
+    pub fn tidy_at_close(&self) {
+        if self.over.lock().unwrap().is_some() || self.since_scan.load(Ordering::Relaxed) > 0 {
             self.evict();
         }
     }

@@ -156,6 +156,9 @@ impl Shared {
                 continue;
             }
             if self.state.lock().unwrap().shutdown {
+                // The last stores may have taken the directory past its
+                // limit with another process's: counted once more.
+                self.cache.tidy_at_close();
                 return;
             }
             self.cache.tidy();
