@@ -199,6 +199,77 @@ fn two_mounts_of_one_object_share_its_cache_within_its_bound() {
     assert!(du(cache) <= limit);
 }
 
+/// The kernel's ramfs mounted on a directory, detached when dropped: a
+/// file system that holds sparse files but cannot punch holes
+/// (`fallocate` says EOPNOTSUPP).
+struct NoPunch(std::path::PathBuf);
+
+impl NoPunch {
+    fn at(dir: &std::path::Path) -> Result<NoPunch, String> {
+        let out = common::run_timeout(
+            std::process::Command::new("mount")
+                .args(["-t", "ramfs", "foliofs-nopunch"])
+                .arg(dir),
+            Duration::from_secs(30),
+        );
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(NoPunch(dir.to_owned()))
+    }
+}
+
+impl Drop for NoPunch {
+    fn drop(&mut self) {
+        let _ = common::run_timeout(
+            std::process::Command::new("umount").arg("-l").arg(&self.0),
+            Duration::from_secs(30),
+        );
+    }
+}
+
+#[test]
+fn cache_size_bounds_a_cache_on_a_file_system_that_cannot_punch_holes() {
+    require!("fuse", "weed", "genromfs", "mount", "fallocate");
+    let b = Bounded::new();
+    let (cache, want, limit) = (&b.cache, &b.want, Bounded::LIMIT);
+    let _ramfs = match NoPunch::at(cache) {
+        Ok(m) => m,
+        Err(why) => {
+            eprintln!("skip: no kernel ramfs to hold the cache: {why}");
+            return;
+        }
+    };
+    // The premise: this file system refuses to punch a hole.
+    let probe = cache.join("probe");
+    fs::write(&probe, [1u8; 8192]).unwrap();
+    let punch = common::run_timeout(
+        std::process::Command::new("fallocate")
+            .args(["-p", "-o", "0", "-l", "4096"])
+            .arg(&probe),
+        Duration::from_secs(30),
+    );
+    assert!(!punch.status.success(), "the kernel's ramfs punched a hole");
+    fs::remove_file(&probe).unwrap();
+    let m = b.mount();
+    // Read twice over, many times the limit, and all of it right: whole
+    // objects go where chunks cannot.
+    for round in 0..2 {
+        assert_same("no punching", want, &walk_mounted(m.path()));
+        assert!(
+            common::wait_until(Duration::from_secs(10), || du(cache) <= limit),
+            "round {round}: the cache holds {} bytes, more than cache_size=1M",
+            du(cache)
+        );
+        common::drop_caches();
+    }
+    let stats = remote_stats(m.path());
+    assert!(stats["bytes_fetched"] > 4 * limit, "{stats:?}");
+    assert_eq!(stats["cache_corrupt"], 0, "{stats:?}");
+    m.unmount().unwrap();
+    assert!(du(cache) <= limit, "{} bytes after unmount", du(cache));
+}
+
 #[test]
 fn a_server_killed_while_caching_leaves_a_cache_the_next_mount_reads_right() {
     require!("fuse", "weed", "genromfs");
