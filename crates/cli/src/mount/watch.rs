@@ -54,10 +54,13 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<i32> {
 
 /// Why mounting failed, with what to do when the mount point lies in a
 /// FUSE mount whose server died: every access to it then fails with
-/// ENOTCONN, which says nothing of the cure.
+/// ENOTCONN, or ECONNABORTED for a request caught in flight while the
+/// kernel ends the connection (over io_uring that comes after the process
+/// is gone, when its rings are torn down); neither says anything of the
+/// cure.
 pub(super) fn mount_failure(e: foliofs_fuse::MountError, mountpoint: &Path) -> anyhow::Error {
     let dead = matches!(&e, foliofs_fuse::MountError::Mountpoint { source, .. }
-        if source.raw_os_error() == Some(libc::ENOTCONN));
+        if matches!(source.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)));
     if !dead {
         return e.into();
     }
