@@ -156,6 +156,22 @@ pub fn dirs_for(m: &MountInfo) -> Vec<PathBuf> {
 }
 
 impl MountState {
+    /// The record of a mount just made, served by `pid`, before any
+    /// server has been restarted.
+    pub fn new(info: &crate::session::MountInfo, pid: u32, format: &str, options: String) -> Self {
+        MountState {
+            mount_id: info.mount_id,
+            pid,
+            server: None,
+            restarts: 0,
+            failed_takeovers: 0,
+            source: info.source.clone(),
+            mountpoint: info.mountpoint.clone(),
+            format: format.to_owned(),
+            options,
+        }
+    }
+
     /// Writes the record (atomically: a reader never sees half of it).
     pub fn save(&self) -> io::Result<()> {
         let dir = state_dir()?;

@@ -280,17 +280,7 @@ pub(super) fn serve_mounted(
     };
     let pid = std::process::id();
     add_session_options(&mut shown, opts);
-    let state = MountState {
-        mount_id: info.mount_id,
-        pid,
-        server: None,
-        restarts: 0,
-        failed_takeovers: 0,
-        source: info.source.clone(),
-        mountpoint: info.mountpoint.clone(),
-        format: opened.format.to_owned(),
-        options: shown,
-    };
+    let state = MountState::new(&info, pid, opened.format, shown);
     if let Err(e) = state.save() {
         log::warn!("cannot record the mount for `foliofs mounts`: {e}");
     }

@@ -190,17 +190,7 @@ pub(super) fn run(
         source: source.to_owned(),
         mountpoint: info.mountpoint.clone(),
         opts: opts.clone(),
-        state: MountState {
-            mount_id: info.mount_id,
-            pid,
-            server: None,
-            restarts: 0,
-            failed_takeovers: 0,
-            source: info.source.clone(),
-            mountpoint: info.mountpoint.clone(),
-            format: String::new(),
-            options: String::new(),
-        },
+        state: MountState::new(&info, pid, "", String::new()),
     };
     let mut ready = ready;
     let r =
