@@ -177,7 +177,17 @@ impl Engine {
             let blocks = n.div_ceil(b);
             if blocks * b >= consumed {
                 // Compression saves no block here: one block as it is.
-                let count = rest.len().min(b);
+                // The kernel takes the last extent of a file to run to the
+                // end of its last lcluster, which for a PLAIN pcluster must
+                // not be more than the one block it holds: so the last one
+                // stops at an lcluster boundary rather than cross it.
+                // (Segments start on lcluster boundaries.)
+                let c = pos % b;
+                let count = if rest.len() <= b && c + rest.len() > b {
+                    b - c
+                } else {
+                    rest.len().min(b)
+                };
                 bytes.extend_from_slice(&rest[..count]);
                 bytes.resize(bytes.len() + (b - count), 0);
                 extents.push(Pcluster {
