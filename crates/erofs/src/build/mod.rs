@@ -1,5 +1,5 @@
 //! Building EROFS images from a directory tree or a tar stream,
-//! uncompressed: compact inodes wherever the kernel allows, FLAT_PLAIN and
+//! uncompressed or with LZ4/LZ4HC (`compress`): compact inodes wherever the kernel allows, FLAT_PLAIN and
 //! FLAT_INLINE (tail packing, off for regular files with
 //! `inline_data = false`), directories sorted as the kernel searches them,
 //! every file type, hard links, inline and shared xattrs with the name
@@ -17,6 +17,9 @@
 //! and the spill file (`data`), the metadata layout with directories and
 //! inodes (`layout`), xattrs (`xattr`), the superblock (`superblock`), and
 //! the two sources, a directory (`source_dir`) and a tar (`source_tar`).
+//! With compression, file data goes through an ordered queue of segments
+//! that workers compress; the queue holds a few segments per worker, so
+//! memory stays bounded, and everything is written in the order read.
 
 mod compress;
 mod data;
