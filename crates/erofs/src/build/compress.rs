@@ -175,15 +175,28 @@ impl Engine {
             let rest = &src[pos..];
             let (n, consumed) = self.dest_size(rest)?;
             let blocks = n.div_ceil(b);
-            if blocks * b >= consumed {
+            let c = pos % b;
+            let crossing_last = rest.len() <= b && c + rest.len() > b;
+            if blocks * b >= consumed && crossing_last && consumed == rest.len() && n <= b {
+                // The last piece, which as PLAIN would have to be split
+                // in two blocks (below): compressed, it takes one, though
+                // it saves nothing on its own.
+                bytes.resize(bytes.len() + (b - n), 0);
+                bytes.extend_from_slice(&self.dst[..n]);
+                extents.push(Pcluster {
+                    la: pos as u64,
+                    blocks: 1,
+                    raw: false,
+                });
+                pos += consumed;
+            } else if blocks * b >= consumed {
                 // Compression saves no block here: one block as it is.
                 // The kernel takes the last extent of a file to run to the
                 // end of its last lcluster, which for a PLAIN pcluster must
                 // not be more than the one block it holds: so the last one
                 // stops at an lcluster boundary rather than cross it.
                 // (Segments start on lcluster boundaries.)
-                let c = pos % b;
-                let count = if rest.len() <= b && c + rest.len() > b {
+                let count = if crossing_last {
                     b - c
                 } else {
                     rest.len().min(b)
