@@ -32,6 +32,30 @@ enum Way {
     Foliofs,
     MkfsErofs,
     TarX,
+    /// Compressed (`-z ALG`), to compare the two builders' speed and
+    /// size at the same options.
+    FoliofsZ(&'static str),
+    MkfsErofsZ(&'static str),
+}
+
+/// The compressors the compressed rows use.
+const ALGS: [&str; 2] = ["lz4", "lz4hc"];
+
+impl Way {
+    /// Index into the per-builder peak RSS and size tables.
+    fn slot(self) -> usize {
+        match self {
+            Way::Foliofs => 0,
+            Way::MkfsErofs => 1,
+            Way::TarX => 2,
+            Way::FoliofsZ(a) => 3 + 2 * ALGS.iter().position(|&x| x == a).unwrap_or(0),
+            Way::MkfsErofsZ(a) => 4 + 2 * ALGS.iter().position(|&x| x == a).unwrap_or(0),
+        }
+    }
+
+    fn is_image(self) -> bool {
+        self != Way::TarX
+    }
 }
 
 /// Runs a shell script with `vars`, returning its seconds.
@@ -140,11 +164,27 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         None,
         Row::new("tar x into a directory (overlayfs snapshotter)", "baseline"),
     ));
+    // Compressed rows, one mount each: the build is what they compare.
+    for alg in ALGS {
+        for way in [Way::FoliofsZ(alg), Way::MkfsErofsZ(alg)] {
+            let (name, group) = match way {
+                Way::FoliofsZ(_) => ("foliofs mkfs erofs", "foliofs"),
+                _ => ("mkfs.erofs --tar=f", "kernel"),
+            };
+            let mut row = Row::new(format!("{name} -z{alg}, kernel erofs buffered"), group);
+            if matches!(way, Way::MkfsErofsZ(_)) && mkfs.is_none() {
+                row.note = Some("needs a mkfs.erofs with --tar: --mkfs-erofs PATH".into());
+            } else if !env.root {
+                row.note = Some("the kernel's EROFS mounts need root".into());
+            }
+            plans.push((way, Some(mounts[0].1.clone()), row));
+        }
+    }
     let img = env.dir.join("unpacked.erofs");
     let dir = env.dir.join("unpacked");
     let rss = env.dir.join("rss");
-    let mut peak: [Option<u64>; 3] = [None; 3];
-    let mut sizes: [Option<u64>; 2] = [None; 2];
+    let mut peak: [Option<u64>; 3 + 2 * ALGS.len()] = [None; 3 + 2 * ALGS.len()];
+    let mut sizes: [Option<u64>; 3 + 2 * ALGS.len()] = [None; 3 + 2 * ALGS.len()];
     for round in 0..cfg.runs {
         for (way, how, row) in plans.iter_mut() {
             if row.note.is_some() {
@@ -164,6 +204,8 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                 Way::Foliofs => format!("exec {timer}\"$EXE\" mkfs erofs -q --tar=f --aufs -Enoinline_data -b4096 -U {UUID} - \"$IMG\" < \"$LAYER\""),
                 Way::MkfsErofs => format!("gzip -dc < \"$LAYER\" | {timer}\"$MKFS\" --tar=f --aufs --quiet -Enoinline_data -b4096 -U {UUID} \"$IMG\""),
                 Way::TarX => format!("mkdir \"$DIR\" && {timer}tar -xzf \"$LAYER\" -C \"$DIR\""),
+                Way::FoliofsZ(alg) => format!("exec {timer}\"$EXE\" mkfs erofs -q --tar=f -z{alg} -b4096 -U {UUID} - \"$IMG\" < \"$LAYER\""),
+                Way::MkfsErofsZ(alg) => format!("gzip -dc < \"$LAYER\" | {timer}\"$MKFS\" --tar=f --quiet -z{alg} -b4096 -U {UUID} \"$IMG\""),
             };
             let mkfs_path = mkfs.clone().unwrap_or_default();
             let res = timed_sh(
@@ -178,9 +220,9 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                 ],
             )
             .and_then(|unpack| {
-                let k = *way as usize;
+                let k = way.slot();
                 peak[k] = peak[k].max(rss_kib(&rss));
-                if k < 2 {
+                if way.is_image() {
                     sizes[k] = std::fs::metadata(&img).ok().map(|m| m.len());
                 }
                 let (first, next) = match how {
@@ -213,10 +255,16 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     } else {
         rows.len() - 1
     };
-    let pairs = (0..3)
+    let mut pairs: Vec<(usize, usize)> = (0..3)
         .filter(|&i| rows[i + 3].note.is_none())
         .map(|i| (i, i + 3))
         .collect();
+    // The compressed rows pair each foliofs row with mkfs.erofs's after it.
+    for i in (7..rows.len()).step_by(2) {
+        if rows[i + 1].note.is_none() {
+            pairs.push((i, i + 1));
+        }
+    }
     let kib = |v: Option<u64>| {
         v.map_or("not measured".to_owned(), |k| {
             format!("{:.1} MiB", k as f64 / 1024.0)
@@ -230,6 +278,20 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             layer_size,
             mkfs.as_ref().map_or(String::new(), |m| format!(" ({})", crate::mkfs::MkfsErofs::probe(m).describe())),
             cfg.runs
+        ),
+        format!(
+            "compressed rows (-zlz4, -zlz4hc; --tar=f -b4096 -U UUID, no --aufs, default pcluster, inline data allowed): image sizes {}; peak RSS {}; threads: foliofs its default --workers, mkfs.erofs its default --workers ({} CPUs here), both compressing on every CPU",
+            ALGS.iter()
+                .enumerate()
+                .map(|(i, a)| format!("{a}: foliofs {}, mkfs.erofs {}", mb(sizes[3 + 2 * i]), mb(sizes[4 + 2 * i])))
+                .collect::<Vec<_>>()
+                .join("; "),
+            ALGS.iter()
+                .enumerate()
+                .map(|(i, a)| format!("{a}: foliofs {}, mkfs.erofs {}", kib(peak[3 + 2 * i]), kib(peak[4 + 2 * i])))
+                .collect::<Vec<_>>()
+                .join("; "),
+            std::thread::available_parallelism().map_or(1, |n| n.get())
         ),
         format!(
             "image sizes: foliofs {}, mkfs.erofs {}; peak RSS (GNU time, the builder alone): foliofs {}, mkfs.erofs {}, tar x {}; threads: foliofs 1 (reading, inflating and writing in one), mkfs.erofs its default --workers ({} CPUs here, idle without compression), tar 1 plus gzip",

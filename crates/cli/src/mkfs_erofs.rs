@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use foliofs_erofs::build::{open_tar, Builder, Options};
+use foliofs_erofs::build::{open_tar, Algorithm, Builder, Compression, Options};
 
 #[derive(clap::Args, Debug)]
 pub struct ErofsArgs {
@@ -29,10 +29,20 @@ pub struct ErofsArgs {
     /// Volume label (at most 15 bytes).
     #[arg(short = 'L', value_name = "LABEL")]
     pub label: Option<String>,
-    /// Compression (`lz4`, `lz4hc[,LEVEL]`, `zstd`): not built yet, and
-    /// refused rather than ignored.
+    /// Compress regular files: `lz4`, or `lz4hc[,LEVEL]` (LEVEL 1 to 12,
+    /// default 9). Each physical cluster holds as much input as compresses
+    /// into it; a cluster that would not save a block, and a file that
+    /// would not, is stored as it is. Other algorithms are refused.
     #[arg(short = 'z', value_name = "ALG")]
     pub compress: Option<String>,
+    /// Largest physical cluster in bytes with -z: a multiple of the block
+    /// size, at most 1 MiB and 255 blocks (default: one block).
+    #[arg(short = 'C', value_name = "SIZE")]
+    pub pcluster: Option<u32>,
+    /// Threads compressing with -z (default: one per CPU); the image is
+    /// the same whatever the number.
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
     /// The source is a tar stream: `f` (file data copied into the image).
     /// Without it a SOURCE that is not a directory is read as a tar.
     #[arg(long = "tar", value_name = "MODE", num_args = 0..=1, default_missing_value = "f", require_equals = true)]
@@ -85,19 +95,58 @@ fn format_uuid(u: &[u8; 16]) -> String {
     )
 }
 
+/// A `-z` value: `lz4`, `lz4hc` or `lz4hc,LEVEL`.
+fn parse_algorithm(z: &str) -> anyhow::Result<Algorithm> {
+    let (name, level) = match z.split_once(',') {
+        Some((n, l)) => (n, Some(l)),
+        None => (z, None),
+    };
+    match (name, level) {
+        ("lz4", None) => Ok(Algorithm::Lz4),
+        ("lz4", Some(_)) => bail!("-z {z}: lz4 takes no level; use lz4hc,LEVEL"),
+        ("lz4hc", None) => Ok(Algorithm::Lz4hc(9)),
+        ("lz4hc", Some(l)) => match l.parse::<u8>() {
+            Ok(n @ 1..=12) => Ok(Algorithm::Lz4hc(n)),
+            _ => bail!("-z {z}: the lz4hc level must be 1 to 12"),
+        },
+        _ => bail!("-z {z}: only lz4 and lz4hc[,LEVEL] compression is built; leave -z out for an uncompressed image"),
+    }
+}
+
 /// The options, or why one cannot be honoured.
 fn options(a: &ErofsArgs) -> anyhow::Result<Options> {
     let mut o = Options::default();
-    if let Some(z) = &a.compress {
-        bail!(
-            "-z {z}: compressed images are not built yet; leave -z out for an uncompressed image"
-        );
-    }
     if let Some(b) = a.block_size {
         if !matches!(b, 512 | 1024 | 2048 | 4096) {
             bail!("-b {b}: the block size must be 512, 1024, 2048 or 4096");
         }
         o.blkszbits = b.trailing_zeros() as u8;
+    }
+    if let Some(z) = &a.compress {
+        let algorithm = parse_algorithm(z)?;
+        let blksz = 1u32 << o.blkszbits;
+        let pcluster = a.pcluster.unwrap_or(blksz);
+        if pcluster == 0
+            || !pcluster.is_multiple_of(blksz)
+            || pcluster > 1 << 20
+            || pcluster / blksz > 255
+        {
+            bail!(
+                "-C {pcluster}: the physical cluster size must be a multiple of the block size ({blksz}), at most 1 MiB and 255 blocks"
+            );
+        }
+        o.compression = Some(Compression {
+            algorithm,
+            pcluster,
+        });
+    } else if let Some(c) = a.pcluster {
+        bail!("-C {c}: a physical cluster size needs -z");
+    }
+    if let Some(n) = a.workers {
+        if n == 0 {
+            bail!("--workers 0: at least one thread is needed");
+        }
+        o.workers = n;
     }
     for list in &a.extended {
         for opt in list.split(',').filter(|s| !s.is_empty()) {

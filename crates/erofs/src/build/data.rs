@@ -10,6 +10,7 @@ use std::os::unix::fs::FileExt;
 
 use xxhash_rust::xxh3::Xxh3;
 
+use super::compress::Pcluster;
 use super::BuildError;
 
 /// Where a regular file's data went.
@@ -24,6 +25,9 @@ pub(crate) struct FileData {
     /// The tail to inline after the inode: its offset and length in the
     /// spill file.
     pub tail: Option<(u64, u32)>,
+    /// For a compressed file, its extents, whose pclusters fill `blocks`
+    /// blocks from `blkaddr` in order.
+    pub z: Option<Vec<Pcluster>>,
 }
 
 /// Bytes of file data read and written at a time.
@@ -122,6 +126,7 @@ impl Writer {
                 blkaddr: if blocks > 0 { blkaddr } else { 0 },
                 blocks,
                 tail,
+                z: None,
             })
         })();
         self.buf = buf;
@@ -166,7 +171,7 @@ impl Writer {
 }
 
 /// Reads until `buf` is full or the input ends; the count read.
-fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
         match r.read(&mut buf[got..]) {

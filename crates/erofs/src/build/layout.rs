@@ -11,6 +11,7 @@ use crate::format::{
     INODE_COMPACT_SIZE, I_FORMAT_EXTENDED, MAX_INODE_SIZE,
 };
 
+use super::compress;
 use super::data::{FileData, Writer};
 use super::tree::{Body, NodeId, Tree, ROOT};
 use super::xattr::{icount, Shared};
@@ -23,6 +24,8 @@ pub(crate) struct Placed {
     pub meta_blkaddr: u64,
     pub xattr_blkaddr: u64,
     pub xattr_filter: bool,
+    /// Some file is compressed.
+    pub compressed: bool,
 }
 
 /// One inode's plan.
@@ -38,7 +41,8 @@ struct Plan {
     xattrs: Vec<u8>,
     /// The `i_u` field: first block, or the encoded device number.
     i_u: u32,
-    /// Inline tail length (0: none).
+    /// Inline tail length (0: none), or for a compressed file the bytes
+    /// of its indexes and the padding before them.
     tail: u64,
 }
 
@@ -130,6 +134,14 @@ fn entries_of(tree: &Tree, dir: NodeId, parent: NodeId) -> Vec<(&[u8], NodeId)> 
 pub(crate) struct Params {
     pub epoch: i64,
     pub nsec: u32,
+    /// Pclusters may be larger than a block.
+    pub big_pcluster: bool,
+}
+
+/// Bytes of a compressed file's full indexes: the map header, 8
+/// reserved bytes, 8 per lcluster.
+fn index_len(size: u64, blksz: u64) -> u64 {
+    16 + 8 * size.div_ceil(blksz)
 }
 
 /// Lays out and writes every block after the file data: directory and
@@ -165,6 +177,7 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
 
     let shared = Shared::new(order.iter().map(|&n| &tree.nodes[n].meta.xattrs));
     let mut filter = false;
+    let mut compressed = false;
     // Directory and symlink blocks go right after the file data.
     let mut next_block = w.next_block;
     let mut plans = Vec::with_capacity(order.len());
@@ -209,6 +222,12 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
                 spread(&mut plan, dir_size(&names, blksz));
             }
             Body::Symlink(t) => spread(&mut plan, t.len() as u64),
+            Body::File(d) if d.z.is_some() => {
+                plan.size = d.size;
+                plan.layout = Layout::CompressedFull;
+                plan.i_u = d.blocks as u32;
+                compressed = true;
+            }
             Body::File(d) => {
                 plan.size = d.size;
                 plan.i_u = d.blkaddr as u32;
@@ -226,6 +245,16 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
             || plan.size > u64::from(u32::MAX)
             || m.mtime != p.epoch
             || m.nsec != p.nsec;
+        if plan.layout == Layout::CompressedFull {
+            // The map header is 8-byte aligned after the inode and xattrs.
+            let isize = if plan.extended {
+                MAX_INODE_SIZE
+            } else {
+                INODE_COMPACT_SIZE
+            };
+            let end = (isize + plan.xattrs.len()) as u64;
+            plan.tail = end.next_multiple_of(8) - end + index_len(plan.size, blksz);
+        }
         plans.push(plan);
     }
     if next_block > u64::from(u32::MAX) {
@@ -320,6 +349,23 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
                 buf.extend_from_slice(&t[t.len() - plan.tail as usize..]);
             }
             Body::Dir(_) if plan.tail > 0 => buf.extend_from_slice(&dir_tails[&k]),
+            Body::File(FileData {
+                z: Some(ext),
+                size,
+                blkaddr,
+                ..
+            }) => {
+                buf.resize(buf.len().next_multiple_of(8), 0);
+                let idx = compress::full_index(
+                    *size,
+                    *blkaddr,
+                    ext,
+                    w.blksz.trailing_zeros() as u8,
+                    p.big_pcluster,
+                );
+                debug_assert_eq!(idx.len() as u64, index_len(*size, blksz));
+                buf.extend_from_slice(&idx);
+            }
             _ => {}
         }
         if buf.len() >= 4 << 20 {
@@ -337,6 +383,7 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
         meta_blkaddr,
         xattr_blkaddr,
         xattr_filter: filter,
+        compressed,
     })
 }
 

@@ -1,5 +1,5 @@
 //! Building EROFS images from a directory tree or a tar stream,
-//! uncompressed: compact inodes wherever the kernel allows, FLAT_PLAIN and
+//! uncompressed or with LZ4/LZ4HC (`compress`): compact inodes wherever the kernel allows, FLAT_PLAIN and
 //! FLAT_INLINE (tail packing, off for regular files with
 //! `inline_data = false`), directories sorted as the kernel searches them,
 //! every file type, hard links, inline and shared xattrs with the name
@@ -17,7 +17,11 @@
 //! and the spill file (`data`), the metadata layout with directories and
 //! inodes (`layout`), xattrs (`xattr`), the superblock (`superblock`), and
 //! the two sources, a directory (`source_dir`) and a tar (`source_tar`).
+//! With compression, file data goes through an ordered queue of segments
+//! that workers compress; the queue holds a few segments per worker, so
+//! memory stays bounded, and everything is written in the order read.
 
+mod compress;
 mod data;
 mod error;
 mod layout;
@@ -32,6 +36,7 @@ use std::io::Read;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+pub use compress::{Algorithm, Compression};
 pub use error::BuildError;
 pub use source_tar::open_tar;
 
@@ -63,6 +68,12 @@ pub struct Options {
     pub fsync: bool,
     /// The volume label (at most 15 bytes).
     pub volume: Vec<u8>,
+    /// Compress regular files (`-z`, `-C`); `None` for an uncompressed
+    /// image.
+    pub compression: Option<Compression>,
+    /// Threads compressing (`--workers`); 0: one per CPU. The image is the
+    /// same whatever the number.
+    pub workers: usize,
 }
 
 impl Default for Options {
@@ -76,6 +87,8 @@ impl Default for Options {
             aufs: false,
             fsync: false,
             volume: Vec::new(),
+            compression: None,
+            workers: 0,
         }
     }
 }
@@ -103,6 +116,22 @@ pub struct Builder {
     tmp: tempfile::TempPath,
     image: PathBuf,
     data_bytes: u64,
+    /// The compression workers, when compressing.
+    pool: Option<compress::Pool>,
+    /// Segments read but not yet written, oldest first.
+    queue: compress::Queue,
+    /// Compressed files being written, by the slot their segments name.
+    zfiles: Vec<ZFile>,
+}
+
+/// A file whose data goes through the compression queue.
+struct ZFile {
+    node: NodeId,
+    size: u64,
+    /// The tail room, for a file stored uncompressed after all.
+    room: Option<u64>,
+    what: String,
+    data: data::FileData,
 }
 
 impl Builder {
@@ -140,6 +169,34 @@ impl Builder {
         let blksz = 1u64 << opts.blkszbits;
         let w = Writer::new(file, blksz, superblock::first_free_block(blksz))
             .map_err(BuildError::io("writing the image"))?;
+        let pool = match opts.compression {
+            None => None,
+            Some(c) => {
+                let p = u64::from(c.pcluster);
+                if p == 0
+                    || !p.is_multiple_of(blksz)
+                    || p > crate::format::MAX_PCLUSTER
+                    || p / blksz > 255
+                {
+                    return Err(BuildError::Option(format!(
+                        "-C {p}: the pcluster size must be a multiple of the block size ({blksz}), \
+                         at most 1 MiB and at most 255 blocks"
+                    )));
+                }
+                if let Algorithm::Lz4hc(l) = c.algorithm {
+                    if !(1..=12).contains(&l) {
+                        return Err(BuildError::Option(format!(
+                            "-z lz4hc,{l}: the level must be 1 to 12"
+                        )));
+                    }
+                }
+                let workers = match opts.workers {
+                    0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    n => n,
+                };
+                Some(compress::Pool::new(c, blksz as usize, workers).map_err(BuildError::Option)?)
+            }
+        };
         let implicit = Meta {
             mode: 0o040755,
             uid: 0,
@@ -155,6 +212,9 @@ impl Builder {
             tmp,
             image: image.to_owned(),
             data_bytes: 0,
+            pool,
+            queue: Default::default(),
+            zfiles: Vec::new(),
         })
     }
 
@@ -216,6 +276,54 @@ impl Builder {
             )));
         }
         let room = self.tail_room(&meta);
+        // A file of one block or less cannot be stored in fewer blocks.
+        if self.pool.is_some() && size > 1u64 << self.opts.blkszbits {
+            return self.add_compressed(comps, meta, r, size, room, what);
+        }
+        if self.pool.is_some() {
+            // Through the queue all the same, so that data stays in the
+            // order it was read.
+            let mut v = vec![0; size as usize];
+            let got = data::read_full(r, &mut v)
+                .map_err(|e| EntryError::Build(BuildError::io(what())(e)))?;
+            if got < v.len() {
+                return Err(EntryError::Build(truncated(what, size, got as u64)));
+            }
+            let placeholder = data::FileData {
+                size,
+                blkaddr: 0,
+                blocks: 0,
+                tail: None,
+                z: None,
+            };
+            let node = self
+                .tree
+                .insert(comps, meta, Body::File(placeholder))
+                .map_err(EntryError::Bad)?;
+            self.data_bytes += size;
+            let slot = self.zfiles.len();
+            self.zfiles.push(ZFile {
+                node,
+                size,
+                room,
+                what: what(),
+                data: data::FileData {
+                    size,
+                    blkaddr: 0,
+                    blocks: 0,
+                    tail: None,
+                    z: None,
+                },
+            });
+            self.enqueue(
+                slot,
+                0,
+                compress::Pending::Ready(compress::Outcome::Plain(v)),
+                size as usize,
+            )
+            .map_err(EntryError::Build)?;
+            return Ok(node);
+        }
         let d = self
             .w
             .file(r, size, room, what)
@@ -224,6 +332,129 @@ impl Builder {
         self.tree
             .insert(comps, meta, Body::File(d))
             .map_err(EntryError::Bad)
+    }
+
+    /// Adds a regular file to be compressed: its segments go to the
+    /// workers as they are read, and are written as they come back, in
+    /// order.
+    fn add_compressed(
+        &mut self,
+        comps: &[&[u8]],
+        meta: Meta,
+        r: &mut dyn Read,
+        size: u64,
+        room: Option<u64>,
+        what: &dyn Fn() -> String,
+    ) -> Result<NodeId, EntryError> {
+        let placeholder = data::FileData {
+            size,
+            blkaddr: 0,
+            blocks: 0,
+            tail: None,
+            z: None,
+        };
+        let node = self
+            .tree
+            .insert(comps, meta, Body::File(placeholder.clone()))
+            .map_err(EntryError::Bad)?;
+        let slot = self.zfiles.len();
+        self.zfiles.push(ZFile {
+            node,
+            size,
+            room,
+            what: what(),
+            data: placeholder,
+        });
+        let whole = size <= compress::SEGMENT as u64;
+        let mut done = 0u64;
+        let mut seg = 0u32;
+        while done < size {
+            let n = (size - done).min(compress::SEGMENT as u64) as usize;
+            let mut buf = vec![0; n];
+            let got = data::read_full(r, &mut buf)
+                .map_err(|e| EntryError::Build(BuildError::io(what())(e)))?;
+            if got < n {
+                return Err(EntryError::Build(truncated(what, size, done + got as u64)));
+            }
+            let pool = self.pool.as_ref().expect("compressing");
+            let p = pool.submit(buf, whole);
+            self.enqueue(slot, seg, p, n).map_err(EntryError::Build)?;
+            done += n as u64;
+            seg += 1;
+        }
+        self.data_bytes += size;
+        Ok(node)
+    }
+
+    /// Queues a segment, then writes out the oldest ones while the queue
+    /// holds more than a few segments per worker.
+    fn enqueue(
+        &mut self,
+        slot: usize,
+        seg: u32,
+        p: compress::Pending,
+        bytes: usize,
+    ) -> Result<(), BuildError> {
+        self.queue.items.push_back((slot, seg, p));
+        self.queue.bytes += bytes;
+        let workers = self.pool.as_ref().map_or(1, |p| p.workers);
+        let limit = (2 * workers + 2) * compress::SEGMENT;
+        while self.queue.bytes > limit || self.queue.items.len() > 64 * workers {
+            self.write_oldest()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the oldest queued segment into the image.
+    fn write_oldest(&mut self) -> Result<(), BuildError> {
+        let Some((slot, seg, p)) = self.queue.items.pop_front() else {
+            return Ok(());
+        };
+        let z = &mut self.zfiles[slot];
+        let start = u64::from(seg) * compress::SEGMENT as u64;
+        let len = (z.size - start).min(compress::SEGMENT as u64);
+        self.queue.bytes -= len as usize;
+        let out = p.wait().map_err(|why| BuildError::Source {
+            path: PathBuf::from(&z.what),
+            why,
+        })?;
+        match out {
+            compress::Outcome::Plain(v) => {
+                let what = z.what.clone();
+                z.data = self
+                    .w
+                    .file(&mut v.as_slice(), z.size, z.room, &|| what.clone())?;
+            }
+            compress::Outcome::Packed(pk) => {
+                if seg == 0 {
+                    z.data.blkaddr = self.w.next_block;
+                    z.data.z = Some(Vec::new());
+                }
+                let blocks = pk.bytes.len() as u64 / self.w.blksz;
+                self.w
+                    .raw(&pk.bytes)
+                    .map_err(BuildError::io("writing the image"))?;
+                z.data.blocks += blocks;
+                let ext = z.data.z.as_mut().expect("the first segment came first");
+                ext.extend(pk.extents.into_iter().map(|mut e| {
+                    e.la += start;
+                    e
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes every queued segment and gives each compressed file's node
+    /// where its data went.
+    fn drain(&mut self) -> Result<(), BuildError> {
+        while !self.queue.items.is_empty() {
+            self.write_oldest()?;
+        }
+        for z in self.zfiles.drain(..) {
+            self.tree.nodes[z.node].body = Body::File(z.data);
+        }
+        Ok(())
     }
 
     /// Adds any other entry (`comps` empty: the root, which must be a
@@ -298,8 +529,20 @@ impl Builder {
     /// Writes the metadata and the superblock, and renames the image into
     /// place.
     pub fn finish(mut self) -> Result<Summary, BuildError> {
+        self.drain()?;
+        self.pool = None;
         let (epoch, nsec) = self.epoch();
-        let placed = layout::write(&self.tree, &mut self.w, &layout::Params { epoch, nsec })?;
+        let compression = self.opts.compression;
+        let blksz = self.w.blksz;
+        let placed = layout::write(
+            &self.tree,
+            &mut self.w,
+            &layout::Params {
+                epoch,
+                nsec,
+                big_pcluster: compression.is_some_and(|c| u64::from(c.pcluster) > blksz),
+            },
+        )?;
         let uuid = self.opts.uuid.unwrap_or_else(|| {
             let mut u = self.w.digest().to_le_bytes();
             // An RFC 9562 version 8 (vendor-defined) UUID.
@@ -320,6 +563,10 @@ impl Builder {
             uuid,
             volume: self.opts.volume.clone(),
             xattr_filter: placed.xattr_filter,
+            compression: placed.compressed.then(|| superblock::Compr {
+                max_pclusterblks: compression
+                    .map_or(1, |c| (u64::from(c.pcluster) >> self.opts.blkszbits) as u8),
+            }),
         });
         let file = self.w.into_image();
         let wio = BuildError::io("writing the image");
@@ -366,6 +613,16 @@ impl Builder {
         let mut b = Builder::new(image, opts)?;
         source_tar::add_tar(&mut b, r)?;
         b.finish()
+    }
+}
+
+fn truncated(what: &dyn Fn() -> String, size: u64, got: u64) -> BuildError {
+    BuildError::Io {
+        what: what(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("truncated: {size} bytes of data expected, {got} found"),
+        ),
     }
 }
 

@@ -2,7 +2,8 @@
 //! and its crc32c.
 
 use crate::format::{
-    COMPAT_MTIME, COMPAT_SB_CHKSUM, COMPAT_XATTR_FILTER, MAGIC, SUPER_OFFSET, VOLUME_NAME_SIZE,
+    Algorithm, COMPAT_MTIME, COMPAT_SB_CHKSUM, COMPAT_XATTR_FILTER, INCOMPAT_COMPR_CFGS,
+    INCOMPAT_LZ4_0PADDING, MAGIC, SUPER_OFFSET, VOLUME_NAME_SIZE,
 };
 
 /// What the superblock says.
@@ -18,7 +19,23 @@ pub(crate) struct Fields {
     pub uuid: [u8; 16],
     pub volume: Vec<u8>,
     pub xattr_filter: bool,
+    /// Set when some file is compressed.
+    pub compression: Option<Compr>,
 }
+
+/// What the superblock records of LZ4 compression.
+pub(crate) struct Compr {
+    /// Blocks of the largest pcluster: above 1, the configuration records
+    /// (and with them big pclusters) are needed.
+    pub max_pclusterblks: u8,
+}
+
+/// LZ4's largest match distance, which the kernel sizes its window by.
+const LZ4_MAX_DISTANCE: u16 = u16::MAX;
+
+/// Bytes of the superblock proper (no extension slots): the compression
+/// records follow it.
+const SB_SIZE: usize = 128;
 
 /// Bytes from the superblock's offset that its checksum covers, and that
 /// the builder therefore owns: the rest of the block, or the whole block
@@ -58,6 +75,23 @@ pub(crate) fn encode(f: &Fields) -> Vec<u8> {
     b[0x30..0x40].copy_from_slice(&f.uuid);
     let n = f.volume.len().min(VOLUME_NAME_SIZE - 1);
     b[0x40..0x40 + n].copy_from_slice(&f.volume[..n]);
+    if let Some(c) = &f.compression {
+        let mut incompat = INCOMPAT_LZ4_0PADDING;
+        if c.max_pclusterblks > 1 {
+            // Big pclusters need the configuration records after the
+            // superblock; the field that held the LZ4 distance then holds
+            // the bitmap of algorithms used.
+            incompat |= INCOMPAT_COMPR_CFGS;
+            b[0x54..0x56].copy_from_slice(&(1u16 << Algorithm::Lz4 as u16).to_le_bytes());
+            let rec = SB_SIZE;
+            b[rec..rec + 2].copy_from_slice(&14u16.to_le_bytes());
+            b[rec + 2..rec + 4].copy_from_slice(&LZ4_MAX_DISTANCE.to_le_bytes());
+            b[rec + 4] = c.max_pclusterblks;
+        } else {
+            b[0x54..0x56].copy_from_slice(&LZ4_MAX_DISTANCE.to_le_bytes());
+        }
+        b[0x50..0x54].copy_from_slice(&incompat.to_le_bytes());
+    }
     // The stored value is the raw CRC register (seed ~0, no final xor),
     // the complement of the standard CRC-32C, as the reader checks it.
     let crc = !crc32c::crc32c(&b);

@@ -228,7 +228,11 @@ fn options_not_built_are_refused() {
     fs::write(src.join("f"), b"x").unwrap();
     let img = tmp.path().join("img");
     for (args, expect) in [
-        (&["-z", "lz4"][..], "-z lz4"),
+        (&["-z", "zstd"][..], "-z zstd"),
+        (&["-z", "lz4,3"][..], "-z lz4,3"),
+        (&["-z", "lz4hc,13"][..], "-z lz4hc,13"),
+        (&["-z", "lz4", "-C", "6000"][..], "-C 6000"),
+        (&["-C", "8192"][..], "-C 8192"),
         (&["--tar=i"][..], "--tar=i"),
         (&["-b", "8192"][..], "-b 8192"),
         (&["-E", "fragments"][..], "-E fragments"),

@@ -5,6 +5,7 @@
 //! through foliofs walks the same under the kernel; bad tars fail in one
 //! line and leave nothing; the user `tests` builds and mounts images.
 
+mod compressed;
 mod hostile;
 mod trees;
 mod user;

@@ -1,0 +1,393 @@
+//! Compressing file data into fixed-size physical clusters, on every CPU.
+//!
+//! The kernel decodes each physical cluster (pcluster) into exactly the
+//! bytes between its extent's start and the next extent's, so each one
+//! must hold the compressed bytes of as much input as fits: LZ4's
+//! "destSize" compression, which only liblz4 has (through `lz4-sys`,
+//! whose bundled C library exports it although the crate does not bind
+//! it). A pcluster that would not save a block holds one block of the
+//! input as it is (a PLAIN pcluster). Compressed bytes are right-aligned
+//! in their blocks (`LZ4_0PADDING`), as the kernel's in-place decoding
+//! expects.
+//!
+//! Files are cut into segments of [`SEGMENT`] bytes, compressed
+//! independently by a pool of workers; results are written strictly in
+//! the order the segments were read, so the image does not depend on how
+//! many workers there are or how fast each one is.
+
+#![allow(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+// Linked for its bundled liblz4; the two destSize entry points and the
+// HC state's constructor are declared here as lz4.h and lz4hc.h give them.
+use lz4_sys as _;
+
+extern "C" {
+    fn LZ4_compress_destSize(
+        src: *const c_char,
+        dst: *mut c_char,
+        src_size: *mut c_int,
+        target_dst_size: c_int,
+    ) -> c_int;
+    fn LZ4_createStreamHC() -> *mut c_void;
+    fn LZ4_freeStreamHC(state: *mut c_void) -> c_int;
+    fn LZ4_compress_HC_destSize(
+        state: *mut c_void,
+        src: *const c_char,
+        dst: *mut c_char,
+        src_size: *mut c_int,
+        target_dst_size: c_int,
+        level: c_int,
+    ) -> c_int;
+}
+
+/// Bytes of a file compressed as one unit: extents never cross a
+/// segment's end, and the pool holds a few segments per worker at most.
+pub(crate) const SEGMENT: usize = 4 << 20;
+
+/// The compressor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// LZ4's fast compressor.
+    Lz4,
+    /// LZ4HC at a level from 1 to 12.
+    Lz4hc(u8),
+}
+
+/// How to compress: the algorithm and the largest pcluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compression {
+    /// The compressor.
+    pub algorithm: Algorithm,
+    /// Largest physical cluster in bytes (`-C`): a multiple of the block
+    /// size, one block by default.
+    pub pcluster: u32,
+}
+
+/// One extent of a compressed file and the pcluster holding it. Pclusters
+/// follow each other in the image, so their addresses are implied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pcluster {
+    /// Offset in the file where the extent starts.
+    pub la: u64,
+    /// Blocks of the pcluster.
+    pub blocks: u16,
+    /// The pcluster holds the input as it is.
+    pub raw: bool,
+}
+
+/// A compressed segment: its extents (offsets from the segment's start)
+/// and the pclusters' bytes, whole blocks.
+pub(crate) struct Packed {
+    pub extents: Vec<Pcluster>,
+    pub bytes: Vec<u8>,
+}
+
+/// What a worker made of a segment.
+pub(crate) enum Outcome {
+    Packed(Packed),
+    /// A file that is one segment and that compression does not shrink by
+    /// a block: stored uncompressed, as it was read.
+    Plain(Vec<u8>),
+}
+
+/// A compressor with its state, one per worker.
+struct Engine {
+    c: Compression,
+    blksz: usize,
+    hc: *mut c_void,
+    dst: Vec<u8>,
+}
+
+// SAFETY: the HC state is owned by this Engine alone and used by one thread
+// at a time; liblz4's states hold no thread-affine data.
+unsafe impl Send for Engine {}
+
+impl Engine {
+    fn new(c: Compression, blksz: usize) -> Result<Engine, String> {
+        let hc = match c.algorithm {
+            // SAFETY: no arguments; the result is checked for null.
+            Algorithm::Lz4hc(_) => unsafe { LZ4_createStreamHC() },
+            Algorithm::Lz4 => std::ptr::null_mut(),
+        };
+        if matches!(c.algorithm, Algorithm::Lz4hc(_)) && hc.is_null() {
+            return Err("liblz4 could not allocate an LZ4HC state".into());
+        }
+        Ok(Engine {
+            c,
+            blksz,
+            hc,
+            dst: vec![0; c.pcluster as usize],
+        })
+    }
+
+    /// Compresses the longest prefix of `src` that fits the pcluster:
+    /// (compressed length, input consumed).
+    fn dest_size(&mut self, src: &[u8]) -> Result<(usize, usize), String> {
+        let mut consumed = c_int::try_from(src.len()).map_err(|_| "segment too large")?;
+        let cap = self.dst.len() as c_int;
+        let n = match self.c.algorithm {
+            // SAFETY: `src` is valid for `consumed` bytes and `dst` for
+            // `cap`; liblz4 reads and writes no further and sets
+            // `consumed` to what it took.
+            Algorithm::Lz4 => unsafe {
+                LZ4_compress_destSize(
+                    src.as_ptr().cast(),
+                    self.dst.as_mut_ptr().cast(),
+                    &mut consumed,
+                    cap,
+                )
+            },
+            // SAFETY: as above; `hc` is a live state from
+            // LZ4_createStreamHC, which the call reinitialises.
+            Algorithm::Lz4hc(level) => unsafe {
+                LZ4_compress_HC_destSize(
+                    self.hc,
+                    src.as_ptr().cast(),
+                    self.dst.as_mut_ptr().cast(),
+                    &mut consumed,
+                    cap,
+                    c_int::from(level),
+                )
+            },
+        };
+        if n <= 0 || consumed <= 0 || consumed as usize > src.len() || n > cap {
+            return Err(format!(
+                "liblz4 failed to compress {} bytes into {cap}",
+                src.len()
+            ));
+        }
+        Ok((n as usize, consumed as usize))
+    }
+
+    /// Compresses one segment; `whole` when it is all of its file.
+    fn segment(&mut self, src: Vec<u8>, whole: bool) -> Result<Outcome, String> {
+        let b = self.blksz;
+        let mut extents = Vec::new();
+        let mut bytes = Vec::with_capacity(src.len() / 2 + b);
+        let mut pos = 0;
+        while pos < src.len() {
+            let rest = &src[pos..];
+            let (n, consumed) = self.dest_size(rest)?;
+            let blocks = n.div_ceil(b);
+            let c = pos % b;
+            let crossing_last = rest.len() <= b && c + rest.len() > b;
+            if blocks * b >= consumed && crossing_last && consumed == rest.len() && n <= b {
+                // The last piece, which as PLAIN would have to be split
+                // in two blocks (below): compressed, it takes one, though
+                // it saves nothing on its own.
+                bytes.resize(bytes.len() + (b - n), 0);
+                bytes.extend_from_slice(&self.dst[..n]);
+                extents.push(Pcluster {
+                    la: pos as u64,
+                    blocks: 1,
+                    raw: false,
+                });
+                pos += consumed;
+            } else if blocks * b >= consumed {
+                // Compression saves no block here: one block as it is.
+                // The kernel takes the last extent of a file to run to the
+                // end of its last lcluster, which for a PLAIN pcluster must
+                // not be more than the one block it holds: so the last one
+                // stops at an lcluster boundary rather than cross it.
+                // (Segments start on lcluster boundaries.)
+                let count = if crossing_last {
+                    b - c
+                } else {
+                    rest.len().min(b)
+                };
+                bytes.extend_from_slice(&rest[..count]);
+                bytes.resize(bytes.len() + (b - count), 0);
+                extents.push(Pcluster {
+                    la: pos as u64,
+                    blocks: 1,
+                    raw: true,
+                });
+                pos += count;
+            } else {
+                bytes.resize(bytes.len() + (blocks * b - n), 0);
+                bytes.extend_from_slice(&self.dst[..n]);
+                extents.push(Pcluster {
+                    la: pos as u64,
+                    blocks: blocks as u16,
+                    raw: false,
+                });
+                pos += consumed;
+            }
+        }
+        if whole && bytes.len() / b >= src.len().div_ceil(b) {
+            return Ok(Outcome::Plain(src));
+        }
+        Ok(Outcome::Packed(Packed { extents, bytes }))
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if !self.hc.is_null() {
+            // SAFETY: `hc` came from LZ4_createStreamHC and is freed once.
+            unsafe { LZ4_freeStreamHC(self.hc) };
+        }
+    }
+}
+
+type Reply = Result<Outcome, String>;
+
+struct Job {
+    src: Vec<u8>,
+    whole: bool,
+    reply: Sender<Reply>,
+}
+
+/// A segment on its way: compressed by a worker, or kept as read.
+pub(crate) enum Pending {
+    Working(Receiver<Reply>),
+    Ready(Outcome),
+}
+
+impl Pending {
+    /// The outcome, waiting for its worker.
+    pub fn wait(self) -> Reply {
+        match self {
+            Pending::Ready(o) => Ok(o),
+            Pending::Working(rx) => rx
+                .recv()
+                .unwrap_or_else(|_| Err("a compression worker died".into())),
+        }
+    }
+}
+
+/// The workers, fed through one queue.
+pub(crate) struct Pool {
+    tx: Option<SyncSender<Job>>,
+    threads: Vec<JoinHandle<()>>,
+    pub workers: usize,
+}
+
+impl Pool {
+    /// Starts `workers` threads compressing as `c` says.
+    pub fn new(c: Compression, blksz: usize, workers: usize) -> Result<Pool, String> {
+        let workers = workers.max(1);
+        let (tx, rx) = mpsc::sync_channel::<Job>(workers);
+        let rx = Arc::new(Mutex::new(rx));
+        let mut threads = Vec::with_capacity(workers);
+        for i in 0..workers {
+            let mut engine = Engine::new(c, blksz)?;
+            let rx = Arc::clone(&rx);
+            let t = std::thread::Builder::new()
+                .name(format!("compress-{i}"))
+                .spawn(move || loop {
+                    let job = match rx.lock() {
+                        Ok(q) => q.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok(job) = job else { return };
+                    let out = engine.segment(job.src, job.whole);
+                    // The builder may have stopped on an error meanwhile.
+                    let _ = job.reply.send(out);
+                })
+                .map_err(|e| format!("starting a compression worker: {e}"))?;
+            threads.push(t);
+        }
+        Ok(Pool {
+            tx: Some(tx),
+            threads,
+            workers,
+        })
+    }
+
+    /// Hands a segment to the next free worker.
+    pub fn submit(&self, src: Vec<u8>, whole: bool) -> Pending {
+        let (reply, rx) = mpsc::channel();
+        let tx = self.tx.as_ref().expect("the pool is open until dropped");
+        if let Err(mpsc::SendError(job)) = tx.send(Job { src, whole, reply }) {
+            let _ = job
+                .reply
+                .send(Err("the compression workers stopped".into()));
+        }
+        Pending::Working(rx)
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.tx = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Segments in the order they were read, with the bytes they hold.
+#[derive(Default)]
+pub(crate) struct Queue {
+    pub items: VecDeque<(usize, u32, Pending)>,
+    pub bytes: usize,
+}
+
+/// The lcluster indexes of a compressed file (full layout): the map
+/// header, its 8 reserved bytes, then 8 bytes per block of the file.
+pub(crate) fn full_index(
+    size: u64,
+    blkaddr: u64,
+    extents: &[Pcluster],
+    blkszbits: u8,
+    big: bool,
+) -> Vec<u8> {
+    use crate::format::{
+        ADVISE_BIG_PCLUSTER_1, LCLUSTER_HEAD1, LCLUSTER_NONHEAD, LCLUSTER_PLAIN, LI_D0_CBLKCNT,
+    };
+    let n = size.div_ceil(1 << blkszbits);
+    let mut out = Vec::with_capacity(16 + 8 * n as usize);
+    out.extend_from_slice(&[0; 4]);
+    let advise = if big { ADVISE_BIG_PCLUSTER_1 } else { 0 };
+    out.extend_from_slice(&advise.to_le_bytes());
+    // Both heads' algorithm is LZ4 (0); lclusters are one block.
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&[0; 8]);
+    let mask = (1u64 << blkszbits) - 1;
+    let (mut next, mut cur, mut pblk) = (0usize, 0usize, blkaddr);
+    for j in 0..n {
+        if next < extents.len() && extents[next].la >> blkszbits == j {
+            let e = extents[next];
+            let t = if e.raw {
+                LCLUSTER_PLAIN
+            } else {
+                LCLUSTER_HEAD1
+            };
+            out.extend_from_slice(&u16::from(t).to_le_bytes());
+            out.extend_from_slice(&((e.la & mask) as u16).to_le_bytes());
+            out.extend_from_slice(&(pblk as u32).to_le_bytes());
+            cur = next;
+            pblk += u64::from(e.blocks);
+            next += 1;
+            debug_assert!(next == extents.len() || extents[next].la >> blkszbits > j);
+            continue;
+        }
+        let head = extents[cur].la >> blkszbits;
+        let d0 = j - head;
+        let ahead = if next < extents.len() {
+            extents[next].la >> blkszbits
+        } else {
+            n
+        };
+        let d1 = (ahead - j).min(u64::from(u16::MAX)) as u16;
+        let delta0 = if d0 == 1 && big {
+            u32::from(extents[cur].blocks) | LI_D0_CBLKCNT
+        } else {
+            // A distance that would read as a block count is shortened:
+            // the lookback goes on from the lcluster it lands on.
+            d0.min(u64::from(LI_D0_CBLKCNT) - 1) as u32
+        };
+        out.extend_from_slice(&u16::from(LCLUSTER_NONHEAD).to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&(delta0 as u16).to_le_bytes());
+        out.extend_from_slice(&d1.to_le_bytes());
+    }
+    out
+}
