@@ -30,6 +30,20 @@ pub(crate) struct FileData {
     pub z: Option<Vec<Pcluster>>,
 }
 
+impl FileData {
+    /// A file of `size` bytes whose data is placed once its compression
+    /// comes back.
+    pub fn placed_later(size: u64) -> FileData {
+        FileData {
+            size,
+            blkaddr: 0,
+            blocks: 0,
+            tail: None,
+            z: None,
+        }
+    }
+}
+
 /// Bytes of file data read and written at a time.
 const CHUNK: usize = 1 << 20;
 

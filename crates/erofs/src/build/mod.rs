@@ -289,13 +289,7 @@ impl Builder {
             if got < v.len() {
                 return Err(EntryError::Build(truncated(what, size, got as u64)));
             }
-            let placeholder = data::FileData {
-                size,
-                blkaddr: 0,
-                blocks: 0,
-                tail: None,
-                z: None,
-            };
+            let placeholder = data::FileData::placed_later(size);
             let node = self
                 .tree
                 .insert(comps, meta, Body::File(placeholder))
@@ -307,13 +301,7 @@ impl Builder {
                 size,
                 room,
                 what: what(),
-                data: data::FileData {
-                    size,
-                    blkaddr: 0,
-                    blocks: 0,
-                    tail: None,
-                    z: None,
-                },
+                data: data::FileData::placed_later(size),
             });
             self.enqueue(
                 slot,
@@ -346,13 +334,7 @@ impl Builder {
         room: Option<u64>,
         what: &dyn Fn() -> String,
     ) -> Result<NodeId, EntryError> {
-        let placeholder = data::FileData {
-            size,
-            blkaddr: 0,
-            blocks: 0,
-            tail: None,
-            z: None,
-        };
+        let placeholder = data::FileData::placed_later(size);
         let node = self
             .tree
             .insert(comps, meta, Body::File(placeholder.clone()))
