@@ -1,8 +1,9 @@
-//! The metadata, laid out once every file's data is in the image: nids in
+//! The metadata, laid out once every file's data is in the image: inodes placed in
 //! breadth-first order (a directory's entries side by side, the root
 //! first), link counts from the entries reached, directory blocks sorted
 //! as the kernel's binary search expects, tails inlined where they fit,
-//! then the shared xattrs and the inodes.
+//! then the shared xattrs and the inodes, each packed best-fit into the
+//! metadata blocks (`Packer`).
 
 use std::collections::HashMap;
 
@@ -267,23 +268,17 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
     next_block += (shared.bytes.len() as u64).div_ceil(blksz);
     let meta_blkaddr = next_block;
 
-    // Nids: slot 0 is left empty, as a directory entry naming inode 0 is
-    // skipped by some readers of getdents.
-    let mut pos = INODE_COMPACT_SIZE as u64;
+    let mut packer = Packer::new(blksz);
     for plan in &mut plans {
         let isize = if plan.extended {
             MAX_INODE_SIZE
         } else {
             INODE_COMPACT_SIZE
         } as u64;
-        let need = isize + plan.xattrs.len() as u64 + plan.tail;
-        if need <= blksz && pos % blksz + need > blksz {
-            pos = pos.next_multiple_of(blksz);
-        }
-        plan.nid = pos / INODE_COMPACT_SIZE as u64;
-        pos = (pos + need).next_multiple_of(INODE_COMPACT_SIZE as u64);
+        let at = packer.place(isize + plan.xattrs.len() as u64 + plan.tail);
+        plan.nid = at / INODE_COMPACT_SIZE as u64;
     }
-    let meta_end = meta_blkaddr + pos.div_ceil(blksz);
+    let meta_end = meta_blkaddr + packer.len() / blksz;
     if meta_end > u64::from(u32::MAX) {
         return Err(BuildError::ImageTooBig {
             blocks: meta_end,
@@ -333,7 +328,10 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
     // The inodes, streamed out a few MiB at a time.
     let mut buf: Vec<u8> = Vec::new();
     let mut base = 0u64;
-    for (k, plan) in plans.iter().enumerate() {
+    let mut by_nid: Vec<usize> = (0..plans.len()).collect();
+    by_nid.sort_unstable_by_key(|&k| plans[k].nid);
+    for k in by_nid {
+        let plan = &plans[k];
         let at = plan.nid * INODE_COMPACT_SIZE as u64 - base;
         buf.resize(at as usize, 0);
         put_inode(&mut buf, tree, plan, k as u32 + 1);
@@ -385,6 +383,97 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
         xattr_filter: filter,
         compressed,
     })
+}
+
+/// Where inodes go in the metadata area. An inode with its xattrs and
+/// inline tail must sit in one block, so placing them one after another
+/// would leave the end of a block empty whenever the next one does not
+/// fit; instead each goes into the fullest block that still has room for
+/// it (best fit, as blocks are kept by free space), and only a block that
+/// has room for none of them is left with a gap. Inodes that span blocks
+/// anyway (compressed files' long indexes, large xattrs) go at the end.
+struct Packer {
+    blksz: u64,
+    /// Bytes used in each block of the area.
+    used: Vec<u64>,
+    /// Blocks with free space, by that space in 32-byte slots: the
+    /// latest block last, so a fit stays near its neighbours.
+    by_free: Vec<Vec<u64>>,
+}
+
+impl Packer {
+    fn new(blksz: u64) -> Self {
+        let slot = INODE_COMPACT_SIZE as u64;
+        // Slot 0 stays empty: a directory entry naming inode 0 is
+        // skipped by some readers of getdents.
+        let mut p = Packer {
+            blksz,
+            used: vec![slot],
+            by_free: vec![Vec::new(); (blksz / slot) as usize + 1],
+        };
+        p.file(0);
+        p
+    }
+
+    fn slots_free(&self, b: u64) -> usize {
+        ((self.blksz - self.used[b as usize]) / INODE_COMPACT_SIZE as u64) as usize
+    }
+
+    /// Files block `b` under its free space.
+    fn file(&mut self, b: u64) {
+        let f = self.slots_free(b);
+        if f > 0 {
+            self.by_free[f].push(b);
+        }
+    }
+
+    fn unfile(&mut self, b: u64) {
+        let f = self.slots_free(b);
+        if f > 0 {
+            let list = &mut self.by_free[f];
+            if let Some(i) = list.iter().rposition(|&x| x == b) {
+                list.remove(i);
+            }
+        }
+    }
+
+    /// The byte offset in the area of `need` bytes placed.
+    fn place(&mut self, need: u64) -> u64 {
+        let slot = INODE_COMPACT_SIZE as u64;
+        let need = need.next_multiple_of(slot);
+        if need <= self.blksz {
+            let want = (need / slot) as usize;
+            let b = match (want..self.by_free.len()).find(|&f| !self.by_free[f].is_empty()) {
+                Some(f) => self.by_free[f].pop().expect("a block of that free space"),
+                None => {
+                    self.used.push(0);
+                    self.used.len() as u64 - 1
+                }
+            };
+            let at = b * self.blksz + self.used[b as usize];
+            self.used[b as usize] += need;
+            self.file(b);
+            return at;
+        }
+        // Across blocks: from the end of the last block on.
+        let last = self.used.len() as u64 - 1;
+        self.unfile(last);
+        let at = last * self.blksz + self.used[last as usize];
+        let end = at + need;
+        self.used[last as usize] = self.blksz;
+        while (self.used.len() as u64) * self.blksz < end {
+            self.used.push(self.blksz);
+        }
+        let tail = end - (self.used.len() as u64 - 1) * self.blksz;
+        *self.used.last_mut().expect("a block") = tail;
+        self.file(self.used.len() as u64 - 1);
+        at
+    }
+
+    /// Bytes the area takes, whole blocks.
+    fn len(&self) -> u64 {
+        self.used.len() as u64 * self.blksz
+    }
 }
 
 fn put_inode(out: &mut Vec<u8>, tree: &Tree, plan: &Plan, ino: u32) {
