@@ -397,7 +397,8 @@ struct Packer {
     /// Bytes used in each block of the area.
     used: Vec<u64>,
     /// Blocks with free space, by that space in 32-byte slots: the
-    /// latest block last, so a fit stays near its neighbours.
+    /// latest block last, so a fit stays near its neighbours. An entry
+    /// may be stale (see `fit`).
     by_free: Vec<Vec<u64>>,
 }
 
@@ -427,14 +428,20 @@ impl Packer {
         }
     }
 
-    fn unfile(&mut self, b: u64) {
-        let f = self.slots_free(b);
-        if f > 0 {
-            let list = &mut self.by_free[f];
-            if let Some(i) = list.iter().rposition(|&x| x == b) {
-                list.remove(i);
+    /// A block with room for `slots` slots, the fullest such. A block an
+    /// inode across blocks has taken from since it was filed is still
+    /// listed under its old space; such entries are dropped here, as
+    /// they come up, rather than searched for when the space changes.
+    fn fit(&mut self, slots: usize) -> Option<u64> {
+        for f in slots..self.by_free.len() {
+            while let Some(&b) = self.by_free[f].last() {
+                self.by_free[f].pop();
+                if self.slots_free(b) == f {
+                    return Some(b);
+                }
             }
         }
+        None
     }
 
     /// The byte offset in the area of `need` bytes placed.
@@ -443,8 +450,8 @@ impl Packer {
         let need = need.next_multiple_of(slot);
         if need <= self.blksz {
             let want = (need / slot) as usize;
-            let b = match (want..self.by_free.len()).find(|&f| !self.by_free[f].is_empty()) {
-                Some(f) => self.by_free[f].pop().expect("a block of that free space"),
+            let b = match self.fit(want) {
+                Some(b) => b,
                 None => {
                     self.used.push(0);
                     self.used.len() as u64 - 1
@@ -457,7 +464,6 @@ impl Packer {
         }
         // Across blocks: from the end of the last block on.
         let last = self.used.len() as u64 - 1;
-        self.unfile(last);
         let at = last * self.blksz + self.used[last as usize];
         let end = at + need;
         self.used[last as usize] = self.blksz;
