@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use foliofs_erofs::build::{open_tar, Algorithm, Builder, Compression, Options};
+use foliofs_erofs::build::{
+    open_tar, Algorithm, Builder, Compression, Options, ZSTD_DEFAULT_LEVEL,
+};
 
 #[derive(clap::Args, Debug)]
 pub struct ErofsArgs {
@@ -29,10 +31,13 @@ pub struct ErofsArgs {
     /// Volume label (at most 15 bytes).
     #[arg(short = 'L', value_name = "LABEL")]
     pub label: Option<String>,
-    /// Compress regular files: `lz4`, or `lz4hc[,LEVEL]` (LEVEL 1 to 12,
-    /// default 9). Each physical cluster holds as much input as compresses
-    /// into it; a cluster that would not save a block, and a file that
-    /// would not, is stored as it is. Other algorithms are refused.
+    /// Compress regular files: `lz4`, `lz4hc[,LEVEL]` (LEVEL 1 to 12,
+    /// default 9) or `zstd[,LEVEL]` (libzstd's levels, default 3; also
+    /// `zstd,level=N,dictsize=BYTES`, the window: a power of two up to
+    /// 1 MiB, default 8 pclusters). Each physical cluster holds as much
+    /// input as compresses into it; a cluster that would not save a
+    /// block, and a file that would not, is stored as it is. Other
+    /// algorithms are refused.
     #[arg(short = 'z', value_name = "ALG")]
     pub compress: Option<String>,
     /// Largest physical cluster in bytes with -z: a multiple of the block
@@ -95,21 +100,54 @@ fn format_uuid(u: &[u8; 16]) -> String {
     )
 }
 
-/// A `-z` value: `lz4`, `lz4hc` or `lz4hc,LEVEL`.
+/// A `-z` value as mkfs.erofs spells it: `ALG`, `ALG,LEVEL`, or `ALG`
+/// followed by `,level=N` and (Zstd only) `,dictsize=BYTES`.
 fn parse_algorithm(z: &str) -> anyhow::Result<Algorithm> {
-    let (name, level) = match z.split_once(',') {
-        Some((n, l)) => (n, Some(l)),
-        None => (z, None),
-    };
-    match (name, level) {
-        ("lz4", None) => Ok(Algorithm::Lz4),
-        ("lz4", Some(_)) => bail!("-z {z}: lz4 takes no level; use lz4hc,LEVEL"),
-        ("lz4hc", None) => Ok(Algorithm::Lz4hc(9)),
-        ("lz4hc", Some(l)) => match l.parse::<u8>() {
-            Ok(n @ 1..=12) => Ok(Algorithm::Lz4hc(n)),
+    let mut parts = z.split(',');
+    let name = parts.next().unwrap_or_default();
+    let (mut level, mut dictsize) = (None, None);
+    for (i, p) in parts.enumerate() {
+        let number = |v: &str, what: &str| -> anyhow::Result<i64> {
+            v.parse()
+                .map_err(|_| anyhow::anyhow!("-z {z}: {what} {v:?} is not a number"))
+        };
+        if let Some(v) = p.strip_prefix("level=") {
+            level = Some(number(v, "level")?);
+        } else if let Some(v) = p.strip_prefix("dictsize=") {
+            dictsize = Some(number(v, "dictsize")?);
+        } else if i == 0 && p.starts_with(|c: char| c.is_ascii_digit()) {
+            level = Some(number(p, "level")?);
+        } else {
+            bail!("-z {z}: {p:?} is not an option of {name} (level=N, dictsize=BYTES)");
+        }
+    }
+    if dictsize.is_some() && name != "zstd" {
+        bail!("-z {z}: only zstd takes a dictsize");
+    }
+    match name {
+        "lz4" if level.is_some() => bail!("-z {z}: lz4 takes no level; use lz4hc,LEVEL"),
+        "lz4" => Ok(Algorithm::Lz4),
+        "lz4hc" => match level.unwrap_or(9) {
+            n @ 1..=12 => Ok(Algorithm::Lz4hc(n as u8)),
             _ => bail!("-z {z}: the lz4hc level must be 1 to 12"),
         },
-        _ => bail!("-z {z}: only lz4 and lz4hc[,LEVEL] compression is built; leave -z out for an uncompressed image"),
+        "zstd" => Ok(Algorithm::Zstd {
+            level: match level {
+                None => ZSTD_DEFAULT_LEVEL,
+                Some(l) => i32::try_from(l)
+                    .map_err(|_| anyhow::anyhow!("-z {z}: level {l} is out of range"))?,
+            },
+            dictsize: dictsize
+                .map(|d| {
+                    u32::try_from(d)
+                        .map_err(|_| anyhow::anyhow!("-z {z}: dictsize {d} is out of range"))
+                })
+                .transpose()?,
+        }),
+        _ => bail!(
+            "-z {z}: only lz4, lz4hc[,LEVEL] and zstd[,LEVEL] compression is built; \
+             leave -z out for an uncompressed image"
+        ),
     }
 }
 
@@ -126,19 +164,12 @@ fn options(a: &ErofsArgs) -> anyhow::Result<Options> {
         let algorithm = parse_algorithm(z)?;
         let blksz = 1u32 << o.blkszbits;
         let pcluster = a.pcluster.unwrap_or(blksz);
-        if pcluster == 0
-            || !pcluster.is_multiple_of(blksz)
-            || pcluster > 1 << 20
-            || pcluster / blksz > 255
-        {
-            bail!(
-                "-C {pcluster}: the physical cluster size must be a multiple of the block size ({blksz}), at most 1 MiB and 255 blocks"
-            );
-        }
-        o.compression = Some(Compression {
+        let c = Compression {
             algorithm,
             pcluster,
-        });
+        };
+        c.check(blksz.into()).map_err(anyhow::Error::msg)?;
+        o.compression = Some(c);
     } else if let Some(c) = a.pcluster {
         bail!("-C {c}: a physical cluster size needs -z");
     }

@@ -5,10 +5,12 @@
 //! must hold the compressed bytes of as much input as fits: LZ4's
 //! "destSize" compression, which only liblz4 has (through `lz4-sys`,
 //! whose bundled C library exports it although the crate does not bind
-//! it). A pcluster that would not save a block holds one block of the
-//! input as it is (a PLAIN pcluster). Compressed bytes are right-aligned
-//! in their blocks (`LZ4_0PADDING`), as the kernel's in-place decoding
-//! expects.
+//! it). libzstd has no such mode, so for Zstd the longest prefix that
+//! fits is searched for (`zstd_dest_size`). A pcluster that would not
+//! save a block holds one block of the input as it is (a PLAIN
+//! pcluster). Compressed bytes are right-aligned in their blocks
+//! (`LZ4_0PADDING`), as the kernel's in-place decoding expects; its
+//! other decoders skip the leading zeros the same way.
 //!
 //! Files are cut into segments of [`SEGMENT`] bytes, compressed
 //! independently by a pool of workers; results are written strictly in
@@ -57,6 +59,82 @@ pub enum Algorithm {
     Lz4,
     /// LZ4HC at a level from 1 to 12.
     Lz4hc(u8),
+    /// Zstd, each pcluster one frame.
+    Zstd {
+        /// A level libzstd takes, negative ones included.
+        level: i32,
+        /// The largest window a frame uses: a power of two from 1 KiB to
+        /// 1 MiB; by default eight pclusters' worth, as mkfs.erofs
+        /// chooses.
+        dictsize: Option<u32>,
+    },
+}
+
+/// Zstd's default level, as libzstd and mkfs.erofs have it.
+pub const ZSTD_DEFAULT_LEVEL: i32 = 3;
+
+impl Algorithm {
+    /// The number EROFS gives the algorithm on disk.
+    pub(crate) fn on_disk(self) -> crate::format::Algorithm {
+        match self {
+            Algorithm::Lz4 | Algorithm::Lz4hc(_) => crate::format::Algorithm::Lz4,
+            Algorithm::Zstd { .. } => crate::format::Algorithm::Zstd,
+        }
+    }
+}
+
+impl Compression {
+    /// log2 of the Zstd window, for Zstd.
+    pub(crate) fn zstd_window_log(&self) -> Option<u8> {
+        match self.algorithm {
+            Algorithm::Zstd { dictsize, .. } => {
+                let d = dictsize.unwrap_or_else(|| {
+                    let d = (u64::from(self.pcluster) << 3).min(crate::format::MAX_PCLUSTER);
+                    1 << (63 - d.leading_zeros())
+                });
+                Some(d.trailing_zeros() as u8)
+            }
+            _ => None,
+        }
+    }
+
+    /// Why these settings cannot be built at `blksz`-byte blocks, if they
+    /// cannot: one line naming the option, as `-z` and `-C` spell it.
+    pub fn check(&self, blksz: u64) -> Result<(), String> {
+        let p = u64::from(self.pcluster);
+        if p == 0 || !p.is_multiple_of(blksz) || p > crate::format::MAX_PCLUSTER || p / blksz > 255
+        {
+            return Err(format!(
+                "-C {p}: the pcluster size must be a multiple of the block size ({blksz}), \
+                 at most 1 MiB and at most 255 blocks"
+            ));
+        }
+        match self.algorithm {
+            Algorithm::Lz4 => Ok(()),
+            Algorithm::Lz4hc(l) if (1..=12).contains(&l) => Ok(()),
+            Algorithm::Lz4hc(l) => Err(format!("-z lz4hc,{l}: the level must be 1 to 12")),
+            Algorithm::Zstd { level, dictsize } => {
+                let (lo, hi) = (
+                    zstd::zstd_safe::min_c_level(),
+                    zstd::zstd_safe::max_c_level(),
+                );
+                if !(lo..=hi).contains(&level) {
+                    return Err(format!(
+                        "-z zstd,level={level}: the level must be {lo} to {hi}"
+                    ));
+                }
+                match dictsize {
+                    Some(d) if !d.is_power_of_two() || !(1 << 10..=1 << 20).contains(&d) => {
+                        Err(format!(
+                            "-z zstd,dictsize={d}: the window must be a power of two \
+                             from 1024 to 1048576 bytes"
+                        ))
+                    }
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
 }
 
 /// How to compress: the algorithm and the largest pcluster.
@@ -101,7 +179,20 @@ struct Engine {
     c: Compression,
     blksz: usize,
     hc: *mut c_void,
+    zstd: Option<Zstd>,
     dst: Vec<u8>,
+}
+
+/// A Zstd context and the buffer its tries are written to.
+struct Zstd {
+    cctx: zstd::zstd_safe::CCtx<'static>,
+    tries: Vec<u8>,
+    /// The last fit in this segment, (input, frame size): the next
+    /// search's first guess. Reset with each segment, so that the image
+    /// does not depend on which worker compressed what before.
+    last: Option<(usize, usize)>,
+    /// Frames made, for tests.
+    tries_made: u64,
 }
 
 // SAFETY: the HC state is owned by this Engine alone and used by one thread
@@ -113,15 +204,39 @@ impl Engine {
         let hc = match c.algorithm {
             // SAFETY: no arguments; the result is checked for null.
             Algorithm::Lz4hc(_) => unsafe { LZ4_createStreamHC() },
-            Algorithm::Lz4 => std::ptr::null_mut(),
+            _ => std::ptr::null_mut(),
         };
         if matches!(c.algorithm, Algorithm::Lz4hc(_)) && hc.is_null() {
             return Err("liblz4 could not allocate an LZ4HC state".into());
         }
+        let zstd = match c.algorithm {
+            Algorithm::Zstd { level, .. } => {
+                use zstd::zstd_safe::{CCtx, CParameter};
+                let zerr = |e| format!("libzstd: {}", zstd::zstd_safe::get_error_name(e));
+                let mut cctx = CCtx::try_create().ok_or("libzstd could not allocate a context")?;
+                cctx.set_parameter(CParameter::CompressionLevel(level))
+                    .map_err(zerr)?;
+                let log = c.zstd_window_log().expect("a Zstd window");
+                cctx.set_parameter(CParameter::WindowLog(u32::from(log)))
+                    .map_err(zerr)?;
+                // Room for the frame of four pclusters' input even if it
+                // does not compress, so that a try's size is known and
+                // the next one can be aimed.
+                let tries = vec![0; zstd::zstd_safe::compress_bound(4 * c.pcluster as usize)];
+                Some(Zstd {
+                    cctx,
+                    tries,
+                    last: None,
+                    tries_made: 0,
+                })
+            }
+            _ => None,
+        };
         Ok(Engine {
             c,
             blksz,
             hc,
+            zstd,
             dst: vec![0; c.pcluster as usize],
         })
     }
@@ -129,6 +244,9 @@ impl Engine {
     /// Compresses the longest prefix of `src` that fits the pcluster:
     /// (compressed length, input consumed).
     fn dest_size(&mut self, src: &[u8]) -> Result<(usize, usize), String> {
+        if let Some(z) = &mut self.zstd {
+            return zstd_dest_size(z, src, &mut self.dst);
+        }
         let mut consumed = c_int::try_from(src.len()).map_err(|_| "segment too large")?;
         let cap = self.dst.len() as c_int;
         let n = match self.c.algorithm {
@@ -155,6 +273,7 @@ impl Engine {
                     c_int::from(level),
                 )
             },
+            Algorithm::Zstd { .. } => unreachable!("Zstd has its own search"),
         };
         if n <= 0 || consumed <= 0 || consumed as usize > src.len() || n > cap {
             return Err(format!(
@@ -167,6 +286,9 @@ impl Engine {
 
     /// Compresses one segment; `whole` when it is all of its file.
     fn segment(&mut self, src: Vec<u8>, whole: bool) -> Result<Outcome, String> {
+        if let Some(z) = &mut self.zstd {
+            z.last = None;
+        }
         let b = self.blksz;
         let mut extents = Vec::new();
         let mut bytes = Vec::with_capacity(src.len() / 2 + b);
@@ -225,6 +347,91 @@ impl Engine {
         }
         Ok(Outcome::Packed(Packed { extents, bytes }))
     }
+}
+
+/// The longest prefix of `src` whose Zstd frame fits `dst`, compressed
+/// into it: (frame length, input consumed).
+///
+/// libzstd cannot stop when its output is full, so prefixes are tried.
+/// The search keeps the longest prefix known to fit and the shortest
+/// known not to, with their frame sizes, and tries next where the line
+/// between the two reaches the pcluster's size (the first guess is the
+/// last fit's ratio in this segment, which is usually close): frame size
+/// grows nearly in proportion to input, so this lands within a few bytes
+/// in a few tries, where halving the gap would take a dozen. A try that
+/// does not halve the gap makes the next one halve it, so the search
+/// never stalls. It stops when the gap closes or a fit leaves less than
+/// a byte free.
+fn zstd_dest_size(z: &mut Zstd, src: &[u8], dst: &mut [u8]) -> Result<(usize, usize), String> {
+    use zstd::zstd_safe::{is_error_kind, zstd_sys::ZSTD_ErrorCode};
+    let cap = dst.len();
+    // (input, frame size): the longest prefix that fits and the shortest
+    // that does not, whose size is unknown when it overflowed the tries'
+    // buffer.
+    let (mut fit, mut fit_n) = (0usize, 0usize);
+    let (mut over, mut over_n) = (src.len() + 1, None::<usize>);
+    let mut m = match z.last {
+        Some((input, n)) => cap * input / n,
+        None => cap * 4,
+    };
+    // Which end the last two tries moved (true: the fitting one), for
+    // the Illinois rule below.
+    let mut moved = [None::<bool>; 2];
+    loop {
+        m = m.clamp(fit + 1, over - 1);
+        z.tries_made += 1;
+        let got = match z.cctx.compress2(&mut z.tries[..], &src[..m]) {
+            Ok(n) => Some(n),
+            Err(e) if is_error_kind(e, ZSTD_ErrorCode::ZSTD_error_dstSize_tooSmall) => None,
+            Err(e) => {
+                return Err(format!(
+                    "libzstd failed to compress {m} bytes: {}",
+                    zstd::zstd_safe::get_error_name(e)
+                ))
+            }
+        };
+        let fits = matches!(got, Some(n) if n > 0 && n <= cap);
+        if fits {
+            let n = got.expect("a fit has a size");
+            dst[..n].copy_from_slice(&z.tries[..n]);
+            (fit, fit_n) = (m, n);
+            if n + (cap / 1024).max(1) >= cap {
+                break;
+            }
+        } else {
+            (over, over_n) = (m, got);
+        }
+        if over <= fit + 1 {
+            break;
+        }
+        moved = [moved[1], Some(fits)];
+        m = match over_n {
+            Some(on) => {
+                // Regula falsi on (frame size - pcluster), aiming at a
+                // full pcluster; when one end has stayed put twice, its
+                // weight is halved (Illinois), so that a curved size
+                // function does not make the other end creep.
+                let (mut below, mut above) = ((cap - fit_n) as f64, (on - cap) as f64);
+                if moved == [Some(true), Some(true)] {
+                    above /= 2.0;
+                } else if moved == [Some(false), Some(false)] {
+                    below /= 2.0;
+                }
+                fit + ((over - fit) as f64 * below / (below + above)) as usize
+            }
+            // Too big to be sized: in proportion from the last fit, or
+            // half of what did not fit.
+            None if fit > 0 => (cap * fit / fit_n).min(fit + (over - fit) / 2),
+            None => over / 2,
+        };
+    }
+    if fit == 0 {
+        return Err(format!(
+            "libzstd fit no input into a pcluster of {cap} bytes"
+        ));
+    }
+    z.last = Some((fit, fit_n));
+    Ok((fit_n, fit))
 }
 
 impl Drop for Engine {
@@ -338,6 +545,7 @@ pub(crate) fn full_index(
     extents: &[Pcluster],
     blkszbits: u8,
     big: bool,
+    algorithm: crate::format::Algorithm,
 ) -> Vec<u8> {
     use crate::format::{
         ADVISE_BIG_PCLUSTER_1, LCLUSTER_HEAD1, LCLUSTER_NONHEAD, LCLUSTER_PLAIN, LI_D0_CBLKCNT,
@@ -347,8 +555,9 @@ pub(crate) fn full_index(
     out.extend_from_slice(&[0; 4]);
     let advise = if big { ADVISE_BIG_PCLUSTER_1 } else { 0 };
     out.extend_from_slice(&advise.to_le_bytes());
-    // Both heads' algorithm is LZ4 (0); lclusters are one block.
-    out.extend_from_slice(&[0, 0]);
+    // HEAD1 extents are the one algorithm's, HEAD2 is unused (0);
+    // lclusters are one block.
+    out.extend_from_slice(&[algorithm.number(), 0]);
     out.extend_from_slice(&[0; 8]);
     let mask = (1u64 << blkszbits) - 1;
     let (mut next, mut cur, mut pblk) = (0usize, 0usize, blkaddr);
@@ -390,4 +599,76 @@ pub(crate) fn full_index(
         out.extend_from_slice(&d1.to_le_bytes());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zstd_engine(pcluster: u32) -> Engine {
+        let c = Compression {
+            algorithm: Algorithm::Zstd {
+                level: ZSTD_DEFAULT_LEVEL,
+                dictsize: None,
+            },
+            pcluster,
+        };
+        c.check(4096).unwrap();
+        Engine::new(c, 4096).unwrap()
+    }
+
+    fn decode(frame: &[u8], len: usize) -> Vec<u8> {
+        zstd::bulk::decompress(frame, len).unwrap()
+    }
+
+    #[test]
+    fn a_zstd_pcluster_holds_a_frame_of_the_longest_prefix_found_that_fits() {
+        let text: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| format!("{} ", i.wrapping_mul(2_654_435_761) % 977).into_bytes())
+            .collect();
+        let mut x = 7u64;
+        let noise: Vec<u8> = (0..200_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        for pcluster in [4096u32, 65536] {
+            let mut e = zstd_engine(pcluster);
+            for (what, src) in [("text", &text), ("noise", &noise)] {
+                let (n, took) = e.dest_size(src).unwrap();
+                assert!(n <= pcluster as usize, "{what}: {n} bytes");
+                assert_eq!(decode(&e.dst[..n], took), src[..took], "{what}");
+                if what == "text" {
+                    // It compresses, and a pcluster more of input would
+                    // not have fitted (at the same settings).
+                    assert!(took > 2 * pcluster as usize, "{what}: {took}");
+                    let z = e.zstd.as_mut().unwrap();
+                    let end = (took + pcluster as usize).min(src.len());
+                    let more = z.cctx.compress2(&mut z.tries[..], &src[..end]);
+                    assert!(
+                        more.is_err() || more.unwrap() > pcluster as usize || took == src.len()
+                    );
+                } else {
+                    assert!(took < pcluster as usize, "{what}: {took}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn zstd_windows_default_to_eight_pclusters_up_to_1_mib() {
+        let z = |pcluster, dictsize| Compression {
+            algorithm: Algorithm::Zstd { level: 3, dictsize },
+            pcluster,
+        };
+        assert_eq!(z(4096, None).zstd_window_log(), Some(15));
+        assert_eq!(z(12288, None).zstd_window_log(), Some(16));
+        assert_eq!(z(1 << 20, None).zstd_window_log(), Some(20));
+        assert_eq!(z(4096, Some(1024)).zstd_window_log(), Some(10));
+        assert!(z(4096, Some(1000)).check(4096).is_err());
+        assert!(z(4096, Some(2 << 20)).check(4096).is_err());
+    }
 }

@@ -137,6 +137,8 @@ pub(crate) struct Params {
     pub nsec: u32,
     /// Pclusters may be larger than a block.
     pub big_pcluster: bool,
+    /// The compressor of every compressed file.
+    pub algorithm: crate::format::Algorithm,
 }
 
 /// Bytes of a compressed file's full indexes: the map header, 8
@@ -360,6 +362,7 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
                     ext,
                     w.blksz.trailing_zeros() as u8,
                     p.big_pcluster,
+                    p.algorithm,
                 );
                 debug_assert_eq!(idx.len() as u64, index_len(*size, blksz));
                 buf.extend_from_slice(&idx);

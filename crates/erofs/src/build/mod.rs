@@ -1,5 +1,5 @@
 //! Building EROFS images from a directory tree or a tar stream,
-//! uncompressed or with LZ4/LZ4HC (`compress`): compact inodes wherever the kernel allows, FLAT_PLAIN and
+//! uncompressed or with LZ4, LZ4HC or Zstd (`compress`): compact inodes wherever the kernel allows, FLAT_PLAIN and
 //! FLAT_INLINE (tail packing, off for regular files with
 //! `inline_data = false`), directories sorted as the kernel searches them,
 //! every file type, hard links, inline and shared xattrs with the name
@@ -36,7 +36,7 @@ use std::io::Read;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-pub use compress::{Algorithm, Compression};
+pub use compress::{Algorithm, Compression, ZSTD_DEFAULT_LEVEL};
 pub use error::BuildError;
 pub use source_tar::open_tar;
 
@@ -172,24 +172,7 @@ impl Builder {
         let pool = match opts.compression {
             None => None,
             Some(c) => {
-                let p = u64::from(c.pcluster);
-                if p == 0
-                    || !p.is_multiple_of(blksz)
-                    || p > crate::format::MAX_PCLUSTER
-                    || p / blksz > 255
-                {
-                    return Err(BuildError::Option(format!(
-                        "-C {p}: the pcluster size must be a multiple of the block size ({blksz}), \
-                         at most 1 MiB and at most 255 blocks"
-                    )));
-                }
-                if let Algorithm::Lz4hc(l) = c.algorithm {
-                    if !(1..=12).contains(&l) {
-                        return Err(BuildError::Option(format!(
-                            "-z lz4hc,{l}: the level must be 1 to 12"
-                        )));
-                    }
-                }
+                c.check(blksz).map_err(BuildError::Option)?;
                 let workers = match opts.workers {
                     0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
                     n => n,
@@ -523,6 +506,8 @@ impl Builder {
                 epoch,
                 nsec,
                 big_pcluster: compression.is_some_and(|c| u64::from(c.pcluster) > blksz),
+                algorithm: compression
+                    .map_or(crate::format::Algorithm::Lz4, |c| c.algorithm.on_disk()),
             },
         )?;
         let uuid = self.opts.uuid.unwrap_or_else(|| {
@@ -548,6 +533,7 @@ impl Builder {
             compression: placed.compressed.then(|| superblock::Compr {
                 max_pclusterblks: compression
                     .map_or(1, |c| (u64::from(c.pcluster) >> self.opts.blkszbits) as u8),
+                zstd_window_log: compression.and_then(|c| c.zstd_window_log()),
             }),
         });
         let file = self.w.into_image();

@@ -23,11 +23,14 @@ pub(crate) struct Fields {
     pub compression: Option<Compr>,
 }
 
-/// What the superblock records of LZ4 compression.
+/// What the superblock records of compression.
 pub(crate) struct Compr {
     /// Blocks of the largest pcluster: above 1, the configuration records
     /// (and with them big pclusters) are needed.
     pub max_pclusterblks: u8,
+    /// For Zstd (whose configuration record is always needed), log2 of
+    /// its window; LZ4 otherwise.
+    pub zstd_window_log: Option<u8>,
 }
 
 /// LZ4's largest match distance, which the kernel sizes its window by.
@@ -77,13 +80,21 @@ pub(crate) fn encode(f: &Fields) -> Vec<u8> {
     b[0x40..0x40 + n].copy_from_slice(&f.volume[..n]);
     if let Some(c) = &f.compression {
         let mut incompat = INCOMPAT_LZ4_0PADDING;
-        if c.max_pclusterblks > 1 {
-            // Big pclusters need the configuration records after the
-            // superblock; the field that held the LZ4 distance then holds
-            // the bitmap of algorithms used.
+        let rec = SB_SIZE;
+        if let Some(log) = c.zstd_window_log {
+            // Any algorithm but LZ4 needs the configuration records: the
+            // field that held the LZ4 distance then holds the bitmap of
+            // algorithms used, and each used one has a record, a 2-byte
+            // size then the record, in the bitmap's order.
+            incompat |= INCOMPAT_COMPR_CFGS;
+            b[0x54..0x56].copy_from_slice(&(1u16 << Algorithm::Zstd as u16).to_le_bytes());
+            b[rec..rec + 2].copy_from_slice(&6u16.to_le_bytes());
+            // format 0, then the window's log above 1 KiB.
+            b[rec + 3] = log - 10;
+        } else if c.max_pclusterblks > 1 {
+            // Big pclusters need the configuration records too.
             incompat |= INCOMPAT_COMPR_CFGS;
             b[0x54..0x56].copy_from_slice(&(1u16 << Algorithm::Lz4 as u16).to_le_bytes());
-            let rec = SB_SIZE;
             b[rec..rec + 2].copy_from_slice(&14u16.to_le_bytes());
             b[rec + 2..rec + 4].copy_from_slice(&LZ4_MAX_DISTANCE.to_le_bytes());
             b[rec + 4] = c.max_pclusterblks;

@@ -1,4 +1,4 @@
-//! `-z lz4` and `-z lz4hc` images: every entry type with compressible,
+//! `-z lz4`, `-z lz4hc` and `-z zstd` images: every entry type with compressible,
 //! incompressible and cluster-edge files, at one-block and big
 //! pclusters, 4096- and 512-byte blocks, each checked four ways; against
 //! mkfs.erofs 1.9.3's image of the same tar; the same bytes whatever the
@@ -64,13 +64,17 @@ fn compress_tree(dir: &Path) {
     fs::write(z.join("big-noise"), noise((4 << 20) + 1, 99)).unwrap();
 }
 
-const SETS: [&[&str]; 6] = [
+const SETS: [&[&str]; 10] = [
     &["-zlz4"],
     &["-zlz4hc"],
     &["-zlz4hc,12", "-C65536"],
     &["-zlz4", "-b512"],
     &["-zlz4hc", "-b512"],
     &["-zlz4hc,12", "-C65536", "-b512"],
+    &["-zzstd"],
+    &["-zzstd,level=9,dictsize=65536", "-C131072"],
+    &["-zzstd,level=-3", "-b512"],
+    &["-zzstd,19", "-C16384", "-b512"],
 ];
 
 #[test]
@@ -107,7 +111,7 @@ fn python_library_walks_equal_with_lz4hc() {
 }
 
 #[test]
-fn the_same_tar_through_mkfs_erofs_lz4hc_walks_equal_under_the_kernel() {
+fn the_same_tar_through_mkfs_erofs_lz4hc_and_zstd_walks_equal_under_the_kernel() {
     require!("root", "kernel-erofs", "tar");
     let Some(bin) = erofs_utils_193!() else {
         return;
@@ -123,7 +127,11 @@ fn the_same_tar_through_mkfs_erofs_lz4hc_walks_equal_under_the_kernel() {
     for (what, src) in trees {
         let tar = tmp.path().join(format!("{what}.tar"));
         tar_of(&src, &tar);
-        for extra in [&["-zlz4hc"][..], &["-zlz4hc,12", "-C65536"][..]] {
+        for extra in [
+            &["-zlz4hc"][..],
+            &["-zlz4hc,12", "-C65536"][..],
+            &["-zzstd", "-C65536"][..],
+        ] {
             let theirs = tmp.path().join("theirs.img");
             let out = common::run_timeout(
                 Command::new(bin.join("mkfs.erofs"))
@@ -163,7 +171,11 @@ fn compressed_images_are_the_same_whatever_the_workers_and_from_a_tree_or_its_ta
     fs::remove_file(src.join("dev/socket")).unwrap();
     let tar = tmp.path().join("src.tar");
     tar_of(&src, &tar);
-    for args in [&["-zlz4hc"][..], &["-zlz4", "-C16384", "-b512"][..]] {
+    for args in [
+        &["-zlz4hc"][..],
+        &["-zlz4", "-C16384", "-b512"][..],
+        &["-zzstd,level=5", "-C16384"][..],
+    ] {
         let mut images = Vec::new();
         for (workers, from) in [("1", &src), ("3", &src), ("", &src), ("2", &tar)] {
             let img = tmp.path().join(format!("img-{workers}-{}", images.len()));

@@ -228,7 +228,16 @@ fn options_not_built_are_refused() {
     fs::write(src.join("f"), b"x").unwrap();
     let img = tmp.path().join("img");
     for (args, expect) in [
-        (&["-z", "zstd"][..], "-z zstd"),
+        (&["-z", "lzma"][..], "-z lzma"),
+        (&["-z", "lz4:zstd"][..], "-z lz4:zstd"),
+        (&["-z", "zstd,level=23"][..], "-z zstd,level=23"),
+        (&["-z", "zstd,dictsize=3000"][..], "-z zstd,dictsize=3000"),
+        (
+            &["-z", "zstd,dictsize=2097152"][..],
+            "-z zstd,dictsize=2097152",
+        ),
+        (&["-z", "lz4hc,dictsize=4096"][..], "-z lz4hc,dictsize=4096"),
+        (&["-z", "zstd,window=9"][..], "-z zstd,window=9"),
         (&["-z", "lz4,3"][..], "-z lz4,3"),
         (&["-z", "lz4hc,13"][..], "-z lz4hc,13"),
         (&["-z", "lz4", "-C", "6000"][..], "-C 6000"),
