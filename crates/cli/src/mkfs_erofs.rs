@@ -16,7 +16,8 @@ pub struct ErofsArgs {
     pub block_size: Option<u32>,
     /// Extended options, comma-separated: `noinline_data` (no tails of
     /// regular files inline after their inodes), `inline_data` (the
-    /// default).
+    /// default), `legacy-compress` (full lcluster indexes, 8 bytes a
+    /// block, rather than compact ones).
     #[arg(short = 'E', value_name = "OPTS")]
     pub extended: Vec<String>,
     /// Every inode's mtime and the image's build time, in seconds since
@@ -184,8 +185,9 @@ fn options(a: &ErofsArgs) -> anyhow::Result<Options> {
             match opt {
                 "noinline_data" | "^inline_data" => o.inline_data = false,
                 "inline_data" => o.inline_data = true,
+                "legacy-compress" => o.legacy_compress = true,
                 other => bail!(
-                    "-E {other}: not an extended option foliofs knows (noinline_data, inline_data)"
+                    "-E {other}: not an extended option foliofs knows (noinline_data, inline_data, legacy-compress)"
                 ),
             }
         }

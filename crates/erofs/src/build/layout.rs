@@ -12,10 +12,10 @@ use crate::format::{
     INODE_COMPACT_SIZE, I_FORMAT_EXTENDED, MAX_INODE_SIZE,
 };
 
-use super::compress;
 use super::data::{FileData, Writer};
 use super::tree::{Body, NodeId, Tree, ROOT};
 use super::xattr::{icount, Shared};
+use super::zindex;
 use super::BuildError;
 
 /// Where the metadata went, for the superblock.
@@ -135,16 +135,8 @@ fn entries_of(tree: &Tree, dir: NodeId, parent: NodeId) -> Vec<(&[u8], NodeId)> 
 pub(crate) struct Params {
     pub epoch: i64,
     pub nsec: u32,
-    /// Pclusters may be larger than a block.
-    pub big_pcluster: bool,
-    /// The compressor of every compressed file.
-    pub algorithm: crate::format::Algorithm,
-}
-
-/// Bytes of a compressed file's full indexes: the map header, 8
-/// reserved bytes, 8 per lcluster.
-fn index_len(size: u64, blksz: u64) -> u64 {
-    16 + 8 * size.div_ceil(blksz)
+    /// How compressed files' indexes are laid out.
+    pub zindex: zindex::Shape,
 }
 
 /// Lays out and writes every block after the file data: directory and
@@ -227,7 +219,11 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
             Body::Symlink(t) => spread(&mut plan, t.len() as u64),
             Body::File(d) if d.z.is_some() => {
                 plan.size = d.size;
-                plan.layout = Layout::CompressedFull;
+                plan.layout = if p.zindex.compact {
+                    Layout::CompressedCompact
+                } else {
+                    Layout::CompressedFull
+                };
                 plan.i_u = d.blocks as u32;
                 compressed = true;
             }
@@ -248,7 +244,7 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
             || plan.size > u64::from(u32::MAX)
             || m.mtime != p.epoch
             || m.nsec != p.nsec;
-        if plan.layout == Layout::CompressedFull {
+        if plan.layout.is_compressed() {
             // The map header is 8-byte aligned after the inode and xattrs.
             let isize = if plan.extended {
                 MAX_INODE_SIZE
@@ -256,7 +252,7 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
                 INODE_COMPACT_SIZE
             };
             let end = (isize + plan.xattrs.len()) as u64;
-            plan.tail = end.next_multiple_of(8) - end + index_len(plan.size, blksz);
+            plan.tail = end.next_multiple_of(8) - end + zindex::len(plan.size, end, &p.zindex);
         }
         plans.push(plan);
     }
@@ -355,16 +351,9 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
                 blkaddr,
                 ..
             }) => {
+                let end = (buf.len() as u64 + base) - plan.nid * INODE_COMPACT_SIZE as u64;
                 buf.resize(buf.len().next_multiple_of(8), 0);
-                let idx = compress::full_index(
-                    *size,
-                    *blkaddr,
-                    ext,
-                    w.blksz.trailing_zeros() as u8,
-                    p.big_pcluster,
-                    p.algorithm,
-                );
-                debug_assert_eq!(idx.len() as u64, index_len(*size, blksz));
+                let idx = zindex::encode(*size, *blkaddr, ext, end, &p.zindex);
                 buf.extend_from_slice(&idx);
             }
             _ => {}

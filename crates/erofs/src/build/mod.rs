@@ -30,6 +30,7 @@ mod source_tar;
 mod superblock;
 mod tree;
 mod xattr;
+mod zindex;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
@@ -74,6 +75,9 @@ pub struct Options {
     /// Threads compressing (`--workers`); 0: one per CPU. The image is the
     /// same whatever the number.
     pub workers: usize,
+    /// Full lcluster indexes, 8 bytes a block, rather than compact ones
+    /// (`-E legacy-compress`).
+    pub legacy_compress: bool,
 }
 
 impl Default for Options {
@@ -89,6 +93,7 @@ impl Default for Options {
             volume: Vec::new(),
             compression: None,
             workers: 0,
+            legacy_compress: false,
         }
     }
 }
@@ -505,9 +510,13 @@ impl Builder {
             &layout::Params {
                 epoch,
                 nsec,
-                big_pcluster: compression.is_some_and(|c| u64::from(c.pcluster) > blksz),
-                algorithm: compression
-                    .map_or(crate::format::Algorithm::Lz4, |c| c.algorithm.on_disk()),
+                zindex: zindex::Shape {
+                    blkszbits: self.opts.blkszbits,
+                    big: compression.is_some_and(|c| u64::from(c.pcluster) > blksz),
+                    algorithm: compression
+                        .map_or(crate::format::Algorithm::Lz4, |c| c.algorithm.on_disk()),
+                    compact: !self.opts.legacy_compress,
+                },
             },
         )?;
         let uuid = self.opts.uuid.unwrap_or_else(|| {
