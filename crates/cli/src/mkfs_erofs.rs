@@ -49,7 +49,10 @@ pub struct ErofsArgs {
     /// the same whatever the number.
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
-    /// The source is a tar stream: `f` (file data copied into the image).
+    /// The source is a tar stream: `f` (file data copied into the image)
+    /// or `i` (an index image: metadata only, 512-byte blocks, each file
+    /// pointing at its data in the tar, which must be uncompressed and is
+    /// mounted with the image as `-o device=TAR` or appended to it).
     /// Without it a SOURCE that is not a directory is read as a tar.
     #[arg(long = "tar", value_name = "MODE", num_args = 0..=1, default_missing_value = "f", require_equals = true)]
     pub tar: Option<String>,
@@ -192,6 +195,16 @@ fn options(a: &ErofsArgs) -> anyhow::Result<Options> {
             }
         }
     }
+    if a.tar.as_deref() == Some("i") {
+        o.tar_index = true;
+        match a.block_size {
+            None | Some(512) => o.blkszbits = 9,
+            Some(b) => bail!("-b {b}: --tar=i uses the tar's 512-byte blocks"),
+        }
+        if a.compress.is_some() {
+            bail!("--tar=i: an index image leaves the data in the tar; -z has nothing to compress");
+        }
+    }
     o.time = a.time;
     o.uuid = a.uuid.as_deref().map(parse_uuid).transpose()?;
     o.all_root = a.all_root;
@@ -205,12 +218,15 @@ fn options(a: &ErofsArgs) -> anyhow::Result<Options> {
 
 pub fn run(a: ErofsArgs) -> anyhow::Result<i32> {
     let opts = options(&a)?;
+    let opts_index = opts.tar_index;
     let as_tar = match a.tar.as_deref() {
-        Some("f") => true,
-        Some("i") => bail!("--tar=i: index images are not built yet; use --tar=f"),
-        Some(m) => bail!("--tar={m}: expected f"),
+        Some("f" | "i") => true,
+        Some(m) => bail!("--tar={m}: expected f (data copied in) or i (an index of the tar)"),
         None => a.src != Path::new("-") && !a.src.is_dir(),
     } || a.src == Path::new("-");
+    if let (Some(m), true) = (a.tar.as_deref(), a.src.is_dir()) {
+        bail!("--tar={m}: {} is a directory, not a tar", a.src.display());
+    }
     if opts.aufs && !as_tar {
         bail!(
             "--aufs applies to tar sources; {} is a directory",
@@ -223,7 +239,8 @@ pub fn run(a: ErofsArgs) -> anyhow::Result<i32> {
         crate::progress::spinner(format!("building {}", a.image.display()))
     };
     let res = if as_tar {
-        let r = open_tar(&a.src).with_context(|| format!("opening {}", a.src.display()))?;
+        let r = open_tar(&a.src, opts.tar_index)
+            .with_context(|| format!("--tar: {}", a.src.display()))?;
         Builder::build_tar(r, &a.image, opts)
     } else {
         Builder::build_dir(&a.src, &a.image, opts)
@@ -232,11 +249,16 @@ pub fn run(a: ErofsArgs) -> anyhow::Result<i32> {
     let sum = res?;
     if !a.quiet {
         eprintln!(
-            "{}: EROFS, {} bytes, {} inodes, {} bytes of file data, UUID {}",
+            "{}: EROFS, {} bytes, {} inodes, {} bytes of file data{}, UUID {}",
             a.image.display(),
             sum.image_size,
             sum.inodes,
             sum.data_bytes,
+            if opts_index {
+                " left in the tar (mount with -o device=TAR, or append the tar to the image)"
+            } else {
+                ""
+            },
             format_uuid(&sum.uuid)
         );
     }

@@ -28,6 +28,9 @@ pub(crate) struct FileData {
     /// For a compressed file, its extents, whose pclusters fill `blocks`
     /// blocks from `blkaddr` in order.
     pub z: Option<Vec<Pcluster>>,
+    /// For an index image (`--tar=i`), where the data is in the tar, the
+    /// image's extra device: a byte offset, a multiple of 512.
+    pub device_at: Option<u64>,
 }
 
 impl FileData {
@@ -40,6 +43,16 @@ impl FileData {
             blocks: 0,
             tail: None,
             z: None,
+            device_at: None,
+        }
+    }
+
+    /// A file whose `size` bytes are at byte `at` of the tar an index
+    /// image is made of.
+    pub fn in_tar(size: u64, at: u64) -> FileData {
+        FileData {
+            device_at: (size > 0).then_some(at),
+            ..FileData::placed_later(size)
         }
     }
 }
@@ -141,6 +154,7 @@ impl Writer {
                 blocks,
                 tail,
                 z: None,
+                device_at: None,
             })
         })();
         self.buf = buf;

@@ -8,8 +8,9 @@
 use std::collections::HashMap;
 
 use crate::format::{
-    Layout, DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV, FT_DIR, FT_FIFO, FT_REG_FILE, FT_SOCK, FT_SYMLINK,
-    INODE_COMPACT_SIZE, I_FORMAT_EXTENDED, MAX_INODE_SIZE,
+    Layout, CHUNK_FORMAT_BLKBITS_MASK, CHUNK_FORMAT_INDEXES, DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV,
+    FT_DIR, FT_FIFO, FT_REG_FILE, FT_SOCK, FT_SYMLINK, INODE_COMPACT_SIZE, I_FORMAT_EXTENDED,
+    MAX_INODE_SIZE,
 };
 
 use super::data::{FileData, Writer};
@@ -132,6 +133,17 @@ fn entries_of(tree: &Tree, dir: NodeId, parent: NodeId) -> Vec<(&[u8], NodeId)> 
     v
 }
 
+/// Bytes of a chunk index: advise, device id, block address.
+const CHUNK_INDEX_SIZE: u64 = 8;
+
+/// log2 of the chunk size for a file that is one run of bytes in a tar:
+/// the file in one chunk, as far as the format's 5 bits of chunk size
+/// above the block allow.
+fn tar_chunkbits(size: u64, blkszbits: u8) -> u8 {
+    let need = (64 - size.saturating_sub(1).leading_zeros()) as u8;
+    need.clamp(blkszbits, blkszbits + CHUNK_FORMAT_BLKBITS_MASK as u8)
+}
+
 pub(crate) struct Params {
     pub epoch: i64,
     pub nsec: u32,
@@ -143,6 +155,7 @@ pub(crate) struct Params {
 /// symlink blocks, the shared xattrs, the inodes.
 pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, BuildError> {
     let blksz = w.blksz;
+    let blkszbits = blksz.trailing_zeros() as u8;
     // Breadth first: the order inodes are placed in.
     let mut order: Vec<NodeId> = vec![ROOT];
     let mut slot: HashMap<NodeId, usize> = HashMap::from([(ROOT, 0)]);
@@ -227,6 +240,18 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
                 plan.i_u = d.blocks as u32;
                 compressed = true;
             }
+            Body::File(FileData {
+                size,
+                device_at: Some(_),
+                ..
+            }) => {
+                // One chunk covers the file where the format allows: its
+                // bytes are one run in the tar.
+                plan.size = *size;
+                plan.layout = Layout::ChunkBased;
+                let bits = tar_chunkbits(*size, blkszbits);
+                plan.i_u = u32::from(CHUNK_FORMAT_INDEXES | u16::from(bits - blkszbits));
+            }
             Body::File(d) => {
                 plan.size = d.size;
                 plan.i_u = d.blkaddr as u32;
@@ -244,15 +269,19 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
             || plan.size > u64::from(u32::MAX)
             || m.mtime != p.epoch
             || m.nsec != p.nsec;
+        // Indexes are 8-byte aligned after the inode and xattrs.
+        let isize = if plan.extended {
+            MAX_INODE_SIZE
+        } else {
+            INODE_COMPACT_SIZE
+        };
+        let end = (isize + plan.xattrs.len()) as u64;
         if plan.layout.is_compressed() {
-            // The map header is 8-byte aligned after the inode and xattrs.
-            let isize = if plan.extended {
-                MAX_INODE_SIZE
-            } else {
-                INODE_COMPACT_SIZE
-            };
-            let end = (isize + plan.xattrs.len()) as u64;
             plan.tail = end.next_multiple_of(8) - end + zindex::len(plan.size, end, &p.zindex);
+        } else if plan.layout == Layout::ChunkBased {
+            let bits = tar_chunkbits(plan.size, blkszbits);
+            plan.tail =
+                end.next_multiple_of(8) - end + CHUNK_INDEX_SIZE * plan.size.div_ceil(1 << bits);
         }
         plans.push(plan);
     }
@@ -345,6 +374,21 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
                 buf.extend_from_slice(&t[t.len() - plan.tail as usize..]);
             }
             Body::Dir(_) if plan.tail > 0 => buf.extend_from_slice(&dir_tails[&k]),
+            Body::File(FileData {
+                device_at: Some(at),
+                size,
+                ..
+            }) => {
+                // Each chunk's blocks on device 1, the tar.
+                buf.resize(buf.len().next_multiple_of(8), 0);
+                let bits = tar_chunkbits(*size, blkszbits);
+                for k in 0..size.div_ceil(1 << bits) {
+                    let blk = (at + (k << bits)) >> blkszbits;
+                    buf.extend_from_slice(&0u16.to_le_bytes());
+                    buf.extend_from_slice(&1u16.to_le_bytes());
+                    buf.extend_from_slice(&(blk as u32).to_le_bytes());
+                }
+            }
             Body::File(FileData {
                 z: Some(ext),
                 size,

@@ -78,6 +78,11 @@ pub struct Options {
     /// Full lcluster indexes, 8 bytes a block, rather than compact ones
     /// (`-E legacy-compress`).
     pub legacy_compress: bool,
+    /// An index image of a tar (`--tar=i`): metadata only, each regular
+    /// file's data left in the tar, which is the image's extra device
+    /// (`-o device=TAR`, or the tar appended to the image). Blocks are
+    /// the tar's 512 bytes; nothing is compressed.
+    pub tar_index: bool,
 }
 
 impl Default for Options {
@@ -94,6 +99,7 @@ impl Default for Options {
             compression: None,
             workers: 0,
             legacy_compress: false,
+            tar_index: false,
         }
     }
 }
@@ -154,6 +160,18 @@ impl Builder {
                 opts.volume.len(),
                 VOLUME_NAME_SIZE - 1
             )));
+        }
+        if opts.tar_index && opts.blkszbits != 9 {
+            return Err(BuildError::Option(format!(
+                "--tar=i: blocks are the tar's 512 bytes, not {}",
+                1u64 << opts.blkszbits
+            )));
+        }
+        if opts.tar_index && opts.compression.is_some() {
+            return Err(BuildError::Option(
+                "--tar=i: an index image leaves the data in the tar, so -z has nothing to compress"
+                    .into(),
+            ));
         }
         let dir = match image.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
@@ -308,6 +326,31 @@ impl Builder {
         self.tree
             .insert(comps, meta, Body::File(d))
             .map_err(EntryError::Bad)
+    }
+
+    /// Adds a regular file of an index image, whose `size` bytes are at
+    /// byte `at` of the tar.
+    pub(crate) fn add_indexed(
+        &mut self,
+        comps: &[&[u8]],
+        meta: Meta,
+        at: u64,
+        size: u64,
+    ) -> Result<NodeId, String> {
+        Self::check_names(comps)?;
+        let meta = self.meta(meta)?;
+        if !at.is_multiple_of(512) {
+            return Err(format!("data at byte {at}, not on a 512-byte block"));
+        }
+        if (at + size).div_ceil(512) > u64::from(u32::MAX) {
+            return Err(format!(
+                "data ends at byte {}, past what 32-bit block addresses reach",
+                at + size
+            ));
+        }
+        self.data_bytes += size;
+        self.tree
+            .insert(comps, meta, Body::File(data::FileData::in_tar(size, at)))
     }
 
     /// Adds a regular file to be compressed: its segments go to the
@@ -497,8 +540,9 @@ impl Builder {
     }
 
     /// Writes the metadata and the superblock, and renames the image into
-    /// place.
-    pub fn finish(mut self) -> Result<Summary, BuildError> {
+    /// place. `tar_bytes` is the length of the tar an index image's data
+    /// is in.
+    fn finish_with(mut self, tar_bytes: Option<u64>) -> Result<Summary, BuildError> {
         self.drain()?;
         self.pool = None;
         let (epoch, nsec) = self.epoch();
@@ -539,6 +583,7 @@ impl Builder {
             uuid,
             volume: self.opts.volume.clone(),
             xattr_filter: placed.xattr_filter,
+            tar_blocks: tar_bytes.map(|b| b.div_ceil(512)),
             compression: placed.compressed.then(|| superblock::Compr {
                 max_pclusterblks: compression
                     .map_or(1, |c| (u64::from(c.pcluster) >> self.opts.blkszbits) as u8),
@@ -578,18 +623,42 @@ impl Builder {
         })
     }
 
+    /// Writes the metadata and the superblock, and renames the image into
+    /// place.
+    pub fn finish(self) -> Result<Summary, BuildError> {
+        self.finish_with(None)
+    }
+
     /// Builds an image of the directory tree at `src`.
     pub fn build_dir(src: &Path, image: &Path, opts: Options) -> Result<Summary, BuildError> {
+        if opts.tar_index {
+            return Err(BuildError::Option(format!(
+                "--tar=i: {} is a directory; an index image is made of a tar",
+                src.display()
+            )));
+        }
         let mut b = Builder::new(image, opts)?;
         source_dir::add_tree(&mut b, src)?;
         b.finish()
     }
 
-    /// Builds an image of the tar stream `r` (plain, gzip or zstd).
+    /// Builds an image of the tar stream `r` (plain, gzip or zstd; plain
+    /// only for an index image, whose data stays in it).
     pub fn build_tar(r: Box<dyn Read>, image: &Path, opts: Options) -> Result<Summary, BuildError> {
         let mut b = Builder::new(image, opts)?;
-        source_tar::add_tar(&mut b, r)?;
-        b.finish()
+        if !b.opts.tar_index {
+            source_tar::add_tar(&mut b, r)?;
+            return b.finish();
+        }
+        let mut counted = source_tar::Counted::new(r);
+        source_tar::add_tar(&mut b, &mut counted)?;
+        // The device is the whole tar, its end-of-archive blocks and
+        // padding included, as a file holding it has them.
+        let tar_bytes = counted.rest().map_err(|e| BuildError::Stream {
+            offset: counted.bytes,
+            why: format!("reading past the tar's last entry: {e}"),
+        })?;
+        b.finish_with(Some(tar_bytes))
     }
 }
 

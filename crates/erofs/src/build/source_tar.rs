@@ -24,8 +24,9 @@ const OVERLAY_OPAQUE: &[u8] = b"trusted.overlay.opaque";
 const OVERLAY_ORIGIN: &[u8] = b"trusted.overlay.origin";
 
 /// Opens a tar file, or standard input for `-`, decompressing gzip or
-/// zstd as its first bytes say.
-pub fn open_tar(path: &Path) -> io::Result<Box<dyn Read>> {
+/// zstd as its first bytes say; with `plain`, refusing them (an index
+/// image points into the tar's own bytes).
+pub fn open_tar(path: &Path, plain: bool) -> io::Result<Box<dyn Read>> {
     let raw: Box<dyn Read> = if path == Path::new("-") {
         Box::new(io::stdin())
     } else {
@@ -33,6 +34,16 @@ pub fn open_tar(path: &Path) -> io::Result<Box<dyn Read>> {
     };
     let mut r = BufReader::with_capacity(1 << 20, raw);
     let head = r.fill_buf()?;
+    let compressed = [&[0x1f, 0x8b][..], &[0x28, 0xb5, 0x2f, 0xfd]]
+        .iter()
+        .any(|m| head.starts_with(m));
+    if plain && compressed {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the tar is compressed; an index image points into the tar's own bytes, \
+             so give it the tar uncompressed",
+        ));
+    }
     Ok(if head.starts_with(&[0x1f, 0x8b]) {
         Box::new(flate2::read::MultiGzDecoder::new(r))
     } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
@@ -87,8 +98,34 @@ pub(super) fn pax_time(v: &[u8]) -> Option<(i64, u32)> {
     })
 }
 
+/// A stream that counts the bytes read from it.
+pub(crate) struct Counted<R> {
+    inner: R,
+    pub bytes: u64,
+}
+
+impl<R: Read> Counted<R> {
+    pub fn new(inner: R) -> Self {
+        Counted { inner, bytes: 0 }
+    }
+
+    /// Reads to the end: the stream's whole length.
+    pub fn rest(&mut self) -> io::Result<u64> {
+        io::copy(self, &mut io::sink())?;
+        Ok(self.bytes)
+    }
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+}
+
 /// Adds every entry of the tar `r` to `b`.
-pub(crate) fn add_tar(b: &mut Builder, r: Box<dyn Read>) -> Result<(), BuildError> {
+pub(crate) fn add_tar(b: &mut Builder, r: impl Read) -> Result<(), BuildError> {
     let mut ar = tar::Archive::new(r);
     let entries = ar.entries().map_err(|e| BuildError::Stream {
         offset: 0,
@@ -197,6 +234,16 @@ pub(crate) fn add_tar(b: &mut Builder, r: Box<dyn Read>) -> Result<(), BuildErro
                 .ok_or_else(|| bad("a link entry without a target".into()))
         };
         match kind {
+            EntryType::GNUSparse if b.opts.tar_index => {
+                return Err(bad("a sparse file: its data is not one run of the tar, \
+                     so an index image cannot point at it; use --tar=f"
+                    .into()));
+            }
+            EntryType::Regular | EntryType::Continuous if b.opts.tar_index => {
+                meta.mode |= 0o100000;
+                b.add_indexed(&comps, meta, e.raw_file_position(), e.size())
+                    .map_err(bad)?;
+            }
             EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
                 meta.mode |= 0o100000;
                 let size = e.size();

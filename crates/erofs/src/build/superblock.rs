@@ -2,8 +2,9 @@
 //! and its crc32c.
 
 use crate::format::{
-    Algorithm, COMPAT_MTIME, COMPAT_SB_CHKSUM, COMPAT_XATTR_FILTER, INCOMPAT_COMPR_CFGS,
-    INCOMPAT_LZ4_0PADDING, MAGIC, SUPER_OFFSET, VOLUME_NAME_SIZE,
+    Algorithm, COMPAT_MTIME, COMPAT_SB_CHKSUM, COMPAT_XATTR_FILTER, DEVT_SLOT_SIZE,
+    INCOMPAT_COMPR_CFGS, INCOMPAT_DEVICE_TABLE, INCOMPAT_LZ4_0PADDING, MAGIC, SUPER_OFFSET,
+    VOLUME_NAME_SIZE,
 };
 
 /// What the superblock says.
@@ -21,6 +22,10 @@ pub(crate) struct Fields {
     pub xattr_filter: bool,
     /// Set when some file is compressed.
     pub compression: Option<Compr>,
+    /// For an index image, the tar's 512-byte blocks: the one extra
+    /// device, mapped right after the image so that the tar may also be
+    /// appended to it.
+    pub tar_blocks: Option<u64>,
 }
 
 /// What the superblock records of compression.
@@ -102,6 +107,18 @@ pub(crate) fn encode(f: &Fields) -> Vec<u8> {
             b[0x54..0x56].copy_from_slice(&LZ4_MAX_DISTANCE.to_le_bytes());
         }
         b[0x50..0x54].copy_from_slice(&incompat.to_le_bytes());
+    }
+    if let Some(blocks) = f.tar_blocks {
+        // One device slot, right after the superblock proper: a tag
+        // (none), the device's blocks, and where it sits in the unified
+        // block space.
+        let slot = SB_SIZE;
+        b[0x50..0x54].copy_from_slice(&INCOMPAT_DEVICE_TABLE.to_le_bytes());
+        b[0x56..0x58].copy_from_slice(&1u16.to_le_bytes());
+        let slotoff = (SUPER_OFFSET + slot as u64) / DEVT_SLOT_SIZE;
+        b[0x58..0x5A].copy_from_slice(&(slotoff as u16).to_le_bytes());
+        b[slot + 64..slot + 68].copy_from_slice(&(blocks as u32).to_le_bytes());
+        b[slot + 68..slot + 72].copy_from_slice(&(f.blocks as u32).to_le_bytes());
     }
     // The stored value is the raw CRC register (seed ~0, no final xor),
     // the complement of the standard CRC-32C, as the reader checks it.

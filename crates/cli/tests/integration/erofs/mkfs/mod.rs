@@ -7,6 +7,7 @@
 
 mod compressed;
 mod hostile;
+mod index;
 mod trees;
 mod user;
 
@@ -66,13 +67,26 @@ pub fn comparable(mut t: Tree, time: Option<i64>) -> Tree {
 /// checking that foliofs's library reads the same and that fsck.erofs
 /// 1.9.3 (where built) and `foliofs fsck` find it clean.
 pub fn kernel_walk(img: &Path) -> Tree {
+    kernel_walk_with(img, None)
+}
+
+/// As [`kernel_walk`], with `device` as the image's extra device.
+pub fn kernel_walk_with(img: &Path, device: Option<&Path>) -> Tree {
     let kernel = {
-        let m = KernelMount::new(img, "");
+        let data = device.map_or(String::new(), |d| format!("device={}", d.display()));
+        let m = KernelMount::new(img, &data);
         walk_mounted(m.path())
     };
-    let fs = Erofs::open(img, &OpenOptions::default(), &[]).unwrap();
+    let devices: Vec<PathBuf> = device.into_iter().map(Path::to_owned).collect();
+    let fs = Erofs::open(img, &OpenOptions::default(), &devices).unwrap();
     assert_same("foliofs's library", &kernel, &walk_library(&fs));
-    let out = common::foliofs([OsStr::new("fsck"), img.as_os_str()]);
+    let mut args = vec![OsStr::new("fsck").to_owned()];
+    if let Some(d) = device {
+        args.push("-o".into());
+        args.push(format!("device={}", d.display()).into());
+    }
+    args.push(img.as_os_str().to_owned());
+    let out = common::foliofs(&args);
     assert!(
         out.status.success(),
         "foliofs fsck {}: {}{}",
@@ -81,10 +95,11 @@ pub fn kernel_walk(img: &Path) -> Tree {
         String::from_utf8_lossy(&out.stderr)
     );
     if let Some(bin) = erofs_utils() {
-        let out = common::run_timeout(
-            Command::new(bin.join("fsck.erofs")).arg(img),
-            Duration::from_secs(600),
-        );
+        let mut fsck = Command::new(bin.join("fsck.erofs"));
+        if let Some(d) = device {
+            fsck.arg(format!("--device={}", d.display()));
+        }
+        let out = common::run_timeout(fsck.arg(img), Duration::from_secs(600));
         assert!(
             out.status.success(),
             "fsck.erofs 1.9.3 {}: {}",

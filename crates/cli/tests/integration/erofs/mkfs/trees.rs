@@ -140,9 +140,8 @@ fn a_tree_and_its_tar_give_the_same_image() {
 
 /// A layer as an overlayfs upper directory is tarred: whiteouts as AUFS
 /// names, an opaque directory, a hard link, and files in several
-/// directories. It stands in for a Debian root, which cannot be had
-/// offline.
-fn layer_tree(dir: &Path) {
+/// directories.
+pub(super) fn layer_tree(dir: &Path) {
     rich_tree(dir);
     fs::remove_file(dir.join("dev/socket")).unwrap();
     fs::write(dir.join(".wh.removed-file"), b"").unwrap();
