@@ -277,3 +277,141 @@ fn sparse_tars_give_the_trees_image() {
     );
     assert!(!img.exists());
 }
+
+/// This machine's Debian release and the archive apt fetches it from, as
+/// its own configuration names them.
+fn debian_archive() -> Option<(String, String)> {
+    let release = fs::read_to_string("/etc/os-release").ok()?;
+    let codename = release
+        .lines()
+        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))?
+        .trim_matches('"')
+        .to_owned();
+    let mut texts: Vec<String> = fs::read_to_string("/etc/apt/sources.list")
+        .into_iter()
+        .collect();
+    if let Ok(dir) = fs::read_dir("/etc/apt/sources.list.d") {
+        let mut names: Vec<_> = dir.flatten().map(|e| e.path()).collect();
+        names.sort();
+        texts.extend(names.iter().filter_map(|p| fs::read_to_string(p).ok()));
+    }
+    for text in &texts {
+        // One-line form: deb [opts] URI SUITE COMPONENTS...
+        for l in text.lines() {
+            let w: Vec<&str> = l
+                .split_whitespace()
+                .filter(|w| !w.starts_with('['))
+                .collect();
+            if w.len() >= 3 && w[0] == "deb" && w[2] == codename {
+                return Some((codename.clone(), w[1].to_owned()));
+            }
+        }
+        // deb822 form: stanzas of URIs and Suites.
+        for stanza in text.split("\n\n") {
+            let field = |k: &str| {
+                stanza
+                    .lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .map(str::trim)
+            };
+            if field("Types:").is_some_and(|t| t.split_whitespace().any(|t| t == "deb"))
+                && field("Suites:").is_some_and(|s| s.split_whitespace().any(|s| s == codename))
+            {
+                if let Some(uri) = field("URIs:").and_then(|u| u.split_whitespace().next()) {
+                    return Some((codename.clone(), uri.to_owned()));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// A Debian root as debootstrap makes it, with AUFS whiteouts added as a
+/// layer above it would carry them, through both tools: with
+/// containerd's flags, as an index image, and with -zlz4hc; each pair
+/// walks equal under the kernel, and the images are within 1% in size.
+#[test]
+fn a_debootstrap_root_with_whiteouts_walks_equal_through_both_tools() {
+    require!("root", "kernel-erofs", "tar", "debootstrap");
+    let Some(bin) = erofs_utils_193!() else {
+        return;
+    };
+    let Some((release, archive)) = debian_archive() else {
+        eprintln!("skip: no Debian archive in apt's sources to debootstrap from");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let out = common::run_timeout(
+        Command::new("debootstrap")
+            .args(["--variant=minbase", &release])
+            .arg(&root)
+            .arg(&archive),
+        Duration::from_secs(900),
+    );
+    assert!(
+        out.status.success(),
+        "debootstrap {release} from {archive}: {}",
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .chain(String::from_utf8_lossy(&out.stderr).lines())
+            .last()
+            .unwrap_or_default()
+    );
+    // A layer's whiteouts: of a file and a directory a lower layer had
+    // (a layer never holds both a name and its whiteout), and an opaque
+    // directory.
+    fs::write(root.join("etc/.wh.removed.conf"), b"").unwrap();
+    fs::write(root.join("var/.wh.removed-dir"), b"").unwrap();
+    fs::write(root.join("usr/share/doc/.wh..wh..opq"), b"").unwrap();
+    let tar = tmp.path().join("root.tar");
+    tar_of(&root, &tar);
+    for (extra, device) in [
+        (&["--tar=f", "-Enoinline_data", "-b4096"][..], false),
+        (&["--tar=i"][..], true),
+        (&["--tar=f", "-zlz4hc"][..], false),
+    ] {
+        let theirs = tmp.path().join("theirs.img");
+        let out = common::run_timeout(
+            Command::new(bin.join("mkfs.erofs"))
+                .args(["--aufs", "--quiet", "-T0", "-Uclear"])
+                .args(extra)
+                .arg(&theirs)
+                .arg(&tar),
+            Duration::from_secs(600),
+        );
+        assert!(
+            out.status.success(),
+            "mkfs.erofs {extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ours = tmp.path().join("ours.img");
+        let mut args = vec!["--aufs", "-T0", "-Uclear"];
+        args.extend_from_slice(extra);
+        build(&args, &tar, &ours);
+        let dev = device.then_some(tar.as_path());
+        let data = dev.map_or(String::new(), |d| format!("device={}", d.display()));
+        let want = comparable(
+            walk_mounted(super::super::walk::KernelMount::new(&theirs, &data).path()),
+            None,
+        );
+        let got = comparable(super::kernel_walk_with(&ours, dev), None);
+        assert_same(
+            &format!("debootstrap root {extra:?}: foliofs (mkfs.erofs is 'kernel')"),
+            &want,
+            &got,
+        );
+        assert_eq!(got[Path::new("etc/removed.conf")].kind, "chr");
+        assert!(got[Path::new("usr/share/doc")]
+            .xattrs
+            .contains_key(&b"trusted.overlay.opaque"[..]));
+        let (a, b) = (
+            fs::metadata(&ours).unwrap().len() as f64,
+            fs::metadata(&theirs).unwrap().len() as f64,
+        );
+        assert!(
+            (a / b - 1.0).abs() <= 0.01,
+            "debootstrap root {extra:?}: foliofs's image is {a} bytes, mkfs.erofs's {b}"
+        );
+    }
+}
