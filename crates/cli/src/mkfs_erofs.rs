@@ -25,8 +25,9 @@ pub struct ErofsArgs {
     /// way).
     #[arg(short = 'T', value_name = "SECONDS", allow_negative_numbers = true)]
     pub time: Option<i64>,
-    /// The UUID: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or `clear` (all
-    /// zeros); default: one made from a hash of the image's content.
+    /// The UUID: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, `clear` (all
+    /// zeros) or `random`; default: one made from a hash of the image's
+    /// content.
     #[arg(short = 'U', value_name = "UUID")]
     pub uuid: Option<String>,
     /// Volume label (at most 15 bytes).
@@ -81,9 +82,19 @@ fn parse_uuid(s: &str) -> anyhow::Result<[u8; 16]> {
     if s == "clear" {
         return Ok([0; 16]);
     }
+    if s == "random" {
+        // An RFC 9562 version 4 UUID; the image is then not reproducible,
+        // which is what asking for a random one means.
+        let mut u = [0u8; 16];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut u)
+            .context("-U random: reading /dev/urandom")?;
+        u[6] = (u[6] & 0x0f) | 0x40;
+        u[8] = (u[8] & 0x3f) | 0x80;
+        return Ok(u);
+    }
     let hex: String = s.chars().filter(|&c| c != '-').collect();
     if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-        bail!("-U {s:?}: expected a UUID (32 hex digits, dashes allowed) or \"clear\"");
+        bail!("-U {s:?}: expected a UUID (32 hex digits, dashes allowed), \"clear\" or \"random\"");
     }
     let mut out = [0u8; 16];
     for (i, b) in out.iter_mut().enumerate() {
