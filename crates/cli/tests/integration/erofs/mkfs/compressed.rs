@@ -6,11 +6,8 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
 
-use super::super::walk::{assert_same, walk_mounted, KernelMount};
-use super::{build, check_tree, comparable, kernel_walk, tar_of};
+use super::{build, check_tree, tar_of};
 use crate::common;
 
 /// Deterministic bytes no compressor shrinks.
@@ -138,42 +135,13 @@ fn the_same_tar_through_mkfs_erofs_lz4hc_and_zstd_walks_equal_under_the_kernel()
             // documents: both get one, so that their sizes compare.
             &["-zzstd,level=3", "-C65536"][..],
         ] {
-            let theirs = tmp.path().join("theirs.img");
-            let out = common::run_timeout(
-                Command::new(bin.join("mkfs.erofs"))
-                    .args(["--tar=f", "--quiet", "-T0", "-Uclear"])
-                    .args(extra)
-                    .arg(&theirs)
-                    .arg(&tar),
-                Duration::from_secs(600),
-            );
-            assert!(
-                out.status.success(),
-                "mkfs.erofs: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let ours = tmp.path().join("ours.img");
             let mut args = vec!["--tar=f", "-T0", "-Uclear"];
             args.extend_from_slice(extra);
-            build(&args, &tar, &ours);
-            let want = comparable(walk_mounted(KernelMount::new(&theirs, "").path()), None);
-            let got = comparable(kernel_walk(&ours), None);
-            assert_same(
-                &format!("{what} {extra:?}: foliofs (mkfs.erofs is 'kernel')"),
-                &want,
-                &got,
-            );
+            let (_, ours, theirs) = super::through_both(&bin, &args, &tar, tmp.path(), None);
             // Within 1% of mkfs.erofs's size at the same options: compact
             // indexes as it writes them, pclusters as full.
             if what == "python" {
-                let (o, t) = (
-                    fs::metadata(&ours).unwrap().len() as f64,
-                    fs::metadata(&theirs).unwrap().len() as f64,
-                );
-                assert!(
-                    (o / t - 1.0).abs() < 0.01,
-                    "{extra:?}: foliofs {o} bytes, mkfs.erofs {t}"
-                );
+                super::within_1_percent(&format!("python {extra:?}"), ours, theirs);
             }
         }
     }

@@ -250,15 +250,43 @@ fn options_not_built_are_refused() {
         (&["--aufs"][..], "--aufs"),
     ] {
         let mut all: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
-        all.extend([src.as_os_str(), img.as_os_str()]);
-        let out = mkfs(&all);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?} was accepted");
-        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
-        assert!(
-            err.contains(expect),
-            "{args:?}: expected {expect:?} in {err}"
-        );
-        assert!(!img.exists(), "{args:?} left an image");
+        all.push(src.as_os_str());
+        super::refused(&all, &img, expect);
     }
+}
+
+/// `-U clear` writes zeros, `-U UUID` that UUID, `-U random` a new
+/// version 4 UUID each time, and nothing else of the image changes.
+#[test]
+fn uuids_are_clear_given_or_random() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("f"), b"x").unwrap();
+    let uuid_of = |arg: &str, name: &str| {
+        let img = tmp.path().join(name);
+        super::build(&["-T0", "-U", arg], &src, &img);
+        let bytes = fs::read(&img).unwrap();
+        let u: [u8; 16] = bytes[1024 + 0x30..1024 + 0x40].try_into().unwrap();
+        (u, bytes)
+    };
+    let (clear, a) = uuid_of("clear", "a");
+    assert_eq!(clear, [0; 16]);
+    let (given, _) = uuid_of("01234567-89ab-cdef-0123-456789abcdef", "b");
+    assert_eq!(given[..4], [0x01, 0x23, 0x45, 0x67]);
+    let (r1, c) = uuid_of("random", "c");
+    let (r2, _) = uuid_of("random", "d");
+    assert_ne!(r1, r2);
+    for r in [r1, r2] {
+        assert_eq!(r[6] >> 4, 4, "version 4");
+        assert_eq!(r[8] >> 6, 0b10, "RFC 9562 variant");
+    }
+    // Only the UUID and the superblock's checksum differ.
+    let differ: Vec<usize> = (0..a.len()).filter(|&i| a[i] != c[i]).collect();
+    assert!(
+        differ
+            .iter()
+            .all(|&i| (1024 + 4..1024 + 8).contains(&i) || (1024 + 0x30..1024 + 0x40).contains(&i)),
+        "{differ:?}"
+    );
 }

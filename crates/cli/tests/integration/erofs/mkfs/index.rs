@@ -9,7 +9,6 @@ use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use super::super::walk::{assert_same, walk_mounted, KernelMount};
 use super::trees::layer_tree;
@@ -73,27 +72,8 @@ fn index_images_walk_equal_with_the_tar_as_device_or_appended() {
             &flat,
         );
         if let Some(bin) = erofs_utils_193!() {
-            let theirs = tmp.path().join("theirs.img");
-            let out = common::run_timeout(
-                Command::new(bin.join("mkfs.erofs"))
-                    .args(["--tar=i", "--aufs", "--quiet", "-T0", "-Uclear"])
-                    .arg(&theirs)
-                    .arg(&tar),
-                Duration::from_secs(600),
-            );
-            assert!(
-                out.status.success(),
-                "mkfs.erofs --tar=i: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let dev = format!("device={}", tar.display());
-            let theirs_walk =
-                comparable(walk_mounted(KernelMount::new(&theirs, &dev).path()), None);
-            assert_same(
-                &format!("{what}: foliofs --tar=i (mkfs.erofs --tar=i is 'kernel')"),
-                &theirs_walk,
-                &got,
-            );
+            let args = ["--tar=i", "--aufs", "-T0", "-Uclear"];
+            super::through_both(&bin, &args, &tar, tmp.path(), Some(&tar));
         }
     }
 }
@@ -161,17 +141,7 @@ fn what_an_index_image_cannot_hold_is_refused_in_one_line() {
         (&["--tar=i".as_ref(), src.as_os_str()], "is a directory"),
     ];
     for (args, expect) in cases {
-        let mut all = args.to_vec();
-        all.push(img.as_os_str());
-        let out = mkfs(&all);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?} was accepted");
-        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
-        assert!(
-            err.contains(expect),
-            "{args:?}: expected {expect:?} in {err}"
-        );
-        assert!(!img.exists(), "{args:?} left an image");
+        super::refused(args, &img, expect);
     }
     // The plain tar is indexed.
     let out = mkfs(&[OsStr::new("--tar=i"), plain.as_os_str(), img.as_os_str()]);
@@ -187,14 +157,7 @@ fn a_user_indexes_a_tar_and_mounts_it_with_the_tar_as_device() {
     require!("user-fuse", "tar");
     let tmp = common::user_tempdir(TEST_USER);
     let src = tmp.path().join("src");
-    common::every_type_tree(&src);
-    fs::remove_file(src.join("dev/socket")).unwrap();
-    let st = Command::new("chown")
-        .args(["-R", "-h", TEST_USER])
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    super::users_tree(&src);
     let (tar, img) = (tmp.path().join("layer.tar"), tmp.path().join("layer.img"));
     let out = sh_as_user(
         TEST_USER,

@@ -154,3 +154,84 @@ pub fn tar_of(src: &Path, tar: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Builds `src` (a tar) with mkfs.erofs 1.9.3 from `bin` and with foliofs,
+/// both given `args` (spelt alike), into `theirs.img` and `ours.img` in
+/// `dir`; asserts that the two walk equal under the kernel (with `device`
+/// as their extra device) and that foliofs's image is clean four ways
+/// ([`kernel_walk_with`]). Returns foliofs's walk, its image's size and
+/// mkfs.erofs's.
+pub fn through_both(
+    bin: &Path,
+    args: &[&str],
+    src: &Path,
+    dir: &Path,
+    device: Option<&Path>,
+) -> (Tree, u64, u64) {
+    let theirs = dir.join("theirs.img");
+    let out = common::run_timeout(
+        Command::new(bin.join("mkfs.erofs"))
+            .arg("--quiet")
+            .args(args)
+            .arg(&theirs)
+            .arg(src),
+        Duration::from_secs(600),
+    );
+    assert!(
+        out.status.success(),
+        "mkfs.erofs {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ours = dir.join("ours.img");
+    build(args, src, &ours);
+    let data = device.map_or(String::new(), |d| format!("device={}", d.display()));
+    let want = comparable(walk_mounted(KernelMount::new(&theirs, &data).path()), None);
+    let got = comparable(kernel_walk_with(&ours, device), None);
+    assert_same(
+        &format!(
+            "{} {args:?}: foliofs (mkfs.erofs is 'kernel')",
+            src.display()
+        ),
+        &want,
+        &got,
+    );
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    (got, size(&ours), size(&theirs))
+}
+
+/// Asserts that foliofs's image is within 1% of mkfs.erofs's size.
+pub fn within_1_percent(what: &str, ours: u64, theirs: u64) {
+    assert!(
+        (ours as f64 / theirs as f64 - 1.0).abs() <= 0.01,
+        "{what}: foliofs's image is {ours} bytes, mkfs.erofs's {theirs}: more than 1% apart"
+    );
+}
+
+/// Asserts that `foliofs mkfs erofs ARGS IMG` fails with one line that
+/// says `expect`, and leaves no image.
+pub fn refused<S: AsRef<OsStr> + std::fmt::Debug>(args: &[S], img: &Path, expect: &str) {
+    let mut all: Vec<&OsStr> = args.iter().map(AsRef::as_ref).collect();
+    all.push(img.as_os_str());
+    let out = mkfs(&all);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} was accepted");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    assert!(
+        err.contains(expect),
+        "{args:?}: expected {expect:?} in {err}"
+    );
+    assert!(!img.exists(), "{args:?} left an image");
+}
+
+/// Every entry type but sockets (tar stores none) under `dir`, owned by
+/// the user [`common::TEST_USER`].
+pub fn users_tree(dir: &Path) {
+    common::every_type_tree(dir);
+    std::fs::remove_file(dir.join("dev/socket")).unwrap();
+    let st = Command::new("chown")
+        .args(["-R", "-h", common::TEST_USER])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}

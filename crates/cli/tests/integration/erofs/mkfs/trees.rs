@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use super::super::walk::{assert_same, set_mtime, set_xattr, walk_mounted};
-use super::{build, check_tree, comparable, kernel_walk, tar_of};
+use super::super::walk::{set_mtime, set_xattr};
+use super::{build, check_tree, tar_of};
 use crate::common;
 
 /// Every entry type, plus what picks the inode form and the xattr paths:
@@ -171,45 +171,13 @@ fn the_same_tar_through_mkfs_erofs_walks_equal_under_the_kernel() {
         let tar = tmp.path().join(format!("{what}.tar"));
         tar_of(&src, &tar);
         for extra in [&["-Enoinline_data"][..], &[][..], &["-b512"][..]] {
-            let theirs = tmp.path().join("theirs.img");
-            let out = common::run_timeout(
-                Command::new(bin.join("mkfs.erofs"))
-                    .args(["--tar=f", "--aufs", "--quiet", "-T0", "-Uclear"])
-                    .args(extra)
-                    .arg(&theirs)
-                    .arg(&tar),
-                Duration::from_secs(600),
-            );
-            assert!(
-                out.status.success(),
-                "mkfs.erofs: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let ours = tmp.path().join("ours.img");
             let mut args = vec!["--tar=f", "--aufs", "-T0", "-Uclear"];
             args.extend_from_slice(extra);
-            build(&args, &tar, &ours);
-            let want = comparable(
-                walk_mounted(super::super::walk::KernelMount::new(&theirs, "").path()),
-                None,
-            );
-            let got = comparable(kernel_walk(&ours), None);
-            assert_same(
-                &format!("{what} {extra:?}: foliofs (mkfs.erofs is 'kernel')"),
-                &want,
-                &got,
-            );
+            let (got, ours, theirs) = super::through_both(&bin, &args, &tar, tmp.path(), None);
             if what == "python" {
                 // A real tree of many small files: where inodes and inline
                 // tails are packed shows in the size.
-                let (a, b) = (
-                    fs::metadata(&ours).unwrap().len() as f64,
-                    fs::metadata(&theirs).unwrap().len() as f64,
-                );
-                assert!(
-                    (a / b - 1.0).abs() <= 0.01,
-                    "python {extra:?}: foliofs's image is {a} bytes, mkfs.erofs's {b}: more than 1% apart"
-                );
+                super::within_1_percent(&format!("python {extra:?}"), ours, theirs);
             }
             if what == "layer" {
                 // The whiteouts are there to compare at all.
@@ -371,47 +339,14 @@ fn a_debootstrap_root_with_whiteouts_walks_equal_through_both_tools() {
         (&["--tar=i"][..], true),
         (&["--tar=f", "-zlz4hc"][..], false),
     ] {
-        let theirs = tmp.path().join("theirs.img");
-        let out = common::run_timeout(
-            Command::new(bin.join("mkfs.erofs"))
-                .args(["--aufs", "--quiet", "-T0", "-Uclear"])
-                .args(extra)
-                .arg(&theirs)
-                .arg(&tar),
-            Duration::from_secs(600),
-        );
-        assert!(
-            out.status.success(),
-            "mkfs.erofs {extra:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let ours = tmp.path().join("ours.img");
         let mut args = vec!["--aufs", "-T0", "-Uclear"];
         args.extend_from_slice(extra);
-        build(&args, &tar, &ours);
         let dev = device.then_some(tar.as_path());
-        let data = dev.map_or(String::new(), |d| format!("device={}", d.display()));
-        let want = comparable(
-            walk_mounted(super::super::walk::KernelMount::new(&theirs, &data).path()),
-            None,
-        );
-        let got = comparable(super::kernel_walk_with(&ours, dev), None);
-        assert_same(
-            &format!("debootstrap root {extra:?}: foliofs (mkfs.erofs is 'kernel')"),
-            &want,
-            &got,
-        );
+        let (got, ours, theirs) = super::through_both(&bin, &args, &tar, tmp.path(), dev);
         assert_eq!(got[Path::new("etc/removed.conf")].kind, "chr");
         assert!(got[Path::new("usr/share/doc")]
             .xattrs
             .contains_key(&b"trusted.overlay.opaque"[..]));
-        let (a, b) = (
-            fs::metadata(&ours).unwrap().len() as f64,
-            fs::metadata(&theirs).unwrap().len() as f64,
-        );
-        assert!(
-            (a / b - 1.0).abs() <= 0.01,
-            "debootstrap root {extra:?}: foliofs's image is {a} bytes, mkfs.erofs's {b}"
-        );
+        super::within_1_percent(&format!("debootstrap root {extra:?}"), ours, theirs);
     }
 }

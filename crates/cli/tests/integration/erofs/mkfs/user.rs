@@ -2,7 +2,6 @@
 //! from a tar on standard input, and mounts them.
 
 use std::fs;
-use std::process::Command;
 
 use super::super::walk::walk_mounted;
 use super::{comparable, kernel_walk};
@@ -13,15 +12,7 @@ fn a_user_builds_from_a_directory_and_from_stdin_and_mounts_the_image() {
     require!("user-fuse", "kernel-erofs", "tar");
     let tmp = common::user_tempdir(TEST_USER);
     let src = tmp.path().join("src");
-    common::every_type_tree(&src);
-    // tar stores no sockets; the rest becomes the user's own.
-    fs::remove_file(src.join("dev/socket")).unwrap();
-    let st = Command::new("chown")
-        .args(["-R", "-h", TEST_USER])
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    super::users_tree(&src);
     let (dir_img, tar_img) = (tmp.path().join("dir.img"), tmp.path().join("tar.img"));
     let out = sh_as_user(
         TEST_USER,
