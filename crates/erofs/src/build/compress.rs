@@ -159,6 +159,27 @@ pub(crate) struct Pcluster {
     pub raw: bool,
 }
 
+impl Pcluster {
+    /// Bytes of one in the spill file.
+    pub const SPILLED: usize = 11;
+
+    pub fn to_bytes(self) -> [u8; Self::SPILLED] {
+        let mut b = [0u8; Self::SPILLED];
+        b[..8].copy_from_slice(&self.la.to_le_bytes());
+        b[8..10].copy_from_slice(&self.blocks.to_le_bytes());
+        b[10] = u8::from(self.raw);
+        b
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Pcluster {
+        Pcluster {
+            la: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+            blocks: u16::from_le_bytes([b[8], b[9]]),
+            raw: b[10] != 0,
+        }
+    }
+}
+
 /// A compressed segment: its extents (offsets from the segment's start)
 /// and the pclusters' bytes, whole blocks.
 pub(crate) struct Packed {

@@ -25,9 +25,11 @@ pub(crate) struct FileData {
     /// The tail to inline after the inode: its offset and length in the
     /// spill file.
     pub tail: Option<(u64, u32)>,
-    /// For a compressed file, its extents, whose pclusters fill `blocks`
-    /// blocks from `blkaddr` in order.
-    pub z: Option<Vec<Pcluster>>,
+    /// For a compressed file, where its extents wait in the spill file
+    /// (offset, count), whose pclusters fill `blocks` blocks from
+    /// `blkaddr` in order. Kept there rather than in memory, which would
+    /// otherwise grow with the data (an extent per pcluster).
+    pub z: Option<(u64, u32)>,
     /// For an index image (`--tar=i`), where the data is in the tar, the
     /// image's extra device: a byte offset, a multiple of 512.
     pub device_at: Option<u64>,
@@ -142,11 +144,10 @@ impl Writer {
                 if got < t.len() {
                     return Err(short(in_place + got as u64));
                 }
-                self.spill
-                    .write_all_at(t, self.spill_len)
+                let at = self
+                    .spill(t)
                     .map_err(BuildError::io("writing the spill file"))?;
-                tail = Some((self.spill_len, tail_len as u32));
-                self.spill_len += tail_len;
+                tail = Some((at, tail_len as u32));
             }
             Ok(FileData {
                 size,
@@ -178,6 +179,29 @@ impl Writer {
         self.put(bytes)?;
         self.next_block += bytes.len() as u64 / self.blksz;
         Ok(())
+    }
+
+    /// Puts `bytes` at the end of the spill file, returning their offset.
+    fn spill(&mut self, bytes: &[u8]) -> io::Result<u64> {
+        let at = self.spill_len;
+        self.spill.write_all_at(bytes, at)?;
+        self.spill_len += bytes.len() as u64;
+        Ok(at)
+    }
+
+    /// Puts a compressed file's extents in the spill file.
+    pub fn spill_extents(&mut self, ext: &[Pcluster]) -> io::Result<(u64, u32)> {
+        let bytes: Vec<u8> = ext.iter().flat_map(|e| e.to_bytes()).collect();
+        Ok((self.spill(&bytes)?, ext.len() as u32))
+    }
+
+    /// A compressed file's extents from the spill file.
+    pub fn extents(&self, (off, n): (u64, u32)) -> io::Result<Vec<Pcluster>> {
+        let mut v = vec![0; n as usize * Pcluster::SPILLED];
+        self.spill.read_exact_at(&mut v, off)?;
+        Ok(v.chunks(Pcluster::SPILLED)
+            .map(Pcluster::from_bytes)
+            .collect())
     }
 
     /// A tail from the spill file.

@@ -395,9 +395,12 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
                 blkaddr,
                 ..
             }) => {
+                let ext = w
+                    .extents(*ext)
+                    .map_err(BuildError::io("reading the spill file"))?;
                 let end = (buf.len() as u64 + base) - plan.nid * INODE_COMPACT_SIZE as u64;
                 buf.resize(buf.len().next_multiple_of(8), 0);
-                let idx = zindex::encode(*size, *blkaddr, ext, end, &p.zindex);
+                let idx = zindex::encode(*size, *blkaddr, &ext, end, &p.zindex);
                 buf.extend_from_slice(&idx);
             }
             _ => {}

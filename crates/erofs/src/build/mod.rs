@@ -143,6 +143,8 @@ struct ZFile {
     room: Option<u64>,
     what: String,
     data: data::FileData,
+    /// Its extents so far, until its last segment is written.
+    extents: Vec<compress::Pcluster>,
 }
 
 impl Builder {
@@ -308,6 +310,7 @@ impl Builder {
                 room,
                 what: what(),
                 data: data::FileData::placed_later(size),
+                extents: Vec::new(),
             });
             self.enqueue(
                 slot,
@@ -377,6 +380,7 @@ impl Builder {
             room,
             what: what(),
             data: placeholder,
+            extents: Vec::new(),
         });
         let whole = size <= compress::SEGMENT as u64;
         let mut done = 0u64;
@@ -441,18 +445,24 @@ impl Builder {
             compress::Outcome::Packed(pk) => {
                 if seg == 0 {
                     z.data.blkaddr = self.w.next_block;
-                    z.data.z = Some(Vec::new());
                 }
                 let blocks = pk.bytes.len() as u64 / self.w.blksz;
                 self.w
                     .raw(&pk.bytes)
                     .map_err(BuildError::io("writing the image"))?;
                 z.data.blocks += blocks;
-                let ext = z.data.z.as_mut().expect("the first segment came first");
-                ext.extend(pk.extents.into_iter().map(|mut e| {
+                z.extents.extend(pk.extents.into_iter().map(|mut e| {
                     e.la += start;
                     e
                 }));
+                if start + len == z.size {
+                    let ext = std::mem::take(&mut z.extents);
+                    z.data.z = Some(
+                        self.w
+                            .spill_extents(&ext)
+                            .map_err(BuildError::io("writing the spill file"))?,
+                    );
+                }
             }
         }
         Ok(())
