@@ -212,8 +212,6 @@ struct Zstd {
     /// search's first guess. Reset with each segment, so that the image
     /// does not depend on which worker compressed what before.
     last: Option<(usize, usize)>,
-    /// Frames made, for tests.
-    tries_made: u64,
 }
 
 // SAFETY: the HC state is owned by this Engine alone and used by one thread
@@ -248,7 +246,6 @@ impl Engine {
                     cctx,
                     tries,
                     last: None,
-                    tries_made: 0,
                 })
             }
             _ => None,
@@ -400,7 +397,6 @@ fn zstd_dest_size(z: &mut Zstd, src: &[u8], dst: &mut [u8]) -> Result<(usize, us
     let mut moved = [None::<bool>; 2];
     loop {
         m = m.clamp(fit + 1, over - 1);
-        z.tries_made += 1;
         let got = match z.cctx.compress2(&mut z.tries[..], &src[..m]) {
             Ok(n) => Some(n),
             Err(e) if is_error_kind(e, ZSTD_ErrorCode::ZSTD_error_dstSize_tooSmall) => None,

@@ -165,7 +165,7 @@ impl Builder {
         }
         if opts.tar_index && opts.blkszbits != 9 {
             return Err(BuildError::Option(format!(
-                "--tar=i: blocks are the tar's 512 bytes, not {}",
+                "-b {}: --tar=i uses the tar's 512-byte blocks",
                 1u64 << opts.blkszbits
             )));
         }
