@@ -789,20 +789,7 @@ fn tar_conformance(test: &str, args: &[&str]) {
         .tempdir()
         .unwrap();
     let img = tmp.path().join("image.erofs");
-    let out = common::run_timeout(
-        Command::new(&tools.mkfs)
-            .arg("--quiet")
-            .args(args)
-            .arg(&img)
-            .arg(tar),
-        Duration::from_secs(600),
-    );
-    assert!(
-        out.status.success(),
-        "{} {args:?}: {}",
-        tools.mkfs.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::run_mkfs_erofs(&tools.mkfs, args, &img, tar);
     let device = args.contains(&"--tar=i").then_some(tar);
 
     // The kernel's file-backed mount takes the device as a file too (it

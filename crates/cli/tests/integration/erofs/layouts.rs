@@ -182,19 +182,7 @@ fn layouts_kernel_bug(bin: &Path, args: &[&str]) -> (tempfile::TempDir, PathBuf,
         .tempdir()
         .unwrap();
     let img = tmp.path().join("image.erofs");
-    let out = common::run_timeout(
-        Command::new(bin.join("mkfs.erofs"))
-            .arg("--quiet")
-            .args(args)
-            .arg(&img)
-            .arg(src),
-        Duration::from_secs(600),
-    );
-    assert!(
-        out.status.success(),
-        "mkfs.erofs {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::run_mkfs_erofs(&bin.join("mkfs.erofs"), args, &img, src);
 
     let mut kernel = {
         let km = KernelMount::new(&img, "");

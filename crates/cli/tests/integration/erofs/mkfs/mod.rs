@@ -169,19 +169,7 @@ pub fn through_both(
     device: Option<&Path>,
 ) -> (Tree, u64, u64) {
     let theirs = dir.join("theirs.img");
-    let out = common::run_timeout(
-        Command::new(bin.join("mkfs.erofs"))
-            .arg("--quiet")
-            .args(args)
-            .arg(&theirs)
-            .arg(src),
-        Duration::from_secs(600),
-    );
-    assert!(
-        out.status.success(),
-        "mkfs.erofs {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::run_mkfs_erofs(&bin.join("mkfs.erofs"), args, &theirs, src);
     let ours = dir.join("ours.img");
     build(args, src, &ours);
     let data = device.map_or(String::new(), |d| format!("device={}", d.display()));
