@@ -9,13 +9,17 @@ use foliofs_vfs::{DirEntry, Error, FileType, Ino, Result, Scratch};
 
 use crate::data::{with_scratch, Phys};
 use crate::dirent::{self, DirBlock};
-use crate::format::{Layout, DIRENT_SIZE, MAX_INODE_SIZE};
+use crate::format::{Layout, DIRENT_SIZE, FT_DIR, MAX_INODE_SIZE};
 use crate::inode::Inode;
 use crate::{Corrupt, Erofs};
 
 /// Directory blocks whose entries' inodes one READDIRPLUS prefetches (at
 /// 4 KiB blocks, some ten thousand entries).
 const PREFETCH_DIR_BLOCKS: u64 = 64;
+
+/// A subdirectory's first blocks hinted by its parent's READDIRPLUS: the
+/// whole of most directories, without reading far into a large one.
+const SUBDIR_PREFETCH_BLOCKS: u64 = 4;
 
 thread_local! {
     /// Buffer for directory blocks.
@@ -142,13 +146,16 @@ impl Erofs {
         Ok(())
     }
 
-    /// Hints the inodes of the next [`PREFETCH_DIR_BLOCKS`] directory blocks
-    /// when a READDIRPLUS reaches the start of such a window: the server
-    /// looks up every entry it lists, and the entries' nids in the
-    /// directory blocks say where all those inodes are before any is read.
-    /// The kernel's EROFS reads them one at a time as lookups come, waiting
-    /// for the device each time.
-    pub(crate) fn prefetch_dir_inner(&self, ino: Ino, offset: u64) {
+    /// Hints what a READDIRPLUS of `ino` from `offset`, and the walk after
+    /// it, will read, when the listing reaches the start of a window of
+    /// [`PREFETCH_DIR_BLOCKS`] directory blocks: the inodes of the entries
+    /// the server looks up (the subdirectories, and with `every` all of
+    /// them), whose nids the directory blocks give before any is read, and
+    /// then the first blocks of the subdirectories, which a walker lists
+    /// next. The kernel's EROFS reads each of these one at a time as
+    /// lookups and listings come, waiting for the device each time; hinted
+    /// together, they are in flight together.
+    pub(crate) fn prefetch_dir_inner(&self, ino: Ino, offset: u64, every: bool) {
         let bs = u64::from(self.sb.block_size());
         let window = PREFETCH_DIR_BLOCKS * bs;
         if !offset.is_multiple_of(window) {
@@ -158,16 +165,50 @@ impl Erofs {
         let first = offset / bs;
         let last = dir.size.div_ceil(bs).min(first + PREFETCH_DIR_BLOCKS);
         let mut at = Vec::new();
+        let mut subdirs = Vec::new();
         for block in first..last {
             let more = self.with_dir_block(&dir, block, |b| {
-                for pos in (0..b.len()).filter_map(|i| Inode::position(&self.sb, b.get(i).nid)) {
-                    // An extended inode may run into the next block.
-                    at.extend([pos, pos.saturating_add(MAX_INODE_SIZE as u64 - 1)]);
+                for i in 0..b.len() {
+                    let e = b.get(i);
+                    let subdir = e.file_type == FT_DIR && e.name != b"." && e.name != b"..";
+                    if !(every || subdir) {
+                        continue;
+                    }
+                    if let Some(pos) = Inode::position(&self.sb, e.nid) {
+                        // An extended inode may run into the next block.
+                        at.extend([pos, pos.saturating_add(MAX_INODE_SIZE as u64 - 1)]);
+                    }
+                    if subdir {
+                        subdirs.push(e.nid);
+                    }
                 }
                 Ok(())
             });
             if more.is_err() {
                 break;
+            }
+        }
+        self.dev.prefetch(at);
+        // The subdirectories' inodes were all asked for above, so reading
+        // them here waits for the slowest, not for each in turn; the lookups
+        // of this listing read them next anyway.
+        let mut at = Vec::new();
+        for nid in subdirs {
+            let Ok(sub) = self.inode(nid) else { continue };
+            let end = sub.size.min(SUBDIR_PREFETCH_BLOCKS * bs);
+            let mut pos = 0;
+            while pos < end {
+                let Ok(run) = self.map_flat(&sub, pos, end) else {
+                    break;
+                };
+                if let Phys::At(0, p) = run.phys {
+                    let upto = (run.la + run.len).min(end);
+                    at.extend((pos..upto).step_by(bs as usize).map(|o| p + (o - run.la)));
+                }
+                if run.la + run.len <= pos {
+                    break;
+                }
+                pos = run.la + run.len;
             }
         }
         self.dev.prefetch(at);
@@ -246,5 +287,117 @@ mod tests {
         })
         .unwrap();
         assert_eq!(dot, Some((fs.root(), foliofs_vfs::FileType::Directory)));
+    }
+}
+
+/// What a READDIRPLUS hints, seen in the page cache: the hint goes to the
+/// kernel as `POSIX_FADV_WILLNEED`, so the only place it shows is there.
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod prefetch_tests {
+    use std::os::unix::io::AsRawFd;
+    use std::time::{Duration, Instant};
+
+    use foliofs_block::OpenOptions;
+    use foliofs_vfs::FileSystem;
+
+    use crate::format::{FT_DIR, FT_REG_FILE};
+    use crate::testimage::{TestImage, BS, FLAT_PLAIN, META_BLK, ROOT};
+    use crate::Erofs;
+
+    /// Blocks far enough apart that the kernel's read-ahead around one
+    /// never reaches another.
+    const SUB_INODE_BLK: u64 = 100;
+    const FILE_INODE_BLK: u64 = 300;
+    const SUB_DATA_BLK: u64 = 500;
+
+    fn nid_at(block: u64) -> u64 {
+        (block - META_BLK) * BS / 32
+    }
+
+    /// Which 4 KiB pages of `f` are in the page cache.
+    fn resident(f: &std::fs::File, len: usize) -> Vec<bool> {
+        let mut vec = vec![0u8; len.div_ceil(4096)];
+        // SAFETY: a fresh read-only shared mapping of `len` bytes of an
+        // open file, unmapped below; mincore writes one byte per page into
+        // `vec`, which has at least that many (pages are 4 KiB or larger).
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            assert_eq!(libc::mincore(p, len, vec.as_mut_ptr()), 0);
+            libc::munmap(p, len);
+        }
+        vec.iter().map(|b| b & 1 == 1).collect()
+    }
+
+    fn arrives(f: &std::fs::File, len: usize, block: u64) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if resident(f, len)[block as usize] {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    #[test]
+    fn a_listing_hints_its_subdirectories_and_with_every_all_inodes() {
+        let sub = nid_at(SUB_INODE_BLK);
+        let file = nid_at(FILE_INODE_BLK);
+        let mut t = TestImage::new(0, 0);
+        t.root(&[("sub", sub, FT_DIR), ("file", file, FT_REG_FILE)]);
+        let mut block = TestImage::dir_block(&[], sub, ROOT);
+        let size = block.len() as u32;
+        block.resize(BS as usize, 0);
+        t.inode(sub, FLAT_PLAIN, 0o40755, size, SUB_DATA_BLK as u32);
+        t.put(SUB_DATA_BLK * BS, &block);
+        t.inode(file, FLAT_PLAIN, 0o100644, 0, 0);
+        t.put((SUB_DATA_BLK + 200) * BS, &[0]);
+        let len = t.bytes.len();
+        // On a disk, whose pages can be dropped (a tmpfs /tmp keeps them).
+        let dir =
+            tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")).unwrap();
+        let path = dir.path().join("image.erofs");
+        std::fs::write(&path, &t.bytes).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: posix_fadvise reads only its integer arguments.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if resident(&f, len).iter().any(|&r| r) {
+            eprintln!("skipped: this file system keeps pages after POSIX_FADV_DONTNEED");
+            return;
+        }
+        let fs = Erofs::open(&path, &OpenOptions::default(), &[]).unwrap();
+        let r = resident(&f, len);
+        assert!(
+            !r[SUB_INODE_BLK as usize] && !r[SUB_DATA_BLK as usize],
+            "opening the image read what the test expects the hint to read"
+        );
+        fs.prefetch_dir(fs.root(), 0, false);
+        assert!(
+            arrives(&f, len, SUB_INODE_BLK),
+            "the subdirectory's inode was not read"
+        );
+        assert!(
+            arrives(&f, len, SUB_DATA_BLK),
+            "the subdirectory's first block was not hinted"
+        );
+        assert!(
+            !resident(&f, len)[FILE_INODE_BLK as usize],
+            "a lean listing hinted the inode of a file"
+        );
+        fs.prefetch_dir(fs.root(), 0, true);
+        assert!(
+            arrives(&f, len, FILE_INODE_BLK),
+            "a full listing did not hint the inode of a file"
+        );
     }
 }

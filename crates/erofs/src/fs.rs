@@ -72,8 +72,8 @@ impl FileSystem for Erofs {
         self.readdir_inner(ino, offset, true, sink)
     }
 
-    fn prefetch_dir(&self, ino: Ino, offset: u64) {
-        self.prefetch_dir_inner(ino, offset)
+    fn prefetch_dir(&self, ino: Ino, offset: u64, every: bool) {
+        self.prefetch_dir_inner(ino, offset, every)
     }
 
     fn read<'a>(

@@ -497,7 +497,7 @@ impl FileSystem for RomFs {
     /// all of an entry's attributes. Headers are read through the page
     /// cache in either I/O mode, where the kernel can have many reads in
     /// flight for one thread.
-    fn prefetch_dir(&self, ino: Ino, offset: u64) {
+    fn prefetch_dir(&self, ino: Ino, offset: u64, _every: bool) {
         if offset != 0 {
             return;
         }

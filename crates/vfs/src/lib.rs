@@ -92,14 +92,16 @@ pub trait FileSystem: Send + Sync {
         self.readdir(ino, offset, sink)
     }
 
-    /// A hint that directory `ino` is being listed from `offset` with every
-    /// entry looked up (a READDIRPLUS), as walkers like `find` do before
-    /// descending. A format may read ahead what those lookups, or the
-    /// listings that follow, will need (EROFS hints the entries' inode
-    /// blocks; romfs reads its subdirectories' chains side by side), so the
-    /// device serves many reads at once instead of one after another.
-    /// Errors are left for the real calls to report.
-    fn prefetch_dir(&self, _ino: Ino, _offset: u64) {}
+    /// A hint that directory `ino` is being listed from `offset` by a
+    /// READDIRPLUS, as walkers like `find` list before descending: its
+    /// subdirectories are looked up, and with `every` all other entries
+    /// too. A format may read ahead what those lookups, or the listings
+    /// that follow, will need (EROFS hints the inode blocks of the entries
+    /// looked up and the first blocks of the subdirectories; romfs reads
+    /// its subdirectories' chains side by side), so the device serves many
+    /// reads at once instead of one after another. Errors are left for the
+    /// real calls to report.
+    fn prefetch_dir(&self, _ino: Ino, _offset: u64, _every: bool) {}
 
     /// Reads up to `size` bytes of `ino` at `offset`. The data is returned as a
     /// slice that may point anywhere into `scratch` (a per-thread buffer the

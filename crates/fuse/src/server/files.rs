@@ -364,11 +364,10 @@ impl Server {
             }
             // Lean entries (see `lean.rs`) take nothing from the format but
             // the listing itself: no inode read, and no inode read ahead.
+            // Directories are full entries either way.
             let full = self.lean.full();
             let from = off - shift;
-            if full {
-                self.fs.prefetch_dir(dir, from);
-            }
+            self.fs.prefetch_dir(dir, from, full);
             let mut lean = false;
             let mut failed = None;
             let mut added = 0usize;

@@ -24,7 +24,7 @@ fn walk(fs: &RomFs) -> usize {
     let mut n = 0;
     while let Some(dir) = stack.pop() {
         // What a READDIRPLUS does first: reading ahead must survive damage too.
-        fs.prefetch_dir(dir, 0);
+        fs.prefetch_dir(dir, 0, true);
         let mut entries = Vec::new();
         if fs
             .readdir(dir, 0, &mut |e| {

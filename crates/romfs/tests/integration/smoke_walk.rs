@@ -118,7 +118,7 @@ fn listing(fs: &RomFs, prefetch: bool) -> Vec<(u64, Entries)> {
     let mut stack = vec![fs.root()];
     while let Some(dir) = stack.pop() {
         if prefetch {
-            fs.prefetch_dir(dir, 0);
+            fs.prefetch_dir(dir, 0, true);
         }
         let up = fs.lookup(dir, OsStr::new("..")).unwrap().ino;
         let mut v = vec![("..".to_string(), up, FileType::Directory)];
