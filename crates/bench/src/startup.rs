@@ -117,6 +117,7 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         Err(no) => Err(no.clone()),
     };
     let prefetch = format!("prefetch={}", profile.display());
+    let small_pages = small_pages_copy(env, cfg, &src);
     let foliofs = |label: &str, fstype: &'static str, opts: &str, image: &Image| Plan {
         label: label.into(),
         kind: "foliofs",
@@ -176,6 +177,15 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             &erofs,
         ),
         Plan {
+            label: SMALL_PAGES_LABEL.into(),
+            kind: "baseline",
+            how: How::Plain,
+            image: small_pages
+                .as_ref()
+                .map(|(m, _)| m.dir.clone())
+                .map_err(Clone::clone),
+        },
+        Plan {
             label: "plain directory (page-cached)".into(),
             kind: "baseline",
             how: How::Plain,
@@ -209,12 +219,18 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             "the plain directory (the kernel rows need root)",
         )
     };
+    let floor = rows.len() - 2;
     let mut pairs = Vec::new();
-    for i in 2..rows.len() - 1 {
+    for i in 2..floor {
         if directio.contains(&i) && rows[kd].note.is_none() {
             pairs.push((i, kd));
         }
         pairs.push((i, reference));
+    }
+    if rows[floor].note.is_none() {
+        // The buffered push row, the default mount, against its floor.
+        pairs.push((3, floor));
+        pairs.push((floor, reference));
     }
     let mut notes = vec![format!(
         "start-up set: every file of {} files, {} MB, read in directory order; each image built once ({}); 1st run = a fresh mount of an image already in the page cache (as right after unpacking it), later run = the same again on that mount; {} rounds, each measuring every row once in this order; the profile was recorded once, before the rounds, by a buffered foliofs mount with record= reading the set; ratios are to {ref_name}; pair lines give the median of the rounds' ratios and best over best, directio rows against the kernel's directio too",
@@ -223,6 +239,10 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         if built.is_empty() { "none".to_owned() } else { built.join(", ") },
         cfg.runs,
     )];
+    notes.push(match &small_pages {
+        Ok((_, folios)) => format!("{SMALL_PAGES_LABEL}: the same files copied into a tmpfs mounted with huge=never ({folios}), read from its page cache; Linux 6.18 gives a FUSE file's page cache 4 KiB pages only, where the kernel's EROFS and the disk's file system use large folios, so a later run through any FUSE server costs at least this row's time, which no request and no server can lower"),
+        Err(no) => format!("{SMALL_PAGES_LABEL}: not measured: {}", no.why),
+    });
     notes.extend(cold_note(env));
     notes.extend(crate::rows::uring_note(env));
     notes.extend(read_ahead_note(env));
@@ -236,4 +256,64 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         pairs,
         notes,
     })
+}
+
+const SMALL_PAGES_LABEL: &str = "tmpfs, 4 KiB pages (page-cached)";
+
+/// A copy of the start-up set in a tmpfs of 4 KiB pages, mounted for the
+/// section (unmounted when the returned mount drops), and the folios the
+/// kernel gave the copy's largest file.
+fn small_pages_copy(
+    env: &BenchEnv,
+    cfg: &Config,
+    src: &Path,
+) -> Result<(Mounted, String), NoImage> {
+    if !env.root {
+        return Err(NoImage::skip("mounting a tmpfs needs root"));
+    }
+    progress(cfg, "[startup] copying the set into a tmpfs of 4 KiB pages");
+    let made = (|| -> Result<(Mounted, String)> {
+        let dir = env.fresh_dir("pages4k")?;
+        let how = How::KernelMem {
+            fstype: "tmpfs",
+            opts: "huge=never,mode=0755".into(),
+        };
+        let m = Mounted::new(env, &how, Path::new("none"), &dir)?;
+        crate::env::run(Command::new("cp").arg("-a").arg(src.join(".")).arg(&m.dir))?;
+        let folios = largest_file_folios(&m.dir)?;
+        Ok((m, folios))
+    })();
+    made.map_err(|e| NoImage::failed(&e.context("copying the start-up set into a tmpfs")))
+}
+
+/// The folio sizes of the largest file under `dir`, as "4Kx1234".
+fn largest_file_folios(dir: &Path) -> Result<String> {
+    fn largest(dir: &Path, best: &mut Option<(u64, PathBuf)>) -> Result<()> {
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            let meta = e.metadata()?;
+            if meta.is_dir() {
+                largest(&e.path(), best)?;
+            } else if meta.is_file() && best.as_ref().is_none_or(|(n, _)| meta.len() > *n) {
+                *best = Some((meta.len(), e.path()));
+            }
+        }
+        Ok(())
+    }
+    let mut best = None;
+    largest(dir, &mut best)?;
+    let Some((len, path)) = best else {
+        return Ok("no files".into());
+    };
+    // Its pages are in the cache from the copy; the census counts those.
+    let sizes = foliofs_testkit::folios::sizes(&path)?;
+    let folios = sizes
+        .iter()
+        .rev()
+        .map(|(size, n)| format!("{}x{n}", foliofs_vfs::options::format_size(*size)))
+        .collect::<Vec<_>>()
+        .join(" ");
+    Ok(format!(
+        "its largest file, {len} bytes, is in folios of {folios}"
+    ))
 }
