@@ -333,6 +333,8 @@ impl Server {
         let ttl = self.cfg.ttl;
         let dt_dir = dirent_type(libc::S_IFDIR);
         let mut known = Vec::new();
+        let mut subdirs = Vec::new();
+        let mut every = false;
         DIRBUF.with(|b| {
             let mut b = b.borrow_mut();
             b.start(arg.size);
@@ -366,6 +368,7 @@ impl Server {
             // the listing itself: no inode read, and no inode read ahead.
             // Directories are full entries either way.
             let full = self.lean.full();
+            every = full;
             let from = off - shift;
             self.fs.prefetch_dir(dir, from, full);
             let mut lean = false;
@@ -426,6 +429,9 @@ impl Server {
                     if self.pusher.is_some() {
                         known.push(a);
                     }
+                    if a.kind == vfs::FileType::Directory && self.ahead.is_some() {
+                        subdirs.push(a.ino);
+                    }
                 }
                 !fits
             };
@@ -457,6 +463,11 @@ impl Server {
         // The kernel makes an inode of every entry sent.
         for a in &known {
             self.known(a);
+        }
+        if let Some(ahead) = &self.ahead {
+            for d in subdirs {
+                ahead.offer(d, every);
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 //! dispatch of each request to its handler: the name space and attributes
 //! (`names.rs`), file data and listings (`files.rs`).
 
+mod ahead;
 mod files;
 mod lean;
 mod names;
@@ -122,6 +123,9 @@ pub(crate) struct Server {
     agreed: OnceLock<u64>,
     /// Which listing entries link an inode (see `lean.rs`).
     lean: lean::Lean,
+    /// Hints listed subdirectories off the request path (images only; see
+    /// `ahead.rs`).
+    ahead: Option<ahead::Ahead>,
 }
 
 /// The longest request the server asks for, in pages: the kernel's own
@@ -164,7 +168,9 @@ impl Server {
             .flatten();
         let immutable = fs.info().read_only;
         let lists_dots = fs.lists_dots();
+        let ahead = immutable.then(|| ahead::Ahead::start(fs.clone())).flatten();
         Server {
+            ahead,
             immutable,
             lists_dots,
             fs,
