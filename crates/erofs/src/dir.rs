@@ -195,6 +195,15 @@ impl Erofs {
         let mut at = Vec::new();
         for nid in subdirs {
             let Ok(sub) = self.inode(nid) else { continue };
+            // A compressed directory's blocks are found through its
+            // extent map, which costs reads of its own: it is left to its
+            // listing.
+            if !matches!(
+                sub.layout,
+                Layout::FlatPlain | Layout::FlatInline | Layout::ChunkBased
+            ) {
+                continue;
+            }
             let end = sub.size.min(SUBDIR_PREFETCH_BLOCKS * bs);
             let mut pos = 0;
             while pos < end {
