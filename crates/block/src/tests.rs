@@ -164,26 +164,7 @@ fn ranges_beyond_the_end_are_corrupt() {
 
 /// Pages of `f` resident in the page cache, one flag per page.
 fn resident(f: &std::fs::File, len: usize) -> Vec<bool> {
-    use std::os::unix::io::AsRawFd;
-    let page = page_size() as usize;
-    let mut vec = vec![0u8; len.div_ceil(page)];
-    // SAFETY: a fresh read-only shared mapping of `len` bytes of an open
-    // file, unmapped below; mincore writes one byte per page into `vec`,
-    // which has exactly that many.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        assert_eq!(libc::mincore(p, len, vec.as_mut_ptr()), 0);
-        libc::munmap(p, len);
-    }
-    vec.iter().map(|b| b & 1 == 1).collect()
+    foliofs_testkit::folios::resident(f, len).unwrap()
 }
 
 /// A file of `len` bytes on a disk (not in a tmpfs /tmp, whose pages

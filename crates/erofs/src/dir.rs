@@ -324,26 +324,8 @@ mod prefetch_tests {
         (block - META_BLK) * BS / 32
     }
 
-    /// Which 4 KiB pages of `f` are in the page cache.
     fn resident(f: &std::fs::File, len: usize) -> Vec<bool> {
-        let mut vec = vec![0u8; len.div_ceil(4096)];
-        // SAFETY: a fresh read-only shared mapping of `len` bytes of an
-        // open file, unmapped below; mincore writes one byte per page into
-        // `vec`, which has at least that many (pages are 4 KiB or larger).
-        unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            assert_eq!(libc::mincore(p, len, vec.as_mut_ptr()), 0);
-            libc::munmap(p, len);
-        }
-        vec.iter().map(|b| b & 1 == 1).collect()
+        foliofs_testkit::folios::resident(f, len).unwrap()
     }
 
     fn arrives(f: &std::fs::File, len: usize, block: u64) -> bool {

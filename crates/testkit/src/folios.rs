@@ -11,6 +11,38 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 const PAGE: u64 = 4096;
+
+/// Which pages of the first `len` bytes of `f` are in the page cache, by
+/// mincore(2) (which tells of the page cache to the file's owner or a
+/// writer; a test's own file is both).
+pub fn resident(f: &File, len: usize) -> io::Result<Vec<bool>> {
+    // SAFETY: sysconf reads a constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: a fresh read-only shared mapping of `len` bytes of an open
+    // file, only passed to mincore and unmapped before returning; mincore
+    // writes one byte per page into `vec`, which has exactly that many.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let rc = libc::mincore(p, len, vec.as_mut_ptr());
+        let err = io::Error::last_os_error();
+        libc::munmap(p, len);
+        if rc != 0 {
+            return Err(err);
+        }
+    }
+    Ok(vec.iter().map(|b| b & 1 == 1).collect())
+}
 /// `KPF_COMPOUND_TAIL` of `/proc/kpageflags`.
 const TAIL: u64 = 1 << 16;
 
