@@ -279,24 +279,23 @@ impl Server {
 
 impl Handler for Server {
     fn init(&self, offered: u64, _init: &InitIn) -> Init {
-        let mut want =
-            init::ASYNC_READ | init::DO_READDIRPLUS | init::PARALLEL_DIROPS | init::MAX_PAGES;
+        // The kernel's READDIRPLUS_AUTO rule: a listing's first reply has
+        // attributes, and a later one only if a lookup in the directory
+        // came between the two. A lister that reads a whole directory
+        // before it stats anything (find, ls, fts) then gets plain entries
+        // past the first reply, a fifth of the bytes of READDIRPLUS ones,
+        // so five times as many a reply. What it stats costs a LOOKUP
+        // each either way: the listing cannot know it will, so it sends
+        // such entries lean (see `lean.rs`).
+        let mut want = init::ASYNC_READ
+            | init::DO_READDIRPLUS
+            | init::READDIRPLUS_AUTO
+            | init::PARALLEL_DIROPS
+            | init::MAX_PAGES;
         if self.cfg.read_only {
             want |= init::CACHE_SYMLINKS;
-            // Every listing with attributes, not only its first reply (the
-            // kernel's READDIRPLUS_AUTO rule: later replies are plain unless
-            // a lookup in the directory came between two). Listers read a
-            // whole directory before they stat it (find, ls, fts), so past
-            // the first reply each stat then cost a LOOKUP round trip:
-            // `find -ls` of 100,000 entries sent 99,798 of them and took
-            // 6 to 10 times as long as the kernel's EROFS; with attributes
-            // throughout it takes about as long. A plain `find` of such a
-            // directory pays for attributes it does not use, the kernel
-            // making an inode for every entry, but less than `-ls` saves.
         } else {
-            // A writable file system's attributes change; keep the
-            // kernel's rule there.
-            want |= init::READDIRPLUS_AUTO | init::BIG_WRITES;
+            want |= init::BIG_WRITES;
             // Without the writeback cache every write(2) reaches the file
             // system before it returns, so a full ramfs refuses the write
             // itself and nothing the caller was told is written can be lost.
