@@ -312,3 +312,64 @@ fn a_long_walk_leaves_the_servers_inode_table_bounded() {
         inodes_held(m.path())
     );
 }
+
+/// One directory of an image larger than a reply holds: a plain walk gets
+/// plain entries past the first reply (no LOOKUP per file), and a walker
+/// that stats every entry after listing them all (`find -ls`, `ls -l`)
+/// gets every attribute right once the directory's lookups go through its
+/// index, including a name that is not there.
+#[test]
+fn a_large_directory_listed_then_statted_walks_like_the_source() {
+    require!("fuse");
+    let tmp = tempfile::tempdir().unwrap();
+    common::open_to_all(tmp.path());
+    let src = tmp.path().join("src");
+    let big = src.join("big");
+    fs::create_dir_all(&big).unwrap();
+    let mut rng = common::rng(47);
+    let files = 3000u64;
+    for i in 0..files {
+        let n = (i * 131) % 700;
+        fs::write(
+            big.join(format!("file-with-a-longer-name-{i:05}")),
+            common::random_bytes(&mut rng, n as usize),
+        )
+        .unwrap();
+    }
+    std::os::unix::fs::symlink("file-with-a-longer-name-00007", big.join("link")).unwrap();
+    let img = tmp.path().join("big.erofs");
+    crate::erofs::mkfs::build::<&str>(&[], &src, &img);
+    let want = walks(&src);
+    let m = Mount::new(&img, None, "").unwrap();
+    assert!(common::drop_caches(), "cannot drop the caches");
+    let before = settled_lookups(m.path());
+    let names = sh(r#"cd "$1" && find . -printf '%P %y\n' | sort"#, &[m.path()]);
+    let plain = settled_lookups(m.path()) - before;
+    assert_eq!(want[0], names.trim_end(), "find");
+    assert!(plain < 10, "a plain find sent {plain} LOOKUPs");
+    let stats = String::from_utf8(foliofs_ok(["mounts", "--stats"])).unwrap();
+    assert!(stats.contains(" readdir="), "no plain listing: {stats}");
+    // Every entry statted after the whole listing: lookups past the
+    // first few are answered from the directory's index.
+    assert!(common::drop_caches());
+    let got = walks(m.path());
+    assert_eq!(want[1], got[1], "find -printf of every field");
+    assert_eq!(want[2], got[2], "du");
+    let long = sh(r#"cd "$1" && ls -ln big | tail -n +2 | sort"#, &[m.path()]);
+    let long_src = sh(r#"cd "$1" && ls -ln big | tail -n +2 | sort"#, &[&src]);
+    let fields = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                // mode, links, owner, group, size, name (and a link's target)
+                [&f[..5], &f[8..]].concat().join(" ")
+            })
+            .collect()
+    };
+    assert_eq!(fields(&long_src), fields(&long), "ls -ln");
+    // A name the directory does not hold, asked after its index exists.
+    let missing = fs::symlink_metadata(big.join("no-such-name"));
+    assert!(missing.is_err());
+    let err = fs::symlink_metadata(m.path().join("big/no-such-name")).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+}

@@ -383,9 +383,6 @@ impl Server {
                     let entry = crate::convert::entry_out(0, abi::Attr::default(), ttl);
                     let kind = dirent_type(e.kind.mode_bits());
                     let fits = b.push_plus(&entry, e.ino, e.next + shift, kind, name);
-                    if fits && !dots && self.immutable {
-                        self.lean.remember(dir, name, e.ino);
-                    }
                     lean |= fits && !dots;
                     added += usize::from(fits);
                     return !fits;

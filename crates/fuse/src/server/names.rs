@@ -5,6 +5,7 @@ use std::ffi::OsStr;
 
 use foliofs_vfs::{self as vfs, Attr, Error, SetAttr};
 
+use super::lean::Indexed;
 use super::Server;
 use crate::convert::{attr_out, ctx, entry_out, time_set, timespec};
 use crate::kernel::abi::{self, fattr, InHeader};
@@ -17,18 +18,10 @@ impl Server {
         self.log(format_args!("lookup({}, {name:?}) pid {}", h.nodeid, h.pid));
         let parent = self.ino(h.nodeid);
         self.lean.looked_up(parent);
-        // An image's entry listed lean a moment ago: its inode is known,
-        // and its attributes are all a lookup would add.
-        let listed = self
-            .immutable
-            .then(|| {
-                self.lean
-                    .take(parent, std::os::unix::ffi::OsStrExt::as_bytes(name))
-            })
-            .flatten();
-        let found = match listed {
-            Some(ino) => self.fs.getattr(ino),
-            None => self.fs.lookup(parent, name),
+        let found = if self.immutable {
+            self.lookup_image(parent, name)
+        } else {
+            self.fs.lookup(parent, name)
         };
         match found {
             // A name that is not there stays cached as missing (node 0 with
@@ -47,6 +40,47 @@ impl Server {
                 self.known(&a);
             }
             Err(e) => reply.error(e.errno()),
+        }
+    }
+
+    /// A lookup in an image, through the index of `parent` where it has
+    /// one, and making one once it is looked up often (see `lean.rs`).
+    fn lookup_image(&self, parent: vfs::Ino, name: &OsStr) -> vfs::Result<vfs::Attr> {
+        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(name);
+        if bytes == b"." || bytes == b".." {
+            return self.fs.lookup(parent, name);
+        }
+        match self.lean.indexed(parent, bytes) {
+            Indexed::Found(ino) => return self.fs.getattr(ino),
+            Indexed::Missing => return Err(Error::NotFound),
+            Indexed::Unknown => {}
+        }
+        let found = self.fs.lookup(parent, name);
+        if found.is_ok() && self.lean.looked_up_in_format(parent) {
+            self.index_dir(parent);
+        }
+        found
+    }
+
+    /// Lists `dir` whole into its index; a listing that fails leaves it
+    /// without one.
+    fn index_dir(&self, dir: vfs::Ino) {
+        let mut names = Vec::new();
+        let mut sink = |e: vfs::DirEntry<'_>| {
+            let name = std::os::unix::ffi::OsStrExt::as_bytes(e.name);
+            if name != b"." && name != b".." {
+                names.push((Box::from(name), e.ino));
+            }
+            false
+        };
+        let listed = if self.lists_dots {
+            self.fs.readdir_with_dots(dir, 0, &mut sink)
+        } else {
+            self.fs.readdir(dir, 0, &mut sink)
+        };
+        match listed {
+            Ok(()) => self.lean.index(dir, names),
+            Err(e) => log::debug!("no index of directory {dir}: {e}"),
         }
     }
 

@@ -25,7 +25,7 @@ mod conformance;
 mod corpus;
 mod corrupt;
 mod layouts;
-mod mkfs;
+pub(crate) mod mkfs;
 pub mod mount;
 pub mod walk;
 
