@@ -276,3 +276,16 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     }
     Ok(())
 }
+
+/// Removes everything in `dir`, keeping it.
+pub(crate) fn empty_dir(dir: &Path) -> Result<()> {
+    for e in fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.is_dir() {
+            fs::remove_dir_all(&p)?;
+        } else {
+            fs::remove_file(&p)?;
+        }
+    }
+    Ok(())
+}

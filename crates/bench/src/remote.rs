@@ -198,7 +198,7 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                 );
                 let r = (|| -> Result<(f64, Option<(u64, u64)>)> {
                     if matches!(way, Way::Cold | Way::ColdDigest) {
-                        empty_dir(&cache)?;
+                        crate::env::empty_dir(&cache)?;
                     }
                     let source = if way == Way::Local {
                         image.as_path()
@@ -271,19 +271,6 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     section.rows = rows;
     drop(weed);
     Ok(section)
-}
-
-/// Removes everything in `dir`, keeping it.
-fn empty_dir(dir: &Path) -> Result<()> {
-    for e in std::fs::read_dir(dir)? {
-        let p = e?.path();
-        if p.is_dir() {
-            std::fs::remove_dir_all(&p)?;
-        } else {
-            std::fs::remove_file(&p)?;
-        }
-    }
-    Ok(())
 }
 
 /// (bytes fetched, bytes read) of the mount at `dir` so far, from the

@@ -329,14 +329,7 @@ fn largest_file_folios(dir: &Path) -> Result<String> {
 /// `std::fs::copy`, which the kernel does from page cache to page cache)
 /// and reading it all back.
 fn time_fill_and_read(src: &Path, dir: &Path) -> Result<f64> {
-    for e in std::fs::read_dir(dir)? {
-        let p = e?.path();
-        if p.is_dir() {
-            std::fs::remove_dir_all(&p)?;
-        } else {
-            std::fs::remove_file(&p)?;
-        }
-    }
+    crate::env::empty_dir(dir)?;
     let start = std::time::Instant::now();
     copy_tree(src, dir)?;
     let read = time_read_tree(dir)?;
