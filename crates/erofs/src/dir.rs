@@ -353,9 +353,15 @@ mod prefetch_tests {
         t.inode(file, FLAT_PLAIN, 0o100644, 0, 0);
         t.put((SUB_DATA_BLK + 200) * BS, &[0]);
         let len = t.bytes.len();
-        // On a disk, whose pages can be dropped (a tmpfs /tmp keeps them).
-        let dir =
-            tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")).unwrap();
+        // On a disk, whose pages can be dropped (a tmpfs /tmp keeps them):
+        // the workspace's target directory where there is one.
+        let target = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target"));
+        let dir = if target.is_dir() {
+            tempfile::tempdir_in(target)
+        } else {
+            tempfile::tempdir()
+        }
+        .unwrap();
         let path = dir.path().join("image.erofs");
         std::fs::write(&path, &t.bytes).unwrap();
         let f = std::fs::File::open(&path).unwrap();
