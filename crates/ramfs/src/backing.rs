@@ -18,14 +18,16 @@
 //! raising it needs `CAP_SYS_RESOURCE`), far below what `nr_inodes=`
 //! promises. A named file needs a descriptor only while it is in use: the
 //! kernel holds its own reference to a registered one, and the server opens
-//! it by name for the few operations it does itself. The names go with the
-//! detached mount when the server exits, so a crash leaves nothing behind.
+//! it by name for the few operations it does itself (a new file's first
+//! open takes the descriptor it was made with, and a few files are kept
+//! made ahead, see `ahead.rs`). The names go with the detached mount when
+//! the server exits, so a crash leaves nothing behind.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use foliofs_vfs::Timespec;
@@ -60,8 +62,8 @@ pub(crate) struct Pool {
     /// The detached mount's root, shared with every file's body (which
     /// removes its name when dropped).
     root: Arc<OwnedFd>,
-    /// The next file's name.
-    next: AtomicU64,
+    /// New files, made ahead.
+    ahead: ahead::Ahead,
 }
 
 impl Pool {
@@ -91,31 +93,28 @@ impl Pool {
                 | MountAttrFlags::MOUNT_ATTR_NODEV
                 | MountAttrFlags::MOUNT_ATTR_NOEXEC,
         )?;
+        let root = Arc::new(root);
         Ok(Pool {
-            root: Arc::new(root),
-            next: AtomicU64::new(0),
+            ahead: ahead::Ahead::new(root.clone()),
+            root,
         })
     }
 
     /// A new empty file on the pool, removed when its last body is
-    /// dropped (and gone once the kernel's descriptors of it close too).
-    /// It takes no descriptor: see the module's note.
-    pub fn create(&self) -> io::Result<Backed> {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let name = format!("{id:x}");
-        rustix::fs::mknodat(
-            &*self.root,
-            name.as_str(),
-            rustix::fs::FileType::RegularFile,
-            Mode::from_raw_mode(0o600),
-            0,
-        )?;
-        Ok(Backed {
+    /// dropped (and gone once the kernel's descriptors of it close too),
+    /// and a descriptor of it open for reading and writing. The body keeps
+    /// no descriptor (see the module's note); the one returned is for the
+    /// caller to hand on ([`Backed::hand_out`]) or close.
+    pub fn create(&self) -> io::Result<(Backed, File)> {
+        let (name, file) = self.ahead.take()?;
+        let body = Backed {
             name: Arc::new(Name {
                 root: self.root.clone(),
                 name,
+                used: AtomicBool::new(false),
             }),
-        })
+        };
+        Ok((body, file))
     }
 
     /// Bytes the pool's files hold and the pool's limit (0: none).
@@ -140,6 +139,10 @@ pub(crate) struct Stat {
 struct Name {
     root: Arc<OwnedFd>,
     name: String,
+    /// Whether the file has been opened since it was made empty. Until
+    /// then nothing can have written to it (no path leads to the pool), so
+    /// its size is 0 without asking: a create's reply needs no `stat`.
+    used: AtomicBool,
 }
 
 impl Drop for Name {
@@ -163,6 +166,7 @@ impl Backed {
     /// register with the kernel, and for what the server does itself.
     /// Held only while in use (see the module's note).
     pub fn open(&self) -> io::Result<File> {
+        self.name.used.store(true, Ordering::Relaxed);
         let fd = rustix::fs::openat(
             &*self.name.root,
             self.name.name.as_str(),
@@ -172,7 +176,28 @@ impl Backed {
         Ok(File::from(fd))
     }
 
+    /// `file`, a descriptor of this body from [`Pool::create`], to be
+    /// given to someone who may write through it.
+    pub fn hand_out(&self, file: File) -> File {
+        self.name.used.store(true, Ordering::Relaxed);
+        file
+    }
+
     pub fn stat(&self) -> io::Result<Stat> {
+        if !self.name.used.load(Ordering::Relaxed) {
+            // Times older than any the node can have, so the node's win
+            // (see `State::attr`).
+            let never = Timespec {
+                sec: i64::MIN,
+                nsec: 0,
+            };
+            return Ok(Stat {
+                size: 0,
+                allocated: 0,
+                mtime: never,
+                ctime: never,
+            });
+        }
         let st = rustix::fs::statat(
             &*self.name.root,
             self.name.name.as_str(),
@@ -307,6 +332,8 @@ fn seek(file: &File, offset: u64, whence: i32) -> io::Result<u64> {
     };
     Ok(rustix::fs::seek(file.as_fd(), to)?)
 }
+
+mod ahead;
 
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 //! [`FileSystem`] entry points, each handed to the file that does that job
 //! (`table.rs`, `names.rs`, `rename.rs`, `file.rs`, `xattr.rs`).
 
+use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -49,7 +50,16 @@ pub struct RamFs {
     /// Where file bodies live when the kernel reads and writes them itself
     /// (see [`RamFs::new_backed`]); `None` keeps them in this process.
     pool: Option<Pool>,
+    /// Descriptors of files just created, for the open that follows at
+    /// once (passthrough registers them): that open then costs no path
+    /// walk. A few only; one nobody took is closed at the file's release
+    /// or when pushed out.
+    fresh: Mutex<VecDeque<(Ino, std::fs::File)>>,
 }
+
+/// Fresh descriptors kept at most (a create takes its own back within the
+/// same request; more are kept only while creates run side by side).
+const FRESH_KEPT: usize = 8;
 
 impl std::fmt::Debug for RamFs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -107,6 +117,7 @@ impl RamFs {
             space,
             names: Mutex::new(()),
             pool,
+            fresh: Mutex::new(VecDeque::new()),
         };
         // The root takes an inode slot like any other; a limit of 0 inodes is
         // "unlimited", so this always succeeds.
@@ -189,12 +200,32 @@ impl RamFs {
             .map(|(used, _)| used)
     }
 
-    /// A new regular file's body: empty, here or in the pool.
-    pub(crate) fn new_file_body(&self) -> Result<Body> {
+    /// A new regular file's body: empty, here or in the pool (with a
+    /// descriptor of the new backing file, see [`RamFs::keep_fresh`]).
+    pub(crate) fn new_file_body(&self) -> Result<(Body, Option<std::fs::File>)> {
         match &self.pool {
-            None => Ok(Body::File(FileData::default())),
-            Some(p) => p.create().map(Body::Backed).map_err(crate::file::io_error),
+            None => Ok((Body::File(FileData::default()), None)),
+            Some(p) => {
+                let (body, file) = p.create().map_err(crate::file::io_error)?;
+                Ok((Body::Backed(body), Some(file)))
+            }
         }
+    }
+
+    /// Keeps the descriptor of `ino`'s new backing file for the open that
+    /// follows its create.
+    pub(crate) fn keep_fresh(&self, ino: Ino, file: std::fs::File) {
+        let mut fresh = self.fresh.lock().unwrap_or_else(|e| e.into_inner());
+        if fresh.len() >= FRESH_KEPT {
+            fresh.pop_front();
+        }
+        fresh.push_back((ino, file));
+    }
+
+    pub(crate) fn take_fresh(&self, ino: Ino) -> Option<std::fs::File> {
+        let mut fresh = self.fresh.lock().unwrap_or_else(|e| e.into_inner());
+        let at = fresh.iter().rposition(|(i, _)| *i == ino)?;
+        fresh.remove(at).map(|(_, f)| f)
     }
 }
 
@@ -291,6 +322,9 @@ impl FileSystem for RamFs {
         let node = self.table.get(ino).ok()?;
         let st = node.read();
         let backed = crate::backing::Backed::of(&st)?;
+        if let Some(f) = self.take_fresh(ino) {
+            return Some(Arc::new(backed.hand_out(f)));
+        }
         match backed.open() {
             Ok(f) => Some(Arc::new(f)),
             Err(e) => {

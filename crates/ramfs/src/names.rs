@@ -198,7 +198,9 @@ impl RamFs {
         ctx: &Ctx,
     ) -> Result<Attr> {
         let (body, rdev) = match kind {
-            FileType::RegularFile => (self.new_file_body()?, Rdev::default()),
+            // Nothing opens a node made by mknod at once: its descriptor
+            // is closed here.
+            FileType::RegularFile => (self.new_file_body()?.0, Rdev::default()),
             FileType::Fifo | FileType::Socket => (Body::Special, Rdev::default()),
             FileType::BlockDevice | FileType::CharDevice => {
                 (Body::Special, Rdev::from_new_encoding(rdev))
@@ -235,9 +237,12 @@ impl RamFs {
                 (self.table.get(e.ino)?, true)
             }
             Err(Error::NotFound) => {
-                let body = self.new_file_body()?;
+                let (body, file) = self.new_file_body()?;
                 let new = NewNode::plain(FileType::RegularFile, perm, body);
                 let node = self.make_node(parent, name, new, ctx)?;
+                if let Some(f) = file {
+                    self.keep_fresh(node.ino, f);
+                }
                 (node, false)
             }
             Err(e) => return Err(e),

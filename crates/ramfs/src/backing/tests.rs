@@ -190,3 +190,38 @@ fn times_set_here_hold_and_writes_there_move_them() {
     assert!(a.mtime > old && a.ctime > before, "{a:?}");
     fs.release(ino, fh).unwrap();
 }
+
+#[test]
+fn a_new_files_descriptor_goes_to_its_first_open_and_what_is_written_there_counts() {
+    let Some(fs) = backed(
+        "a_new_files_descriptor_goes_to_its_first_open_and_what_is_written_there_counts",
+        &[],
+    ) else {
+        return;
+    };
+    let (ino, fh) = create(&fs, "f");
+    let a = fs.getattr(ino).unwrap();
+    assert_eq!((a.size, a.blocks), (0, 0));
+    // The create's own descriptor, which the kernel would write through;
+    // nothing here opens the file by name after it.
+    let file = fs.backing_file(ino).expect("a backed file");
+    file.write_at(&[5u8; 10_000], 0).unwrap();
+    let a = fs.getattr(ino).unwrap();
+    assert_eq!(a.size, 10_000, "{a:?}");
+    assert!(a.blocks >= 3 * 8, "{a:?}");
+    fs.release(ino, fh).unwrap();
+
+    // A time before 1970 set on a file nothing has opened holds.
+    let (ino, fh) = create(&fs, "g");
+    let old = Timespec {
+        sec: -86_400,
+        nsec: 5,
+    };
+    let set = SetAttr {
+        mtime: Some(TimeSet::At(old)),
+        ..SetAttr::default()
+    };
+    assert_eq!(fs.setattr(ino, &set, &ctx()).unwrap().mtime, old);
+    assert_eq!(fs.getattr(ino).unwrap().mtime, old);
+    fs.release(ino, fh).unwrap();
+}
