@@ -229,6 +229,45 @@ fn ratio_line(row: &Row, reference: &Row, columns: &[Column]) -> Option<String> 
         .then(|| format!("{} / {}: {}", row.label, reference.label, parts.join(", ")))
 }
 
+/// The row's round trip set against the host's thread wake-up (a pipe
+/// ping-pong, [`crate::wakeup`]) measured in the same rounds. A FUSE round
+/// trip holds at least one wake-up of the caller and the crossings into
+/// and out of the kernel on both sides; no server, however little it does,
+/// takes less than that, so near 1x the round trip is at the host's floor.
+fn wakeup_line(row: &Row, wakeups: &[crate::wakeup::Wakeup]) -> Option<String> {
+    let trip = row.runs.get("xattr").filter(|t| t.len() == wakeups.len())?;
+    let mut parts = Vec::new();
+    for (what, pick) in [
+        (
+            "on one CPU",
+            (|w: &crate::wakeup::Wakeup| w.same_cpu_us) as fn(&_) -> _,
+        ),
+        ("across two", |w| w.cross_cpu_us),
+    ] {
+        let host: Option<Vec<f64>> = wakeups.iter().map(pick).collect();
+        let Some(host) = host else { continue };
+        let per_round: Vec<f64> = trip.iter().zip(&host).map(|(t, h)| t / h).collect();
+        let (Some(med), Some(t), Some(h)) =
+            (summarize(&per_round), summarize(trip), summarize(&host))
+        else {
+            continue;
+        };
+        parts.push(format!(
+            "{:.2}x the wake-up {what} (median {:.1} µs; best/best {:.2}x)",
+            med.median,
+            h.median,
+            t.min / h.min
+        ));
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "round trip of {} against the host's thread wake-up (a pipe ping-pong, measured in the same rounds): {}",
+            row.label,
+            parts.join("; ")
+        )
+    })
+}
+
 /// Untar, read back and remove a real tree, then `N` small creates and
 /// `N/2` unlinks, on foliofs ramfs, tmpfs and the kernel's ramfs.
 pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
@@ -383,7 +422,11 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         })
         .collect();
     let mut trips: [Trips; 2] = Default::default();
+    // The host's wake-up cost, measured in every round beside the rows,
+    // so the round trip can be set against it (see `wakeup_line`).
+    let mut wakeups = Vec::new();
     for round in 0..cfg.runs {
+        wakeups.push(crate::wakeup::Wakeup::measure());
         for (i, (plan, row)) in plans.iter().zip(rows.iter_mut()).enumerate() {
             if row.note.is_some() {
                 continue;
@@ -474,6 +517,9 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             }
         }
     }
+    for &r in &counted {
+        notes.extend(wakeup_line(&rows[r], &wakeups));
+    }
     let entries = tree.as_ref().map(|t| t.2);
     for (c, (key, counts)) in trips
         .iter()
@@ -532,6 +578,26 @@ mod tests {
         );
         b.runs.clear();
         assert!(ratio_line(&a, &b, &cols).is_none());
+    }
+
+    #[test]
+    fn the_round_trip_is_set_against_the_wake_up_of_its_own_round() {
+        use crate::wakeup::Wakeup;
+        let mut a = Row::new("foliofs ramfs", "foliofs");
+        a.runs.insert("xattr", vec![12.0, 30.0, 16.0]);
+        let w = |same, cross| Wakeup {
+            same_cpu_us: Some(same),
+            cross_cpu_us: cross,
+        };
+        // Per round 1.2, 1.5, 2.0 on one CPU: median 1.5; best 12 against
+        // best 8. One round lacks the cross-CPU figure: that part is left out.
+        let wakeups = [w(10.0, Some(20.0)), w(20.0, None), w(8.0, Some(16.0))];
+        assert_eq!(
+            wakeup_line(&a, &wakeups).unwrap(),
+            "round trip of foliofs ramfs against the host's thread wake-up (a pipe ping-pong, measured in the same rounds): 1.50x the wake-up on one CPU (median 10.0 µs; best/best 1.50x)"
+        );
+        // A round whose row failed pairs nothing.
+        assert!(wakeup_line(&a, &wakeups[..2]).is_none());
     }
 
     #[test]
