@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use foliofs_vfs::{DirEntry, Error, FileType, Ino, Result, Scratch};
 
 use crate::data::{with_scratch, Phys};
-use crate::dirent::{self, DirBlock};
+use crate::dirent::DirBlock;
 use crate::format::{Layout, DIRENT_SIZE, FT_DIR, MAX_INODE_SIZE};
 use crate::inode::Inode;
 use crate::{Corrupt, Erofs};
@@ -94,40 +94,33 @@ impl Erofs {
         let end = nblocks * bs;
         let mut block = offset / bs;
         let mut first = ((offset % bs) as usize).div_ceil(DIRENT_SIZE);
+        // Entries are handed over from a copy of each block, made once,
+        // so a sink that calls back into this file system cannot collide
+        // with the buffer the block was read into (and no name is copied
+        // on its own).
+        let mut copy = Vec::new();
         while block < nblocks {
-            // Entries are handed over after the block is released, so a sink
-            // that calls back into this file system cannot collide with it.
-            let entries: Vec<(u64, u8, Vec<u8>, u64)> = self.with_dir_block(&dir, block, |b| {
-                let mut v = Vec::with_capacity(b.len().saturating_sub(first));
-                for i in first..b.len() {
-                    let e = b.get(i);
-                    let next = if i + 1 < b.len() {
-                        block * bs + ((i + 1) * DIRENT_SIZE) as u64
-                    } else {
-                        (block + 1) * bs
-                    };
-                    v.push((e.nid, e.file_type, e.name.to_vec(), next));
-                }
-                Ok(v)
-            })?;
-            for (nid, ftype, name, next) in entries {
-                if !dots && (name == b"." || name == b"..") {
+            let checked = self.with_dir_block(&dir, block, |b| Ok(b.copy_into(&mut copy)))?;
+            let b = DirBlock::copied(&copy, checked);
+            for i in first..b.len() {
+                let d = b.get(i);
+                if !dots && (d.name == b"." || d.name == b"..") {
                     continue;
                 }
-                let d = dirent::Dirent {
-                    nid,
-                    file_type: ftype,
-                    name: &name,
+                let next = if i + 1 < b.len() {
+                    block * bs + ((i + 1) * DIRENT_SIZE) as u64
+                } else {
+                    (block + 1) * bs
                 };
                 let kind = match d.kind() {
                     Some(k) => k,
-                    None => self.inode(nid)?.kind,
+                    None => self.inode(d.nid)?.kind,
                 };
                 if sink(DirEntry {
-                    ino: self.ino_of(nid),
+                    ino: self.ino_of(d.nid),
                     next,
                     kind,
-                    name: OsStr::from_bytes(&name),
+                    name: OsStr::from_bytes(d.name),
                 }) {
                     return Ok(());
                 }

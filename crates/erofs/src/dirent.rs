@@ -35,6 +35,13 @@ impl Dirent<'_> {
     }
 }
 
+/// What checking a block found, for a view of a copy of it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Checked {
+    count: usize,
+    pos: u64,
+}
+
 /// A checked view of one directory block (`data` is the block's valid bytes;
 /// the last block of a directory may be shorter than the block size).
 #[derive(Clone, Copy, Debug)]
@@ -77,7 +84,7 @@ impl<'a> DirBlock<'a> {
         // with its position instead.
         for i in 0..count {
             let name = block.get(i).name;
-            if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+            if name.is_empty() || name.iter().any(|&c| c == b'/' || c == 0) {
                 return Err(bad(Corrupt::DirentBadName {
                     entry: i,
                     name: String::from_utf8_lossy(name).into_owned(),
@@ -85,6 +92,27 @@ impl<'a> DirBlock<'a> {
             }
         }
         Ok(block)
+    }
+
+    /// Copies the block's bytes into `buf` (emptied first), for a view of
+    /// the copy ([`DirBlock::copied`]) that outlives the buffer the block
+    /// was read into, without checking it again.
+    pub(crate) fn copy_into(&self, buf: &mut Vec<u8>) -> Checked {
+        buf.clear();
+        buf.extend_from_slice(self.data);
+        Checked {
+            count: self.count,
+            pos: self.pos,
+        }
+    }
+
+    /// The view of a copy [`DirBlock::copy_into`] made.
+    pub(crate) fn copied(data: &'a [u8], checked: Checked) -> DirBlock<'a> {
+        DirBlock {
+            data,
+            count: checked.count,
+            pos: checked.pos,
+        }
     }
 
     /// Number of entries.
