@@ -375,11 +375,7 @@ mod tests {
     }
 
     fn wait_until(what: &str, cond: impl Fn() -> bool) {
-        let end = Instant::now() + Duration::from_secs(5);
-        while !cond() {
-            assert!(Instant::now() < end, "{what} within 5 s");
-            thread::sleep(Duration::from_millis(1));
-        }
+        foliofs_testkit::wait_until(what, Duration::from_secs(5), cond);
     }
 
     #[test]

@@ -17,6 +17,17 @@ pub mod proxy;
 pub mod weed;
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Waits, polling every few milliseconds, until `cond` holds, and fails
+/// the test naming `what` if it does not within `within`.
+pub fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
 
 /// A program on `PATH`, or one that `cargo install` put in `~/.cargo/bin`
 /// (pjdfstest, fsx) when that is not on `PATH`.

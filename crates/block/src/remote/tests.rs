@@ -149,12 +149,8 @@ fn read(obj: &RemoteObject, off: u64, len: usize) -> foliofs_vfs::Result<Vec<u8>
     Ok(b)
 }
 
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+fn wait_until(what: &str, f: impl FnMut() -> bool) {
+    foliofs_testkit::wait_until(what, Duration::from_secs(20), f);
 }
 
 #[test]

@@ -169,15 +169,10 @@ fn idle_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
+    use foliofs_testkit::wait_until;
+    use std::time::Duration;
 
-    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-        let until = Instant::now() + Duration::from_secs(10);
-        while !done() {
-            assert!(Instant::now() < until, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
+    const WAIT: Duration = Duration::from_secs(10);
 
     #[test]
     fn files_are_made_ahead_refilled_after_takes_and_each_is_new_and_empty() {
@@ -189,7 +184,7 @@ mod tests {
         )
         .unwrap();
         let ahead = Ahead::new(Arc::new(root));
-        wait_for("the queue to fill", || ahead.kept() == KEPT);
+        wait_until("the queue to fill", WAIT, || ahead.kept() == KEPT);
         // More than the queue holds: the rest are made on this thread or
         // by the refill.
         let mut names = std::collections::HashSet::new();
@@ -204,7 +199,7 @@ mod tests {
             );
             assert!(names.insert(name), "a name given twice");
         }
-        wait_for("the refill", || ahead.kept() == KEPT);
+        wait_until("the refill", WAIT, || ahead.kept() == KEPT);
         let on_disk = std::fs::read_dir(dir.path()).unwrap().count();
         assert_eq!(on_disk, KEPT + 10 + KEPT);
         // Dropping it stops the maker (the join returns).
