@@ -78,6 +78,7 @@ pub struct RequestCounts {
     pushes: AtomicU64,
     pushed_bytes: AtomicU64,
     resent: AtomicU64,
+    listed_ahead: AtomicU64,
 }
 
 impl Default for RequestCounts {
@@ -87,6 +88,7 @@ impl Default for RequestCounts {
             pushes: AtomicU64::new(0),
             pushed_bytes: AtomicU64::new(0),
             resent: AtomicU64::new(0),
+            listed_ahead: AtomicU64::new(0),
         }
     }
 }
@@ -94,8 +96,9 @@ impl Default for RequestCounts {
 /// The names [`RequestCounts::snapshot`] gives what it counts beside the
 /// opcodes: the stores pushed and their bytes, and the requests that came
 /// marked as resent (after a server died with them; each is counted by
-/// its opcode too).
-pub const EXTRA_NAMES: [&str; 3] = ["push", "push_bytes", "resent"];
+/// its opcode too), and the READDIR replies sent from a listing built ahead
+/// (counted as READDIRs too).
+pub const EXTRA_NAMES: [&str; 4] = ["push", "push_bytes", "resent", "listed_ahead"];
 
 impl RequestCounts {
     /// Counts one request of `op`.
@@ -119,6 +122,11 @@ impl RequestCounts {
         self.resent.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts one READDIR answered with a reply built ahead.
+    pub fn listed_ahead(&self) {
+        self.listed_ahead.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Stores pushed so far, and their bytes in whole pages.
     pub fn pushes(&self) -> (u64, u64) {
         (
@@ -139,6 +147,7 @@ impl RequestCounts {
                 (EXTRA_NAMES[0], n),
                 (EXTRA_NAMES[1], bytes),
                 (EXTRA_NAMES[2], resent),
+                (EXTRA_NAMES[3], self.listed_ahead.load(Ordering::Relaxed)),
             ])
             .collect()
     }

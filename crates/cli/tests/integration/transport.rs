@@ -257,13 +257,19 @@ fn settled_lookups(mnt: &Path) -> u64 {
 
 /// The LOOKUPs a mount has answered so far.
 fn lookups(mnt: &Path) -> u64 {
+    count(mnt, "lookup")
+}
+
+/// What a mount has counted as `name` so far (`foliofs mounts --stats`).
+fn count(mnt: &Path, name: &str) -> u64 {
     let out = String::from_utf8(foliofs_ok(["mounts", "--stats"])).unwrap();
+    let key = format!("{name}=");
     out.lines()
         .skip_while(|l| !l.contains(mnt.to_str().unwrap()))
         .nth(1)
         .and_then(|l| {
             l.split(' ')
-                .find_map(|kv| kv.strip_prefix("lookup="))
+                .find_map(|kv| kv.strip_prefix(key.as_str()))
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
@@ -349,6 +355,11 @@ fn a_large_directory_listed_then_statted_walks_like_the_source() {
     assert!(plain < 10, "a plain find sent {plain} LOOKUPs");
     let stats = String::from_utf8(foliofs_ok(["mounts", "--stats"])).unwrap();
     assert!(stats.contains(" readdir="), "no plain listing: {stats}");
+    // The directory takes several replies: all but the first were built
+    // while the kernel took in the one before, and the walk above is the
+    // source's all the same.
+    let ahead = count(m.path(), "listed_ahead");
+    assert!(ahead > 0, "no reply was built ahead: {stats}");
     // Every entry statted after the whole listing: lookups past the
     // first few are answered from the directory's index.
     assert!(common::drop_caches());

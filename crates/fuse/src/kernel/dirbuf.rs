@@ -11,6 +11,10 @@ use super::abi::{align8, Dirent, EntryOut};
 pub struct DirBuf {
     buf: Vec<u8>,
     max: usize,
+    /// The cookie of the last entry added (where a next listing resumes).
+    last_off: u64,
+    /// An entry did not fit: the listing goes on past this reply.
+    full: bool,
 }
 
 impl DirBuf {
@@ -18,14 +22,18 @@ impl DirBuf {
     pub fn start(&mut self, size: u32) {
         self.buf.clear();
         self.max = size as usize;
+        self.last_off = 0;
+        self.full = false;
     }
 
     fn put(&mut self, entry: Option<&EntryOut>, d: Dirent, name: &[u8]) -> bool {
         let head = entry.map_or(0, |_| size_of::<EntryOut>()) + size_of::<Dirent>();
         let len = align8(head + name.len());
         if self.buf.len() + len > self.max {
+            self.full = true;
             return false;
         }
+        self.last_off = d.off;
         if let Some(e) = entry {
             self.buf.extend_from_slice(e.as_bytes());
         }
@@ -73,6 +81,17 @@ impl DirBuf {
     pub fn bytes(&self) -> &[u8] {
         &self.buf
     }
+
+    /// Where the listing resumes after this reply, if an entry did not fit
+    /// in it (the directory goes on past it): the last entry's cookie.
+    pub fn resumes_at(&self) -> Option<u64> {
+        (self.full && !self.buf.is_empty()).then_some(self.last_off)
+    }
+
+    /// The reply's body, taken out (the buffer is left empty).
+    pub fn take_bytes(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
 }
 
 #[cfg(test)]
@@ -88,8 +107,10 @@ mod tests {
         assert_eq!(&b.bytes()[24..27], b"abc");
         assert!(b.push(6, 2, 4, b"defghijk"));
         assert_eq!(b.bytes().len(), 64);
+        assert_eq!(b.resumes_at(), None, "nothing left out yet");
         assert!(!b.push(7, 3, 8, b"x"), "over the size asked for");
         assert_eq!(b.bytes().len(), 64);
+        assert_eq!(b.resumes_at(), Some(2), "after the last entry added");
         b.start(200);
         let e = EntryOut::default();
         assert!(b.push_plus(&e, 9, 1, 8, b"n"));

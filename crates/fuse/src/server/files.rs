@@ -6,12 +6,17 @@ use std::ffi::OsStr;
 
 use foliofs_vfs::{self as vfs, Error, Ino};
 
-use super::{Server, DIRBUF, SCRATCH};
+use super::{listing, Server, DIRBUF, SCRATCH};
 use crate::convert::ctx;
 use crate::kernel::abi::{self, dirent_type, fopen, InHeader};
+use crate::kernel::DirBuf;
 use crate::kernel::Reply;
 use crate::passthrough::PassedOpen;
 use crate::stats::Op as Count;
+
+/// How long a READDIR waits for its reply being built ahead before it
+/// builds it itself (a bound only: a build takes well under a millisecond).
+const LISTING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Server {
     /// Flags for a file opened with open(2) flags `flags`.
@@ -287,43 +292,81 @@ impl Server {
         self.begin(Count::Readdir);
         self.log(format_args!("readdir({}, {})", h.nodeid, arg.offset));
         let dir = self.ino(h.nodeid);
-        let dt_dir = dirent_type(libc::S_IFDIR);
-        DIRBUF.with(|b| {
+        let key = listing::Key {
+            node: h.nodeid,
+            offset: arg.offset,
+            size: arg.size,
+        };
+        if let Some(l) = &self.listings {
+            if let Some(b) = l.take(key, LISTING_WAIT) {
+                self.requests.listed_ahead();
+                reply.parts(&[&b.bytes]);
+                if let Some(next) = b.resumes_at {
+                    self.list_ahead(dir, key, next);
+                }
+                return;
+            }
+        }
+        let next = DIRBUF.with(|b| {
             let mut b = b.borrow_mut();
             b.start(arg.size);
-            // A format that lists the dots where its kernel driver does
-            // keeps cookies of its own.
-            if self.lists_dots {
-                let r = self
-                    .fs
-                    .readdir_with_dots(dir, arg.offset, &mut |e| !push(&mut b, e, 0));
-                return match r {
-                    Ok(()) => reply.parts(&[b.bytes()]),
-                    Err(e) => reply.error(e.errno()),
-                };
-            }
-            // Cookies 1 and 2 follow "." and ".."; the file system's own
-            // cookies are shifted up by 2 so they never collide with those.
-            let mut off = arg.offset;
-            if off == 0 {
-                if !b.push(dir, 1, dt_dir, b".") {
-                    return reply.parts(&[b.bytes()]);
+            match self.list_into(dir, arg.offset, &mut b) {
+                Ok(()) => {
+                    reply.parts(&[b.bytes()]);
+                    b.resumes_at()
                 }
-                off = 1;
-            }
-            if off == 1 {
-                let parent = self.dotdot(dir).map_or(dir, |a| a.ino);
-                if !b.push(parent, 2, dt_dir, b"..") {
-                    return reply.parts(&[b.bytes()]);
+                Err(e) => {
+                    reply.error(e.errno());
+                    None
                 }
-                off = 2;
-            }
-            let r = self.fs.readdir(dir, off - 2, &mut |e| !push(&mut b, e, 2));
-            match r {
-                Ok(()) => reply.parts(&[b.bytes()]),
-                Err(e) => reply.error(e.errno()),
             }
         });
+        if let Some(next) = next {
+            self.list_ahead(dir, key, next);
+        }
+    }
+
+    /// Fills `b` with the plain listing of `dir` from `offset`.
+    fn list_into(&self, dir: Ino, offset: u64, b: &mut DirBuf) -> vfs::Result<()> {
+        // Cookies 1 and 2 follow "." and ".."; the file system's own
+        // cookies are shifted up by 2 so they never collide with those. A
+        // format that lists the dots where its kernel driver does keeps
+        // cookies of its own.
+        let dt_dir = dirent_type(libc::S_IFDIR);
+        let mut off = offset;
+        if !self.lists_dots && off == 0 {
+            if !b.push(dir, 1, dt_dir, b".") {
+                return Ok(());
+            }
+            off = 1;
+        }
+        if !self.lists_dots && off == 1 {
+            let parent = self.dotdot(dir).map_or(dir, |a| a.ino);
+            if !b.push(parent, 2, dt_dir, b"..") {
+                return Ok(());
+            }
+            off = 2;
+        }
+        listing::list_from(&*self.fs, self.lists_dots, dir, off, b)
+    }
+
+    /// Has the reply to the READDIR that will follow `asked` built from
+    /// `next` while the kernel and the reader work through this one (see
+    /// `listing.rs`).
+    fn list_ahead(&self, dir: Ino, asked: listing::Key, next: u64) {
+        // The dots the server lists itself are left to the request.
+        if !self.lists_dots && next < 2 {
+            return;
+        }
+        if let Some(l) = &self.listings {
+            l.offer(
+                dir,
+                listing::Key {
+                    offset: next,
+                    ..asked
+                },
+            );
+        }
     }
 
     pub(super) fn readdirplus(&self, h: &InHeader, arg: &abi::ReadIn, reply: Reply<'_>) {
@@ -467,15 +510,4 @@ impl Server {
             }
         }
     }
-}
-
-/// Adds a READDIR entry of the format's, its cookie shifted by `shift`;
-/// false when it does not fit.
-fn push(b: &mut crate::kernel::DirBuf, e: vfs::DirEntry<'_>, shift: u64) -> bool {
-    b.push(
-        e.ino,
-        e.next + shift,
-        dirent_type(e.kind.mode_bits()),
-        std::os::unix::ffi::OsStrExt::as_bytes(e.name),
-    )
 }

@@ -6,6 +6,7 @@
 mod ahead;
 mod files;
 mod lean;
+mod listing;
 mod names;
 
 use std::cell::RefCell;
@@ -126,6 +127,9 @@ pub(crate) struct Server {
     /// Hints listed subdirectories off the request path (images only; see
     /// `ahead.rs`).
     ahead: Option<ahead::Ahead>,
+    /// Plain listings built one reply ahead (images only; see
+    /// `listing.rs`).
+    listings: Option<listing::Listings>,
 }
 
 /// The longest request the server asks for, in pages: the kernel's own
@@ -169,6 +173,7 @@ impl Server {
         let immutable = fs.info().read_only;
         let lists_dots = fs.lists_dots();
         let ahead = immutable.then(|| ahead::Ahead::start(fs.clone())).flatten();
+        let listings = immutable.then(|| listing::Listings::start(fs.clone(), lists_dots));
         Server {
             ahead,
             immutable,
@@ -184,6 +189,7 @@ impl Server {
             spin: SpinSlot::default(),
             agreed: OnceLock::new(),
             lean: lean::Lean::new(),
+            listings,
         }
     }
 
