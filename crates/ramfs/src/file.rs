@@ -84,8 +84,11 @@ impl RamFs {
 
     pub(crate) fn do_release(&self, ino: Ino, fh: u64) -> Result<()> {
         // A create's descriptor nobody took (the open was not passed
-        // through) would keep an unlinked file's memory.
-        drop(self.take_fresh(ino));
+        // through) would keep an unlinked file's memory. Only a pool's
+        // creates keep one.
+        if self.is_backed() {
+            drop(self.take_fresh(ino));
+        }
         let node = self.table.get(ino)?;
         let mut st = node.write();
         st.opens = st.opens.saturating_sub(1);
