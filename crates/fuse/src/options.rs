@@ -88,8 +88,8 @@ pub struct MountOptions {
     /// `auto_unmount`: the mount goes away when its server dies.
     pub auto_unmount: bool,
     /// `io_uring` / `noio_uring`: whether requests may come over FUSE's
-    /// io_uring where the kernel offers it; the mount command's default
-    /// when `None`.
+    /// io_uring where the kernel offers it; `None` is the mount command's
+    /// default, `/dev/fuse`.
     pub io_uring: Option<bool>,
     /// `supervise` / `nosupervise`: whether a supervisor holds the
     /// connection and starts a new server when one dies (see

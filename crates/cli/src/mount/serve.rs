@@ -132,13 +132,10 @@ pub(super) fn config(
     // cold walk of an image ran 10-20% slower with one polling.
     // Whether polling pays is measured on this host (the same machine kind
     // has seen it take a round trip from 14 to 9 µs, and from 21 to 34);
-    // over io_uring a request is answered on its caller's CPU and nothing
+    // over io_uring, which only an explicit `io_uring` asks for, nothing
     // polls.
-    let uring_likely = opts.fuse.io_uring != Some(false)
-        && std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-            .is_ok_and(|s| s.trim() == "Y");
     let spin = opts.fuse.spin.unwrap_or_else(|| {
-        if opened.writable && !uring_likely {
+        if opened.writable && opts.fuse.io_uring != Some(true) {
             let (window, why) = foliofs_fuse::spin::default_window();
             log::info!("polling for the next request: {window:?} ({why})");
             window
@@ -196,9 +193,14 @@ pub(super) fn config(
             record: opened.record.clone(),
             profile: opened.profile.clone(),
             passthrough: opened.passthrough.as_ref().map(|(p, _)| p.clone()),
-            // Where root let the kernel offer it (`enable_uring`), unless
-            // refused by name.
-            io_uring: opts.fuse.io_uring != Some(false),
+            // Only when asked by name. The kernel queues a request on its
+            // caller's CPU, but the reply wakes the caller while that CPU
+            // still runs the ring's thread, so the scheduler moves the
+            // caller to an idle CPU: 3.3 moves per create on 2 CPUs
+            // (`sched:sched_migrate_task`), and every ramfs workload of
+            // `foliofs bench smallfiles` ran slower than over /dev/fuse
+            // (creates 11.4x tmpfs against 7.5x).
+            io_uring: opts.fuse.io_uring == Some(true),
         },
     }
 }

@@ -142,6 +142,29 @@ fn io_uring_serves_root_and_a_user() {
     }
 }
 
+/// Where the kernel offers io_uring, a ramfs not asking for it by name
+/// stays on `/dev/fuse`, which measured faster for every ramfs workload,
+/// and polls as a `/dev/fuse` ramfs does.
+#[test]
+fn a_ramfs_not_asking_for_io_uring_stays_on_dev_fuse() {
+    require!("fuse", "root");
+    if std::env::var(common::TRANSPORT_ENV).is_ok() {
+        eprintln!("skip: a_ramfs_not_asking_for_io_uring_stays_on_dev_fuse: this pass names a transport for every mount");
+        return;
+    }
+    let Some(_on) = UringOn::new() else {
+        eprintln!(
+            "skip: a_ramfs_not_asking_for_io_uring_stays_on_dev_fuse: no {ENABLE_URING} here"
+        );
+        return;
+    };
+    let m = Mount::new(Path::new("none"), Some("ramfs"), "").unwrap();
+    let line = mounts_line(m.path());
+    assert!(line.contains("transport=dev"), "{line}");
+    fs::write(m.path().join("f"), b"on /dev/fuse").unwrap();
+    assert_eq!(fs::read(m.path().join("f")).unwrap(), b"on /dev/fuse");
+}
+
 /// Asked for by name where the kernel does not offer it, io_uring is
 /// refused with the reason, and nothing stays mounted.
 #[test]

@@ -67,7 +67,7 @@ pub struct ServerConfig {
     /// Pass opens of backed files through to the kernel (see
     /// [`crate::passthrough`]), if INIT allows it; `None` never does.
     pub passthrough: Option<Arc<Passthrough>>,
-    /// Take FUSE over io_uring where the kernel offers it (see
+    /// Take FUSE over io_uring if the kernel offers it (see
     /// `kernel/uring.rs`).
     pub io_uring: bool,
 }
