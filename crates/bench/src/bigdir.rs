@@ -128,7 +128,7 @@ pub fn bigdir(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             run: &find_ls,
         },
     ];
-    let (rows, trips) = measure(env, cfg, "bigdir", &plans, &steps, Prime::Cold);
+    let (rows, trips, _) = measure(env, cfg, "bigdir", &plans, &steps, Prime::Cold);
     let pairs = (0..rows.len())
         .filter(|&i| i != reference)
         .map(|i| (i, reference))

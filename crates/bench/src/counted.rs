@@ -51,6 +51,24 @@ pub(crate) struct Trips {
     pub counts: Counts,
 }
 
+/// Pages the kernel's LRU lists activated during one step of one row in
+/// the last round (`pgactivate` in `/proc/vmstat`, machine-wide): a page
+/// moves to the active list on its second read, so these counts show in
+/// which run each row pays that move.
+pub(crate) struct Activated {
+    pub row: String,
+    pub key: &'static str,
+    pub pages: u64,
+}
+
+/// The machine's `pgactivate` count, if `/proc/vmstat` has one.
+fn pages_activated() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/vmstat").ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("pgactivate "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 /// Reads `path` through once, so its pages are cached.
 fn read_through(path: &Path) -> Result<()> {
     let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
@@ -69,7 +87,7 @@ pub(crate) fn measure(
     plans: &[Plan],
     steps: &[Step<'_>],
     prime: Prime,
-) -> (Vec<Row>, Vec<Trips>) {
+) -> (Vec<Row>, Vec<Trips>, Vec<Activated>) {
     let mut rows: Vec<Row> = plans
         .iter()
         .map(|p| {
@@ -84,6 +102,7 @@ pub(crate) fn measure(
         })
         .collect();
     let mut trips = Vec::new();
+    let mut activated = Vec::new();
     for round in 0..cfg.runs {
         let last = round + 1 == cfg.runs;
         for (plan, row) in plans.iter().zip(rows.iter_mut()) {
@@ -120,8 +139,16 @@ pub(crate) fn measure(
                     // No file yet: the server has counted nothing worth
                     // writing since it started.
                     let before = id.map(|id| mount_stats::read_settled(id).unwrap_or_default());
+                    let active_before = last.then(pages_activated).flatten();
                     let v = (step.run)(&m.dir)?;
                     row.runs.entry(step.key).or_default().push(v);
+                    if let (Some(b), Some(a)) = (active_before, pages_activated()) {
+                        activated.push(Activated {
+                            row: plan.label.clone(),
+                            key: step.key,
+                            pages: a.saturating_sub(b),
+                        });
+                    }
                     if let (Some(id), Some(before)) = (id, before) {
                         if let Some(after) = mount_stats::read_settled(id) {
                             trips.push(Trips {
@@ -140,7 +167,7 @@ pub(crate) fn measure(
             }
         }
     }
-    (rows, trips)
+    (rows, trips, activated)
 }
 
 /// One note per row and step: "foliofs erofs, 1st run: lookup=3 read=5

@@ -275,7 +275,7 @@ pub fn realstart(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             run: &start,
         },
     ];
-    let (rows, trips) = measure(env, cfg, "realstart", &plans, &steps, Prime::Warm);
+    let (rows, trips, _) = measure(env, cfg, "realstart", &plans, &steps, Prime::Warm);
     let pairs = (0..rows.len())
         .filter(|&i| i != reference)
         .map(|i| (i, reference))
