@@ -295,9 +295,13 @@ fn activation_note(activated: &[Activated]) -> Option<String> {
     if activated.is_empty() {
         return None;
     }
+    let columns = run_columns();
     let mut rows: Vec<(&str, Vec<String>)> = Vec::new();
     for a in activated {
-        let run = if a.key == "first" { "1st" } else { "later" };
+        let run = columns
+            .iter()
+            .find(|c| c.key == a.key)
+            .map_or(a.key, |c| c.label);
         let entry = format!("{run} {}", a.pages);
         match rows.iter_mut().find(|(r, _)| *r == a.row) {
             Some((_, runs)) => runs.push(entry),
@@ -435,7 +439,9 @@ mod tests {
         ])
         .unwrap();
         assert!(
-            note.contains("foliofs: 1st 16711, later 53134; tmpfs: 1st 72982, later 0;"),
+            note.contains(
+                "foliofs: 1st run 16711, later run 53134; tmpfs: 1st run 72982, later run 0;"
+            ),
             "{note}"
         );
     }
