@@ -134,8 +134,9 @@ pub(super) fn config(
     // has seen it take a round trip from 14 to 9 µs, and from 21 to 34);
     // over io_uring, which only an explicit `io_uring` asks for, nothing
     // polls.
+    let io_uring = opts.fuse.io_uring == Some(true);
     let spin = opts.fuse.spin.unwrap_or_else(|| {
-        if opened.writable && opts.fuse.io_uring != Some(true) {
+        if opened.writable && !io_uring {
             let (window, why) = foliofs_fuse::spin::default_window();
             log::info!("polling for the next request: {window:?} ({why})");
             window
@@ -200,7 +201,7 @@ pub(super) fn config(
             // (`sched:sched_migrate_task`), and every ramfs workload of
             // `foliofs bench smallfiles` ran slower than over /dev/fuse
             // (creates 11.4x tmpfs against 7.5x).
-            io_uring: opts.fuse.io_uring == Some(true),
+            io_uring,
         },
     }
 }
