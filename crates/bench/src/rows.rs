@@ -255,3 +255,32 @@ pub(crate) fn uring_note(env: &BenchEnv) -> Option<String> {
         )
     })
 }
+
+/// A pair line for each foliofs row over `reference`: the median of the
+/// rounds' own ratios and best over best, beside the table's ratio of
+/// medians.
+pub(crate) fn foliofs_pairs(rows: &[Row], reference: usize) -> Vec<(usize, usize)> {
+    rows.iter()
+        .enumerate()
+        .filter(|(i, r)| *i != reference && r.kind == "foliofs")
+        .map(|(i, _)| (i, reference))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_foliofs_row_and_only_those_is_paired_with_the_reference() {
+        let rows = [
+            Row::new("foliofs romfs", "foliofs"),
+            Row::new("kernel erofs", "kernel"),
+            Row::new("squashfuse", "fuse-peer"),
+            Row::new("foliofs erofs", "foliofs"),
+        ];
+        assert_eq!(foliofs_pairs(&rows, 1), vec![(0, 1), (3, 1)]);
+        // A foliofs reference is not paired with itself.
+        assert_eq!(foliofs_pairs(&rows, 3), vec![(0, 3)]);
+    }
+}

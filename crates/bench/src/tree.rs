@@ -8,7 +8,7 @@ use anyhow::Result;
 use crate::env::BenchEnv;
 use crate::images::{build_images, read_plans, source_tree};
 use crate::report::{Column, Section, Unit};
-use crate::rows::{cold_note, measure_rows};
+use crate::rows::{cold_note, foliofs_pairs, measure_rows};
 use crate::timing::time_cmd;
 use crate::Config;
 
@@ -47,6 +47,7 @@ pub fn tree(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         true,
         &[("find", &find), ("find_ls", &find_ls)],
     );
+    let pairs = foliofs_pairs(&rows, reference);
     let mut notes = vec![format!(
         "{} files in {} directories, {} MB; ratios are to the kernel's file-backed EROFS mount{}",
         stats.files,
@@ -66,7 +67,7 @@ pub fn tree(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         columns,
         rows,
         reference,
-        pairs: Vec::new(),
+        pairs,
         notes,
     })
 }
