@@ -187,7 +187,7 @@ struct Supervisor<'a> {
 
 /// Supervises `held` until the mount is gone: `Ok` once it was unmounted
 /// and the last server exited. `on_ready` runs once, when the first
-/// server reports ready.
+/// server reports ready, after its [`Event::Serving`].
 ///
 /// Call this from a process with no other threads that take signals: it
 /// blocks SIGCHLD, SIGUSR1, SIGTERM, SIGINT and SIGHUP and takes them
@@ -422,15 +422,18 @@ impl Supervisor<'_> {
                 self.current = self.next.take();
                 self.restarts += 1;
             }
-            if !self.served {
-                self.served = true;
-                on_ready(pid);
-            }
+            // The event first: it records the mount, and whoever waits
+            // for readiness (the command that started a background mount)
+            // may list it the moment it is told.
             self.starter.event(Event::Serving {
                 pid,
                 restarts: self.restarts,
                 report: &report,
             });
+            if !self.served {
+                self.served = true;
+                on_ready(pid);
+            }
         }
     }
 
