@@ -150,13 +150,7 @@ fn run_until(
 
 fn images(tmp: &Path, src: &Path) -> Vec<PathBuf> {
     let romfs = tmp.join("tree.romfs");
-    foliofs_romfs::mkfs::build(
-        src,
-        &romfs,
-        &foliofs_romfs::mkfs::MkfsOptions::default(),
-        &mut |_| {},
-    )
-    .unwrap();
+    common::build_romfs(src, &romfs);
     let mut v = vec![romfs];
     if common::have("mkfs.erofs", &["mkfs.erofs"]) {
         let erofs = tmp.join("tree.erofs");
@@ -317,13 +311,7 @@ fn a_profile_of_another_image_is_ignored_with_a_warning() {
     // The same tree with one file changed: another image.
     fs::write(src.join("d1/f0"), b"changed").unwrap();
     let other = tmp.path().join("other.romfs");
-    foliofs_romfs::mkfs::build(
-        &src,
-        &other,
-        &foliofs_romfs::mkfs::MkfsOptions::default(),
-        &mut |_| {},
-    )
-    .unwrap();
+    common::build_romfs(&src, &other);
     let mnt = tempfile::tempdir().unwrap();
     let _guard = scopeguard(mnt.path());
     let out = common::foliofs([

@@ -152,21 +152,6 @@ fn wait(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
     }
 }
 
-fn small_image(tmp: &Path) -> std::path::PathBuf {
-    let src = tmp.join("src");
-    fs::create_dir(&src).unwrap();
-    fs::write(src.join("f"), b"hi\n").unwrap();
-    let img = tmp.join("f.romfs");
-    foliofs_romfs::mkfs::build(
-        &src,
-        &img,
-        &foliofs_romfs::mkfs::MkfsOptions::default(),
-        &mut |_| {},
-    )
-    .unwrap();
-    img
-}
-
 /// Whether a ramfs polls by default is measured on the host at mount
 /// (`spin::default_window`); asked to, it polls while requests come, and
 /// stops once they stop.
@@ -199,7 +184,7 @@ fn a_ramfs_polls_while_requests_come_and_sleeps_after() {
 #[test]
 fn nospin_and_images_do_not_poll_unless_asked() {
     let tmp = tempfile::tempdir().unwrap();
-    let img = small_image(tmp.path());
+    let img = common::one_file_romfs(tmp.path());
     assert!(
         !watch(None, Path::new("none"), Some("ramfs"), "nospin").polled,
         "a ramfs with nospin polled"

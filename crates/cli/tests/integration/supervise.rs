@@ -530,17 +530,7 @@ fn what_cannot_be_supervised_is_refused() {
 fn a_mount_is_listed_in_full_once_mount_returns() {
     require!("fuse", "strace");
     let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    fs::create_dir(&src).unwrap();
-    fs::write(src.join("f"), b"hi\n").unwrap();
-    let img = tmp.path().join("f.romfs");
-    foliofs_romfs::mkfs::build(
-        &src,
-        &img,
-        &foliofs_romfs::mkfs::MkfsOptions::default(),
-        &mut |_| {},
-    )
-    .unwrap();
+    let img = common::one_file_romfs(tmp.path());
     let dir = tmp.path().join("m");
     fs::create_dir(&dir).unwrap();
     let err = tmp.path().join("mount.err");

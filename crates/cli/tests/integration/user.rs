@@ -31,13 +31,7 @@ fn fixture() -> Fixture {
     let src = tmp.path().join("src");
     common::every_type_tree(&src);
     let romfs = tmp.path().join("tree.romfs");
-    foliofs_romfs::mkfs::build(
-        &src,
-        &romfs,
-        &foliofs_romfs::mkfs::MkfsOptions::default(),
-        &mut |_| {},
-    )
-    .unwrap();
+    common::build_romfs(&src, &romfs);
     Fixture {
         _tmp: tmp,
         src,

@@ -929,6 +929,29 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// Builds the romfs image `img` of the tree `src` with the project's own
+/// builder and its defaults (no outside tool needed).
+pub fn build_romfs(src: &Path, img: &Path) {
+    foliofs_romfs::mkfs::build(
+        src,
+        img,
+        &foliofs_romfs::mkfs::MkfsOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap_or_else(|e| panic!("building {}: {e}", img.display()));
+}
+
+/// A romfs image `f.romfs` in `dir` of a tree `src` holding one file, `f`:
+/// for tests about a mount rather than its contents.
+pub fn one_file_romfs(dir: &Path) -> PathBuf {
+    let src = dir.join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("f"), b"hi\n").unwrap();
+    let img = dir.join("f.romfs");
+    build_romfs(&src, &img);
+    img
+}
+
 /// Builds `img` from `src` with `mkfs.erofs --quiet ARGS` (bounded),
 /// panicking with its stderr if it fails.
 pub fn mkfs_erofs<S: AsRef<OsStr>>(args: &[S], img: &Path, src: &Path) {

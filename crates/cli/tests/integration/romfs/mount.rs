@@ -49,13 +49,7 @@ fn genromfs_fixture() -> Fixture {
 /// foliofs's own romfs builder (what `foliofs mkfs romfs` runs) on the same tree.
 fn mkfs_image(fx: &Fixture) -> PathBuf {
     let img = fx.img.with_extension("mkfs.romfs");
-    foliofs_romfs::mkfs::build(
-        &fx.src,
-        &img,
-        &foliofs_romfs::mkfs::MkfsOptions::default(),
-        &mut |_| {},
-    )
-    .unwrap_or_else(|e| panic!("building {}: {e}", img.display()));
+    common::build_romfs(&fx.src, &img);
     img
 }
 
