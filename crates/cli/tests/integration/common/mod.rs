@@ -62,6 +62,15 @@ fn lacks(need: &str) -> Option<String> {
         "kernel-erofs" => kernel_erofs_missing(),
         "huge-pages" => huge_unusable().map(|why| format!("2 MiB transparent huge pages: {why}")),
         "user-fuse" => user_fuse_missing(),
+        // Installed is not enough: a container may refuse ptrace.
+        "strace" => lacks_program("strace").or_else(|| {
+            let probe = try_run_timeout(
+                Command::new("strace").args(["-f", "-qq", "-o", "/dev/null", "true"]),
+                Duration::from_secs(10),
+            );
+            (!probe.is_ok_and(|o| o.status.success()))
+                .then(|| "strace able to trace (ptrace is refused here)".to_owned())
+        }),
         "romfs-vm" => oracle::NEEDS
             .iter()
             .find(|p| find_program(p).is_none())
