@@ -101,6 +101,16 @@ pub(super) fn add_session_options(shown: &mut String, opts: &MountOpts) {
     }
 }
 
+/// The polling window a mount settled on, as the option that asks for
+/// it: the default is measured at mount, so `foliofs mounts` says which.
+pub(super) fn spin_option(spin: Duration) -> String {
+    if spin.is_zero() {
+        "nospin".to_owned()
+    } else {
+        format!("spin={}", spin.as_micros())
+    }
+}
+
 /// Appends `,item` (or `item` to an empty list).
 pub(super) fn push_option(list: &mut String, item: &str) {
     if !list.is_empty() {
@@ -246,6 +256,7 @@ pub(super) fn serve_mounted(
         );
     }
     push_option(&mut shown, &format!("transport={}", mounted.transport()));
+    push_option(&mut shown, &spin_option(cfg.spin));
     if let Some((p, asked)) = &opened.passthrough {
         // INIT is over: the kernel took passthrough or it did not.
         if p.active() {

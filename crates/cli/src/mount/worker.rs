@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use super::serve::{config, gauges};
+use super::serve::{config, gauges, push_option, spin_option};
 use super::source::Opened;
 use super::MountArgs;
 use crate::options::MountOpts;
@@ -50,9 +50,11 @@ pub(super) fn serve(
         gauges(source, opts, opened.gauge),
     );
     if let Some(mut r) = ready {
+        let mut shown = opened.shown.clone();
+        push_option(&mut shown, &spin_option(cfg.spin));
         let _ = r.write_all(
             mounted
-                .ready_report(&super::supervise::report(opened.format, &opened.shown))
+                .ready_report(&super::supervise::report(opened.format, &shown))
                 .as_bytes(),
         );
     }

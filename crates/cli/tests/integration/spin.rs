@@ -42,6 +42,8 @@ struct Seen {
     /// The machine's CPU pressure while requests came: the share of the
     /// time in which some task waited for a CPU.
     pressure: f64,
+    /// The polling option `foliofs mounts` showed: `spin=US` or `nospin`.
+    shown: String,
 }
 
 impl Seen {
@@ -109,6 +111,12 @@ fn watch(user: Option<&str>, source: &Path, fstype: Option<&str>, opts: &str) ->
         }
     }
     let pid = server_pid(user, m.path());
+    let line = common::mounts_line_of(user, m.path());
+    let shown = line
+        .split([' ', ','])
+        .find(|o| *o == "nospin" || o.starts_with("spin="))
+        .unwrap_or_else(|| panic!("no polling option in {line}"))
+        .to_owned();
     let mut child = requests(user, m.path(), 2);
     let stalled = cpu_stall_us();
     let start = Instant::now();
@@ -133,6 +141,7 @@ fn watch(user: Option<&str>, source: &Path, fstype: Option<&str>, opts: &str) ->
         stopped,
         idle_cpu,
         pressure,
+        shown,
     }
 }
 
@@ -165,6 +174,7 @@ fn a_ramfs_polls_while_requests_come_and_sleeps_after() {
             "spin=1000,noio_uring",
         );
         let what = format!("{user:?}");
+        assert_eq!(seen.shown, "spin=1000", "{what}");
         assert!(
             seen.polled_or_busy(&what),
             "{what}: did not poll while requests came"
@@ -185,15 +195,14 @@ fn a_ramfs_polls_while_requests_come_and_sleeps_after() {
 fn nospin_and_images_do_not_poll_unless_asked() {
     let tmp = tempfile::tempdir().unwrap();
     let img = common::one_file_romfs(tmp.path());
-    assert!(
-        !watch(None, Path::new("none"), Some("ramfs"), "nospin").polled,
-        "a ramfs with nospin polled"
-    );
-    assert!(
-        !watch(None, &img, None, "").polled,
-        "an image mount polled without spin="
-    );
+    let seen = watch(None, Path::new("none"), Some("ramfs"), "nospin");
+    assert!(!seen.polled, "a ramfs with nospin polled");
+    assert_eq!(seen.shown, "nospin");
+    let seen = watch(None, &img, None, "");
+    assert!(!seen.polled, "an image mount polled without spin=");
+    assert_eq!(seen.shown, "nospin");
     let seen = watch(None, &img, None, "spin=500");
+    assert_eq!(seen.shown, "spin=500");
     assert!(
         seen.polled_or_busy("spin=500"),
         "an image mount with spin=500 did not poll"

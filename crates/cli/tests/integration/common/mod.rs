@@ -883,7 +883,7 @@ pub fn assert_same_tree(
 
 /// The mount at `dir`'s line of `foliofs mounts` run by `user` (this
 /// process where `None`).
-fn mounts_line_of(user: Option<&str>, dir: &Path) -> String {
+pub fn mounts_line_of(user: Option<&str>, dir: &Path) -> String {
     let out = match user {
         Some(u) => as_user(u, bin(), ["mounts"], Duration::from_secs(30)),
         None => foliofs(["mounts"]),
