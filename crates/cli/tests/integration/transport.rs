@@ -34,11 +34,7 @@ impl Drop for UringOn {
 }
 
 fn mounts_line(mnt: &Path) -> String {
-    let out = String::from_utf8(foliofs_ok(["mounts"])).unwrap();
-    out.lines()
-        .find(|l| l.contains(mnt.to_str().unwrap()))
-        .unwrap_or_else(|| panic!("{} missing from `foliofs mounts`:\n{out}", mnt.display()))
-        .to_owned()
+    common::mounts_line_of(None, mnt)
 }
 
 fn sh(script: &str, args: &[&Path]) -> String {

@@ -9,7 +9,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use common::{drop_caches, foliofs_ok, Mount};
+use common::{drop_caches, Mount};
 
 pub(super) fn ramfs(opts: &str) -> Mount {
     Mount::new(Path::new("none"), Some("ramfs"), opts)
@@ -53,11 +53,7 @@ pub(super) fn read_fresh(p: &Path) -> Vec<u8> {
 }
 
 pub(super) fn mounts_line(mnt: &Path) -> String {
-    let out = String::from_utf8(foliofs_ok(["mounts"])).unwrap();
-    out.lines()
-        .find(|l| l.contains(mnt.to_str().unwrap()))
-        .unwrap_or_else(|| panic!("{} missing from `foliofs mounts`:\n{out}", mnt.display()))
-        .to_owned()
+    common::mounts_line_of(None, mnt)
 }
 
 #[test]
