@@ -181,6 +181,20 @@ fn floor_line(row: &Row, trip_us: f64, trips: &Trips, reference: &Row) -> Option
 /// The columns that measure a single call, not a workload.
 const PROBES: [&str; 2] = ["trip", "xattr"];
 
+/// The polling window the foliofs mount at `dir` settled on (`spin=US`
+/// or `nospin`, as `foliofs mounts` shows it): the default is measured at
+/// mount, so two mounts of one run can differ, and the round trip with it.
+pub(crate) fn polling_of(dir: &Path) -> Option<String> {
+    let dir = dir.canonicalize().ok()?;
+    let m = foliofs_fuse::find_mount(&dir).ok().flatten()?;
+    let state = foliofs_fuse::records::MountState::find(&m)?;
+    state
+        .options
+        .split(',')
+        .find(|o| *o == "nospin" || o.starts_with("spin="))
+        .map(str::to_owned)
+}
+
 /// The live mount id of a foliofs mount at `dir`, to find its counts.
 pub(crate) fn mount_id(dir: &Path) -> Option<u64> {
     let dir = dir.canonicalize().ok()?;
@@ -425,6 +439,8 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     // The host's wake-up cost, measured in every round beside the rows,
     // so the round trip can be set against it (see `wakeup_line`).
     let mut wakeups = Vec::new();
+    // Row → the polling its mount settled on, round by round.
+    let mut polling: Vec<Vec<String>> = vec![Vec::new(); plans.len()];
     for round in 0..cfg.runs {
         wakeups.push(crate::wakeup::Wakeup::measure());
         for (i, (plan, row)) in plans.iter().zip(rows.iter_mut()).enumerate() {
@@ -444,6 +460,9 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             let r = (|| -> Result<()> {
                 let m = Mounted::new(env, &plan.how, Path::new("none"), &env.fresh_dir("mnt")?)?;
                 let id = mount_id(&m.dir);
+                if matches!(plan.how, How::Foliofs { .. }) {
+                    polling[i].push(polling_of(&m.dir).unwrap_or_else(|| "?".into()));
+                }
                 // A mount this new may not have published its counts yet:
                 // none published is none counted (as in `counted`), or the
                 // first workload's requests would go unreported.
@@ -541,6 +560,18 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             "{} requests, {key}: {} ({total}{per})",
             rows[counted[c]].label,
             mount_stats::line(counts)
+        ));
+    }
+    let settled: Vec<String> = rows
+        .iter()
+        .zip(&polling)
+        .filter(|(_, p)| !p.is_empty())
+        .map(|(row, p)| format!("{}: {}", row.label, p.join(" ")))
+        .collect();
+    if !settled.is_empty() {
+        notes.push(format!(
+            "polling each mount settled on at mount, round by round (measured there unless asked for): {}",
+            settled.join("; ")
         ));
     }
     notes.extend(crate::rows::uring_note(env));

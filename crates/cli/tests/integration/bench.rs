@@ -86,6 +86,24 @@ fn quick_bench_reports_every_section_with_kernel_rows() {
         // Every table names the section and its reference row.
         assert!(stdout.contains("(ref)"), "{stdout}");
     }
+    // Each ramfs row says how its mount settled on polling, read from the
+    // mount's record: the row that asks for none shows none.
+    let smallfiles = sections.iter().find(|s| s["name"] == "smallfiles").unwrap();
+    let polling = smallfiles["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.starts_with("polling each mount settled on"))
+        .unwrap_or_else(|| panic!("no polling line\n{stdout}"));
+    assert!(
+        polling.contains("foliofs ramfs, nospin: nospin;"),
+        "{polling}"
+    );
+    assert!(
+        polling.contains("foliofs ramfs: spin=1000") || polling.contains("foliofs ramfs: nospin"),
+        "{polling}"
+    );
     for chart in ["seq-dd.svg", "tree-find_ls.svg", "ramfs-write.svg"] {
         let text = std::fs::read_to_string(plots.join(chart)).unwrap();
         assert!(text.starts_with("<svg") || text.contains("<svg"), "{chart}");
