@@ -100,6 +100,32 @@ fn read(store: &Store, off: u64, len: usize) -> foliofs_vfs::Result<Vec<u8>> {
     Ok(b)
 }
 
+/// A server killed and started again finds its data, even where another
+/// process took one of its internal ports while it was down; its S3
+/// endpoint stays where a store points.
+#[test]
+fn a_restart_serves_the_same_objects_when_a_port_was_taken_meanwhile() {
+    require_weed!("a_restart_serves_the_same_objects_when_a_port_was_taken_meanwhile");
+    credentials();
+    let mut weed = start(None);
+    let data = pattern(300_000, 11);
+    weed.put(BUCKET, "img.bin", &data).unwrap();
+    let endpoint = weed.endpoint();
+    weed.kill();
+    let volume = weed.port("volume.port");
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", volume)).unwrap();
+    weed.restart().unwrap();
+    assert_ne!(weed.port("volume.port"), volume);
+    assert_eq!(weed.endpoint(), endpoint);
+    let cache = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        Path::new("s3://test/img.bin"),
+        &options(&weed, cache.path()),
+    )
+    .unwrap();
+    assert_eq!(read(&store, 0, data.len()).unwrap(), data);
+}
+
 #[test]
 fn reads_an_object_through_s3() {
     require_weed!("reads_an_object_through_s3");

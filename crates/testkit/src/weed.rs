@@ -165,7 +165,7 @@ impl Weed {
         loop {
             match w.run() {
                 Ok(()) => return Ok(w),
-                Err(e) if tries < 3 && e.to_string().contains("address already in use") => {
+                Err(_) if tries < 3 && w.lost_a_port() => {
                     tries += 1;
                     remove_sockets(&w.ports.all());
                     let _ = fs::remove_file(w.log_path());
@@ -262,6 +262,45 @@ impl Weed {
         }
     }
 
+    /// Starts the server again after [`Weed::kill`], on the same S3 port
+    /// (a mount names it) and data. While it was down, another process
+    /// may have bound one of its internal ports (a parallel test's server,
+    /// proxy or mount picking a free port): that start is tried again with
+    /// new internal ports, which nothing outside the server names.
+    pub fn restart(&mut self) -> io::Result<()> {
+        let mut tries = 0;
+        loop {
+            match self.run() {
+                Ok(()) => return Ok(()),
+                Err(e) if tries < 3 && self.lost_a_port() => {
+                    tries += 1;
+                    eprintln!("weed: a port was taken while it was down; again on others: {e}");
+                    let fresh = Ports::pick(false)?;
+                    for (i, flag) in PORT_FLAGS.iter().enumerate() {
+                        if *flag != "s3.port" {
+                            self.ports.by_flag[i] = fresh.by_flag[i];
+                        }
+                    }
+                    let _ = fs::remove_file(self.log_path());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The port the server was given with `-FLAG` (`volume.port`, ...).
+    pub fn port(&self, flag: &str) -> u16 {
+        self.ports.get(flag)
+    }
+
+    /// Whether the server's log says a port it was given was in use: it
+    /// checks each before it starts (`is not available`), and a port taken
+    /// after the check fails its bind.
+    fn lost_a_port(&self) -> bool {
+        fs::read_to_string(self.log_path())
+            .is_ok_and(|t| t.contains("address already in use") || t.contains("is not available"))
+    }
+
     /// Kills the server (its whole process group, SIGKILL) and waits for
     /// it; its data stays for [`Weed::run`].
     pub fn kill(&mut self) {
@@ -281,11 +320,26 @@ impl Weed {
         self.dir.path().join("weed.log")
     }
 
-    /// The last lines of the server's log, for a failure message.
+    /// For a failure message: the log's error lines (a component that
+    /// failed says why early, long before the tail), then its last lines.
     pub fn log(&self) -> String {
         let text = fs::read_to_string(self.log_path()).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        let tail = lines.len().saturating_sub(30);
+        let errors: Vec<&str> = lines[..tail]
+            .iter()
+            .filter(|l| l.starts_with('E') || l.starts_with('F') || l.contains("in use"))
+            .take(20)
+            .copied()
+            .collect();
+        let mut out = String::new();
+        if !errors.is_empty() {
+            out.push_str("errors logged earlier:\n");
+            out.push_str(&errors.join("\n"));
+            out.push_str("\n...\n");
+        }
+        out.push_str(&lines[tail..].join("\n"));
+        out
     }
 
     /// The directory the server keeps its data and log in.

@@ -55,7 +55,7 @@ fn a_dead_server_gives_eio_within_the_timeout_and_a_restart_heals() {
     assert!(common::is_mounted(m.path()), "the mount went away");
     fs::metadata(m.path().join("many")).unwrap();
 
-    weed.run().unwrap();
+    weed.restart().unwrap();
     f.read_exact_at(&mut buf, at).unwrap();
     assert_eq!(buf, want[at as usize..at as usize + 4096]);
     let mut all = Vec::new();
