@@ -161,19 +161,8 @@ impl Weed {
         // Ports are picked free and taken by the server a moment later:
         // another process (a parallel test's proxy or mount) can bind one
         // in between. Such a start is tried again on other ports.
-        let mut tries = 0;
-        loop {
-            match w.run() {
-                Ok(()) => return Ok(w),
-                Err(_) if tries < 3 && w.lost_a_port() => {
-                    tries += 1;
-                    remove_sockets(&w.ports.all());
-                    let _ = fs::remove_file(w.log_path());
-                    w.ports = Ports::pick(w.options.tls.is_some())?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        w.run_moving_lost_ports(false)?;
+        Ok(w)
     }
 
     /// Starts the server process (again, on the same directory and ports,
@@ -268,20 +257,30 @@ impl Weed {
     /// proxy or mount picking a free port): that start is tried again with
     /// new internal ports, which nothing outside the server names.
     pub fn restart(&mut self) -> io::Result<()> {
+        self.run_moving_lost_ports(true)
+    }
+
+    /// [`Weed::run`], tried again on newly picked ports (all but the S3
+    /// ones where `keep_s3`) while the server's log says one it was given
+    /// was taken.
+    fn run_moving_lost_ports(&mut self, keep_s3: bool) -> io::Result<()> {
         let mut tries = 0;
         loop {
             match self.run() {
                 Ok(()) => return Ok(()),
                 Err(e) if tries < 3 && self.lost_a_port() => {
                     tries += 1;
-                    eprintln!("weed: a port was taken while it was down; again on others: {e}");
-                    let fresh = Ports::pick(false)?;
-                    for (i, flag) in PORT_FLAGS.iter().enumerate() {
-                        if *flag != "s3.port" {
-                            self.ports.by_flag[i] = fresh.by_flag[i];
-                        }
-                    }
+                    eprintln!("weed: a port it was given was taken; again on others: {e}");
+                    remove_sockets(&self.ports.all());
                     let _ = fs::remove_file(self.log_path());
+                    let mut fresh = Ports::pick(self.options.tls.is_some())?;
+                    if keep_s3 {
+                        let s3 = PORT_FLAGS.iter().position(|f| *f == "s3.port");
+                        let s3 = s3.expect("a known flag");
+                        fresh.by_flag[s3] = self.ports.by_flag[s3];
+                        fresh.https = self.ports.https;
+                    }
+                    self.ports = fresh;
                 }
                 Err(e) => return Err(e),
             }
