@@ -33,6 +33,10 @@ pub(crate) struct FileData {
     /// For an index image (`--tar=i`), where the data is in the tar, the
     /// image's extra device: a byte offset, a multiple of 512.
     pub device_at: Option<u64>,
+    /// For a sparse file stored chunk-based: log2 of the chunk size, and
+    /// where its chunks' block addresses (4 bytes each, `NULL_ADDR` for a
+    /// hole) wait in the spill file (offset, count).
+    pub chunks: Option<(u8, u64, u32)>,
 }
 
 impl FileData {
@@ -46,6 +50,7 @@ impl FileData {
             tail: None,
             z: None,
             device_at: None,
+            chunks: None,
         }
     }
 
@@ -156,6 +161,7 @@ impl Writer {
                 tail,
                 z: None,
                 device_at: None,
+                chunks: None,
             })
         })();
         self.buf = buf;
@@ -187,6 +193,19 @@ impl Writer {
         self.spill.write_all_at(bytes, at)?;
         self.spill_len += bytes.len() as u64;
         Ok(at)
+    }
+
+    /// Puts a chunk-based file's block addresses in the spill file.
+    pub fn spill_chunks(&mut self, addrs: &[u32]) -> io::Result<u64> {
+        let bytes: Vec<u8> = addrs.iter().flat_map(|a| a.to_le_bytes()).collect();
+        self.spill(&bytes)
+    }
+
+    /// A chunk-based file's block map, as stored after its inode.
+    pub fn chunk_map(&self, off: u64, n: u32) -> io::Result<Vec<u8>> {
+        let mut v = vec![0; n as usize * 4];
+        self.spill.read_exact_at(&mut v, off)?;
+        Ok(v)
     }
 
     /// Puts a compressed file's extents in the spill file.

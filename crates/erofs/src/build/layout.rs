@@ -43,9 +43,12 @@ struct Plan {
     xattrs: Vec<u8>,
     /// The `i_u` field: first block, or the encoded device number.
     i_u: u32,
-    /// Inline tail length (0: none), or for a compressed file the bytes
-    /// of its indexes and the padding before them.
+    /// Inline tail length (0: none), or for a compressed or chunk-based
+    /// file the bytes of its indexes and the padding before them.
     tail: u64,
+    /// For a chunk-based file: the bytes of one index entry (8 with
+    /// device ids, 4 for a plain block map) and the number of entries.
+    chunk_index: Option<(u64, u64)>,
 }
 
 const S_IFMT: u32 = 0o170000;
@@ -135,6 +138,8 @@ fn entries_of(tree: &Tree, dir: NodeId, parent: NodeId) -> Vec<(&[u8], NodeId)> 
 
 /// Bytes of a chunk index: advise, device id, block address.
 const CHUNK_INDEX_SIZE: u64 = 8;
+/// Bytes of a block map entry: a block address.
+const BLOCK_MAP_ENTRY_SIZE: u64 = 4;
 
 /// log2 of the chunk size for a file that is one run of bytes in a tar:
 /// the file in one chunk, as far as the format's 5 bits of chunk size
@@ -205,6 +210,7 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
             xattrs,
             i_u: 0,
             tail: 0,
+            chunk_index: None,
         };
         let mut spread = |plan: &mut Plan, size: u64| {
             // Data that has no blocks yet: full blocks here, the tail
@@ -251,6 +257,18 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
                 plan.layout = Layout::ChunkBased;
                 let bits = tar_chunkbits(*size, blkszbits);
                 plan.i_u = u32::from(CHUNK_FORMAT_INDEXES | u16::from(bits - blkszbits));
+                plan.chunk_index = Some((CHUNK_INDEX_SIZE, size.div_ceil(1 << bits)));
+            }
+            Body::File(FileData {
+                size,
+                chunks: Some((bits, _, count)),
+                ..
+            }) => {
+                // A sparse file: a block map, holes as NULL_ADDR.
+                plan.size = *size;
+                plan.layout = Layout::ChunkBased;
+                plan.i_u = u32::from(bits - blkszbits);
+                plan.chunk_index = Some((BLOCK_MAP_ENTRY_SIZE, u64::from(*count)));
             }
             Body::File(d) => {
                 plan.size = d.size;
@@ -278,10 +296,8 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
         let end = (isize + plan.xattrs.len()) as u64;
         if plan.layout.is_compressed() {
             plan.tail = end.next_multiple_of(8) - end + zindex::len(plan.size, end, &p.zindex);
-        } else if plan.layout == Layout::ChunkBased {
-            let bits = tar_chunkbits(plan.size, blkszbits);
-            plan.tail =
-                end.next_multiple_of(8) - end + CHUNK_INDEX_SIZE * plan.size.div_ceil(1 << bits);
+        } else if let Some((unit, count)) = plan.chunk_index {
+            plan.tail = end.next_multiple_of(unit) - end + unit * count;
         }
         plans.push(plan);
     }
@@ -388,6 +404,16 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
                     buf.extend_from_slice(&1u16.to_le_bytes());
                     buf.extend_from_slice(&(blk as u32).to_le_bytes());
                 }
+            }
+            Body::File(FileData {
+                chunks: Some((_, off, count)),
+                ..
+            }) => {
+                let map = w
+                    .chunk_map(*off, *count)
+                    .map_err(BuildError::io("reading the spill file"))?;
+                buf.resize(buf.len().next_multiple_of(BLOCK_MAP_ENTRY_SIZE as usize), 0);
+                buf.extend_from_slice(&map);
             }
             Body::File(FileData {
                 z: Some(ext),

@@ -28,12 +28,13 @@ mod layout;
 mod source_dir;
 mod source_tar;
 mod superblock;
+pub mod tar;
 mod tree;
 mod xattr;
 mod zindex;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
+use std::io::{self, Read};
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -41,7 +42,9 @@ pub use compress::{Algorithm, Compression, ZSTD_DEFAULT_LEVEL};
 pub use error::BuildError;
 pub use source_tar::open_tar;
 
-use crate::format::{NAME_LEN_MAX, SUPER_OFFSET, VOLUME_NAME_SIZE};
+use crate::format::{
+    CHUNK_FORMAT_BLKBITS_MASK, NAME_LEN_MAX, NULL_ADDR, SUPER_OFFSET, VOLUME_NAME_SIZE,
+};
 use data::Writer;
 use tree::{Body, Meta, NodeId, Tree};
 
@@ -326,6 +329,76 @@ impl Builder {
             .file(r, size, room, what)
             .map_err(EntryError::Build)?;
         self.data_bytes += size;
+        self.tree
+            .insert(comps, meta, Body::File(d))
+            .map_err(EntryError::Bad)
+    }
+
+    /// Adds a sparse file of `size` bytes whose data fragments (`map`, in
+    /// order) `r` yields one after another. Where whole chunks are holes
+    /// the file is stored chunk-based with those chunks left out (the
+    /// chunk size is the one that writes the fewest bytes, the index
+    /// counted); where no chunk would be a hole it is an ordinary file
+    /// with its holes written as zeros.
+    pub(crate) fn add_sparse(
+        &mut self,
+        comps: &[&[u8]],
+        meta: Meta,
+        r: &mut dyn Read,
+        map: &[(u64, u64)],
+        size: u64,
+        what: &dyn Fn() -> String,
+    ) -> Result<NodeId, EntryError> {
+        let blkszbits = self.opts.blkszbits;
+        let Some(bits) = sparse_chunkbits(map, size, blkszbits) else {
+            let mut full = tar::sparse::Expand::new(r, map, size);
+            return self.add_file(comps, meta, &mut full, size, what);
+        };
+        Self::check_names(comps).map_err(EntryError::Bad)?;
+        let meta = self.meta(meta).map_err(EntryError::Bad)?;
+        let count = size.div_ceil(1 << bits);
+        let mut addrs: Vec<u32> = Vec::with_capacity(count as usize);
+        let mut full = tar::sparse::Expand::new(r, map, size);
+        let mut frag = 0usize;
+        for k in 0..count {
+            let start = k << bits;
+            let end = (start + (1 << bits)).min(size);
+            while frag < map.len() && map[frag].0 + map[frag].1 <= start {
+                frag += 1;
+            }
+            let has_data = map[frag..]
+                .iter()
+                .take_while(|f| f.0 < end)
+                .any(|f| f.1 > 0);
+            if !has_data {
+                addrs.push(NULL_ADDR);
+                // Zeros: the expanding reader yields them without reading.
+                io::copy(&mut (&mut full).take(end - start), &mut io::sink())
+                    .map_err(|e| EntryError::Build(BuildError::io(what())(e)))?;
+                continue;
+            }
+            let limit = u64::from(u32::MAX) << blkszbits;
+            if (self.w.next_block << blkszbits) + (end - start) > limit {
+                return Err(EntryError::Bad(format!(
+                    "{size} bytes do not fit an image of 2^32 {}-byte blocks",
+                    1u64 << blkszbits
+                )));
+            }
+            let d = self
+                .w
+                .file(&mut (&mut full).take(end - start), end - start, None, what)
+                .map_err(EntryError::Build)?;
+            addrs.push(d.blkaddr as u32);
+            self.data_bytes += end - start;
+        }
+        let off = self
+            .w
+            .spill_chunks(&addrs)
+            .map_err(|e| EntryError::Build(BuildError::io("writing the spill file")(e)))?;
+        let d = data::FileData {
+            chunks: Some((bits, off, count as u32)),
+            ..data::FileData::placed_later(size)
+        };
         self.tree
             .insert(comps, meta, Body::File(d))
             .map_err(EntryError::Bad)
@@ -671,6 +744,50 @@ impl Builder {
         b.finish_with(Some(tar_bytes))
     }
 }
+
+/// The chunk size (log2) to store a sparse file with: the one that writes
+/// the fewest bytes, counting 4 bytes of index a chunk and whole chunks
+/// wherever a fragment touches one (ties to the larger chunk). `None`
+/// when that leaves no chunk a hole: then chunks gain nothing.
+fn sparse_chunkbits(map: &[(u64, u64)], size: u64, blkszbits: u8) -> Option<u8> {
+    if size == 0 {
+        return None;
+    }
+    let top = blkszbits + CHUNK_FORMAT_BLKBITS_MASK as u8;
+    let mut best: Option<(u128, u8, bool)> = None;
+    for bits in (blkszbits..=top.min(63)).rev() {
+        let count = size.div_ceil(1 << bits);
+        if count > MAX_CHUNKS {
+            continue;
+        }
+        let (mut with_data, mut written) = (0u64, 0u128);
+        let mut last: Option<u64> = None;
+        for &(off, len) in map.iter().filter(|f| f.1 > 0) {
+            let (first, end) = (off >> bits, (off + len - 1) >> bits);
+            let from = first.max(last.map_or(0, |l| l + 1));
+            if from <= end {
+                let n = end - from + 1;
+                with_data += n;
+                written += u128::from(n) << bits;
+                if end == count - 1 {
+                    // The file's last chunk is written only to its end.
+                    let tail = (size - (end << bits)).next_multiple_of(1 << blkszbits);
+                    written -= (1u128 << bits) - u128::from(tail);
+                }
+            }
+            last = Some(last.map_or(end, |l| l.max(end)));
+        }
+        let cost = u128::from(count) * 4 + written;
+        if best.is_none_or(|b| cost < b.0) {
+            best = Some((cost, bits, with_data < count));
+        }
+    }
+    best.filter(|b| b.2).map(|b| b.1)
+}
+
+/// Most chunks a sparse file is cut into: its block map (4 bytes a chunk)
+/// is kept whole while the file is written.
+const MAX_CHUNKS: u64 = 1 << 26;
 
 fn truncated(what: &dyn Fn() -> String, size: u64, got: u64) -> BuildError {
     BuildError::Io {

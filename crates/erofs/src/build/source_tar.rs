@@ -1,18 +1,13 @@
-//! A tar stream as a source: ustar, GNU (long names and links, sparse
-//! files) and PAX (path, linkpath, size, uid, gid through the `tar`
-//! crate; mtime with nanoseconds, `SCHILY.xattr.*` and
-//! `LIBARCHIVE.xattr.*` here), plain, gzip or zstd. Later entries replace
-//! earlier ones, parents nobody declared are made, and with `aufs` the
-//! AUFS whiteouts become overlayfs's, as `mkfs.erofs --aufs` makes them.
+//! A tar stream as a source, plain, gzip or zstd, read by [`super::tar`]
+//! and put into the tree as containerd unpacks a layer (the rules are
+//! listed on [`add_tar`]). With `aufs` the AUFS whiteouts become
+//! overlayfs's, as `mkfs.erofs --aufs` makes them.
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
-use base64::Engine;
-use tar::EntryType;
-
+use super::tar::{self, Kind};
 use super::tree::{Body, Meta};
 use super::{BuildError, Builder, EntryError};
 
@@ -53,51 +48,6 @@ pub fn open_tar(path: &Path, plain: bool) -> io::Result<Box<dyn Read>> {
     })
 }
 
-/// A path's components from the root, resolving "." and ".." lexically;
-/// a path that climbs out of the root is refused.
-pub(super) fn components(path: &[u8]) -> Result<Vec<&[u8]>, String> {
-    let mut out: Vec<&[u8]> = Vec::new();
-    for c in path.split(|&b| b == b'/') {
-        match c {
-            b"" | b"." => {}
-            b".." => {
-                if out.pop().is_none() {
-                    return Err("the path climbs out of the root (\"..\")".into());
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    Ok(out)
-}
-
-/// A PAX time, `[-]SECONDS[.FRACTION]`, as seconds and nanoseconds.
-pub(super) fn pax_time(v: &[u8]) -> Option<(i64, u32)> {
-    let s = std::str::from_utf8(v).ok()?;
-    let (neg, s) = match s.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, s),
-    };
-    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
-    if int.is_empty() || !int.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    if !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let sec: i64 = int.parse().ok()?;
-    let mut digits: String = frac.chars().take(9).collect();
-    while digits.len() < 9 {
-        digits.push('0');
-    }
-    let nsec: u32 = digits.parse().ok()?;
-    Some(match (neg, nsec) {
-        (false, n) => (sec, n),
-        (true, 0) => (-sec, 0),
-        (true, n) => (-sec - 1, 1_000_000_000 - n),
-    })
-}
-
 /// A stream that counts the bytes read from it.
 pub(crate) struct Counted<R> {
     inner: R,
@@ -124,93 +74,123 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
-/// Adds every entry of the tar `r` to `b`.
+/// Longest path the kernel takes in one system call (`PATH_MAX` less
+/// its NUL): no extraction could make a longer one, and it bounds the
+/// depth of the tree a tar can ask for.
+const PATH_MAX: usize = 4095;
+
+/// A path's components from the root, cleaned as Go's `filepath.Clean`
+/// cleans them (`./` prefixes, `.` and duplicate slashes dropped, `..`
+/// taken lexically). A path that is absolute or climbs out of the root
+/// is refused: containerd would quietly unpack it somewhere else than it
+/// says, and GNU tar strips or refuses it, so no two readers agree.
+pub(super) fn components(path: &[u8]) -> Result<Vec<&[u8]>, String> {
+    if path.first() == Some(&b'/') {
+        return Err("an absolute path; a layer's paths are relative to its root".into());
+    }
+    if path.len() > PATH_MAX {
+        return Err(format!(
+            "a path of {} bytes; the kernel takes at most {PATH_MAX}",
+            path.len()
+        ));
+    }
+    let mut out: Vec<&[u8]> = Vec::new();
+    for c in path.split(|&b| b == b'/') {
+        match c {
+            b"" | b"." => {}
+            b".." => {
+                if out.pop().is_none() {
+                    return Err("the path climbs out of the root (\"..\")".into());
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// An id from a tar, which must fit EROFS's 32 bits.
+fn id(v: i64, what: &str) -> Result<u32, String> {
+    u32::try_from(v).map_err(|_| format!("{what} {v} does not fit 32 bits"))
+}
+
+/// Adds every entry of the tar `r` to `b`, as containerd unpacks a layer
+/// (which reads it with Go's `archive/tar`, as [`super::tar`] does):
+/// - later entries replace earlier ones; a directory over a directory
+///   keeps what is in it and takes the new attributes; anything else
+///   replaces the whole entry, a subtree included;
+/// - a hard link names the file its target is when the link is read, so
+///   a later entry that replaces the target leaves the link on the old
+///   file;
+/// - symlinks among an entry's parents (and a hard link target's) are
+///   followed, within the root: an absolute target starts at the root
+///   and `..` stops there; the entry's own name is never followed;
+/// - parents no entry declared are made 0755 root:root;
+/// - paths are cleaned (`./a//b/` is `a/b`); absolute paths, `..` past
+///   the root, names over 255 bytes and paths over 4095 are refused.
 pub(crate) fn add_tar(b: &mut Builder, r: impl Read) -> Result<(), BuildError> {
-    let mut ar = tar::Archive::new(r);
-    let entries = ar.entries().map_err(|e| BuildError::Stream {
-        offset: 0,
-        why: e.to_string(),
-    })?;
-    let mut last: Option<(u64, String)> = None;
+    let mut t = tar::Reader::new(r);
     // Directories that hold whiteouts, and opaque ones: marked once every
     // entry is in, so that a later entry for the directory keeps them.
     let mut with_whiteouts: Vec<Vec<Vec<u8>>> = Vec::new();
     let mut opaque: Vec<Vec<Vec<u8>>> = Vec::new();
-    for e in entries {
-        let mut e = e.map_err(|err| BuildError::Stream {
-            offset: last.as_ref().map_or(0, |l| l.0),
-            why: match &last {
-                Some((at, name)) => {
-                    format!("the header after entry {name:?} (at byte {at}): {err}")
-                }
-                None => format!("the first header: {err}"),
-            },
-        })?;
-        let offset = e.raw_header_position();
-        let raw_path = e.path_bytes().into_owned();
-        let shown = String::from_utf8_lossy(&raw_path).into_owned();
+    let mut last: Option<(u64, String)> = None;
+    loop {
+        let e = match t.next_entry() {
+            Ok(Some(e)) => e,
+            Ok(None) => break,
+            Err(err) => {
+                return Err(match (&err.path, &last) {
+                    (Some(p), _) => BuildError::Tar {
+                        path: String::from_utf8_lossy(p).into_owned(),
+                        offset: err.offset,
+                        why: err.why,
+                    },
+                    (None, Some((at, name))) => BuildError::Stream {
+                        offset: err.offset,
+                        why: format!(
+                            "at byte {}, after entry {name:?} (header at byte {at}): {}",
+                            err.offset, err.why
+                        ),
+                    },
+                    (None, None) => BuildError::Stream {
+                        offset: err.offset,
+                        why: format!("the first header, at byte {}: {}", err.offset, err.why),
+                    },
+                })
+            }
+        };
+        let shown = String::from_utf8_lossy(&e.path).into_owned();
+        let offset = e.offset;
         last = Some((offset, shown.clone()));
         let bad = |why: String| BuildError::Tar {
             path: shown.clone(),
             offset,
             why,
         };
-        let kind = e.header().entry_type();
-        if kind.is_pax_global_extensions() {
-            continue;
-        }
-        let h = e.header();
         let mut meta = Meta {
-            mode: h.mode().map_err(|err| bad(format!("mode: {err}")))? & 0o7777,
-            uid: u32::try_from(h.uid().map_err(|err| bad(format!("uid: {err}")))?)
-                .map_err(|_| bad("uid past 32 bits".into()))?,
-            gid: u32::try_from(h.gid().map_err(|err| bad(format!("gid: {err}")))?)
-                .map_err(|_| bad("gid past 32 bits".into()))?,
-            mtime: h.mtime().map_err(|err| bad(format!("mtime: {err}")))? as i64,
-            nsec: 0,
-            xattrs: BTreeMap::new(),
+            mode: e.mode,
+            uid: id(e.uid, "uid").map_err(bad)?,
+            gid: id(e.gid, "gid").map_err(bad)?,
+            mtime: e.mtime,
+            nsec: e.nsec,
+            xattrs: e.xattrs.clone(),
         };
-        let (major, minor) = (
-            h.device_major().ok().flatten().unwrap_or(0),
-            h.device_minor().ok().flatten().unwrap_or(0),
-        );
-        let link = e.link_name_bytes().map(|l| l.into_owned());
-        if let Some(pax) = e
-            .pax_extensions()
-            .map_err(|err| bad(format!("PAX header: {err}")))?
-        {
-            for ext in pax {
-                let ext = ext.map_err(|err| bad(format!("PAX header: {err}")))?;
-                let (k, v) = (ext.key_bytes(), ext.value_bytes());
-                if k == b"mtime" {
-                    (meta.mtime, meta.nsec) = pax_time(v).ok_or_else(|| {
-                        bad(format!("PAX mtime {:?}", String::from_utf8_lossy(v)))
-                    })?;
-                } else if let Some(name) = k.strip_prefix(b"SCHILY.xattr.") {
-                    meta.xattrs.insert(name.to_vec(), v.to_vec());
-                } else if let Some(name) = k.strip_prefix(b"LIBARCHIVE.xattr.") {
-                    let name: Vec<u8> = percent_encoding::percent_decode(name).collect();
-                    let value = base64::engine::general_purpose::STANDARD_NO_PAD
-                        .decode(
-                            v.strip_suffix(b"=")
-                                .unwrap_or(v)
-                                .strip_suffix(b"=")
-                                .unwrap_or(v),
-                        )
-                        .map_err(|err| bad(format!("LIBARCHIVE.xattr value: {err}")))?;
-                    meta.xattrs.insert(name, value);
-                } else if k.starts_with(b"GNU.sparse.") {
-                    return Err(bad("PAX sparse files (GNU format 0.x/1.0) are not read; \
-                         write the tar with --format=gnu"
-                        .into()));
-                }
+        let given = components(&e.path).map_err(bad)?;
+        // The entry's parents with symlinks followed; its own name as given.
+        let mut comps: Vec<Vec<u8>> = match given.split_last() {
+            Some((name, parents)) => {
+                let mut p = b.tree.resolve(parents).map_err(bad)?;
+                p.push(name.to_vec());
+                p
             }
-        }
-        let mut comps = components(&raw_path).map_err(bad)?;
+            None => Vec::new(),
+        };
         if b.opts.aufs {
-            if let Some((&name, parents)) = comps.split_last() {
-                if name == AUFS_OPAQUE {
-                    b.dir_xattr(parents, OVERLAY_OPAQUE, b"y").map_err(bad)?;
+            if let Some((name, parents)) = comps.split_last() {
+                if name.as_slice() == AUFS_OPAQUE {
+                    let parents: Vec<&[u8]> = parents.iter().map(Vec::as_slice).collect();
+                    b.dir_xattr(&parents, OVERLAY_OPAQUE, b"y").map_err(bad)?;
                     opaque.push(parents.iter().map(|c| c.to_vec()).collect());
                     continue;
                 }
@@ -218,77 +198,93 @@ pub(crate) fn add_tar(b: &mut Builder, r: impl Read) -> Result<(), BuildError> {
                     if target.is_empty() {
                         return Err(bad("a whiteout that names nothing".into()));
                     }
+                    let target = target.to_vec();
                     let n = comps.len();
+                    // A whiteout beneath a name this tar made a file hides
+                    // nothing the file does not already hide (a directory
+                    // that became a file, as umoci writes it).
+                    if !b.tree.is_dir_or_missing(&comps[..n - 1]) {
+                        continue;
+                    }
                     comps[n - 1] = target;
+                    let refs: Vec<&[u8]> = comps.iter().map(Vec::as_slice).collect();
                     // overlayfs's whiteout: a character device 0:0 with no
                     // permission bits, as mkfs.erofs and overlayfs make it.
                     meta.mode = 0o020000;
-                    b.add(&comps, meta, Body::Device(0, 0)).map_err(bad)?;
-                    with_whiteouts.push(comps[..n - 1].iter().map(|c| c.to_vec()).collect());
+                    b.add(&refs, meta, Body::Device(0, 0)).map_err(bad)?;
+                    with_whiteouts.push(comps[..n - 1].to_vec());
                     continue;
                 }
             }
         }
-        let target = || -> Result<Vec<u8>, BuildError> {
-            link.clone()
-                .ok_or_else(|| bad("a link entry without a target".into()))
-        };
-        match kind {
-            EntryType::GNUSparse if b.opts.tar_index => {
-                return Err(bad("a sparse file: its data is not one run of the tar, \
-                     so an index image cannot point at it; use --tar=f"
-                    .into()));
-            }
-            EntryType::Regular | EntryType::Continuous if b.opts.tar_index => {
+        let comps: Vec<&[u8]> = comps.iter().map(Vec::as_slice).collect();
+        match e.kind {
+            Kind::Regular if b.opts.tar_index => {
+                if e.sparse.is_some() {
+                    return Err(bad("a sparse file: its data is not one run of the tar, \
+                         so an index image cannot point at it; use --tar=f"
+                        .into()));
+                }
                 meta.mode |= 0o100000;
-                b.add_indexed(&comps, meta, e.raw_file_position(), e.size())
+                b.add_indexed(&comps, meta, e.data_at, e.size)
                     .map_err(bad)?;
             }
-            EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
+            Kind::Regular => {
                 meta.mode |= 0o100000;
-                let size = e.size();
                 let what = || format!("tar entry {shown:?} (header at byte {offset})");
-                b.add_file(&comps, meta, &mut e, size, &what)
-                    .map_err(|err| match err {
-                        EntryError::Bad(why) => bad(why),
-                        EntryError::Build(err) => err,
-                    })?;
+                let mut data = t.data();
+                let res = match &e.sparse {
+                    Some(map) => b.add_sparse(&comps, meta, &mut data, map, e.size, &what),
+                    None => b.add_file(&comps, meta, &mut data, e.size, &what),
+                };
+                res.map_err(|err| match err {
+                    EntryError::Bad(why) => bad(why),
+                    EntryError::Build(err) => err,
+                })?;
             }
-            EntryType::Directory => {
+            Kind::Dir => {
                 meta.mode |= 0o040000;
                 b.add(&comps, meta, Body::Dir(Default::default()))
                     .map_err(bad)?;
             }
-            EntryType::Symlink => {
+            Kind::Symlink => {
                 meta.mode |= 0o120000;
-                b.add(&comps, meta, Body::Symlink(target()?)).map_err(bad)?;
+                b.add(&comps, meta, Body::Symlink(e.link.clone()))
+                    .map_err(bad)?;
             }
-            EntryType::Link => {
-                let t = target()?;
-                let tc = components(&t).map_err(bad)?;
+            Kind::HardLink => {
                 if comps.is_empty() {
                     return Err(bad("a hard link may not replace the root".into()));
                 }
-                b.link(&comps, &tc).map_err(bad)?;
+                let tc =
+                    components(&e.link).map_err(|why| bad(format!("hard link target: {why}")))?;
+                let Some((tname, tparents)) = tc.split_last() else {
+                    return Err(bad("a hard link to the root".into()));
+                };
+                let mut target = b.tree.resolve(tparents).map_err(bad)?;
+                target.push(tname.to_vec());
+                let target: Vec<&[u8]> = target.iter().map(Vec::as_slice).collect();
+                b.link(&comps, &target).map_err(bad)?;
             }
-            EntryType::Char | EntryType::Block => {
-                meta.mode |= if kind == EntryType::Char {
+            Kind::Char | Kind::Block => {
+                meta.mode |= if e.kind == Kind::Char {
                     0o020000
                 } else {
                     0o060000
                 };
-                b.add(&comps, meta, Body::Device(major, minor))
+                // Linux's dev_t: 12 bits of major, 20 of minor.
+                let (major, minor) = (e.major, e.minor);
+                if !(0..4096).contains(&major) || !(0..1 << 20).contains(&minor) {
+                    return Err(bad(format!(
+                        "device {major}:{minor} is past Linux's 12-bit major and 20-bit minor"
+                    )));
+                }
+                b.add(&comps, meta, Body::Device(major as u32, minor as u32))
                     .map_err(bad)?;
             }
-            EntryType::Fifo => {
+            Kind::Fifo => {
                 meta.mode |= 0o010000;
                 b.add(&comps, meta, Body::Special).map_err(bad)?;
-            }
-            other => {
-                return Err(bad(format!(
-                    "entry type {:?} is not one EROFS stores",
-                    other.as_byte() as char
-                )))
             }
         }
     }

@@ -53,6 +53,9 @@ pub(crate) struct Tree {
 /// The root's id.
 pub(crate) const ROOT: NodeId = 0;
 
+/// Most symlinks followed resolving one path, as containerd allows.
+pub(crate) const MAX_FOLLOW: usize = 255;
+
 impl Tree {
     pub fn new(implicit: Meta) -> Tree {
         let root = Node {
@@ -122,6 +125,75 @@ impl Tree {
     /// Gives the root the attributes of an entry naming it.
     pub fn set_root(&mut self, meta: Meta) {
         self.nodes[ROOT].meta = meta;
+    }
+
+    /// The directory path `comps` names with every symlink along it
+    /// followed, as containerd resolves an entry's parents: within the
+    /// root (an absolute target starts at the root, `..` stops there), at
+    /// most [`MAX_FOLLOW`] links. From the first missing name or non-directory on,
+    /// the rest is kept as given (making it, or failing on it, is the
+    /// caller's business).
+    pub fn resolve(&self, comps: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
+        let mut todo: Vec<Vec<u8>> = comps.iter().rev().map(|c| c.to_vec()).collect();
+        let mut path: Vec<Vec<u8>> = Vec::new();
+        // The node of each component of `path`, while they all exist.
+        let mut nodes: Vec<NodeId> = vec![ROOT];
+        let mut follows = 0;
+        while let Some(c) = todo.pop() {
+            match c.as_slice() {
+                b"" | b"." => continue,
+                b".." => {
+                    if path.pop().is_some() && nodes.len() > path.len() + 1 {
+                        nodes.pop();
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            let here = (nodes.len() == path.len() + 1).then(|| nodes[nodes.len() - 1]);
+            let child = here.and_then(|d| match &self.nodes[d].body {
+                Body::Dir(ch) => ch.get(&c).copied(),
+                _ => None,
+            });
+            match child.map(|n| (n, &self.nodes[n].body)) {
+                Some((_, Body::Symlink(target))) => {
+                    follows += 1;
+                    if follows > MAX_FOLLOW {
+                        return Err(format!(
+                            "more than {MAX_FOLLOW} symlinks followed resolving {:?} (a loop?)",
+                            String::from_utf8_lossy(&comps.join(&b'/'))
+                        ));
+                    }
+                    if target.first() == Some(&b'/') {
+                        path.clear();
+                        nodes.truncate(1);
+                    }
+                    todo.extend(target.split(|&b| b == b'/').rev().map(<[u8]>::to_vec));
+                }
+                Some((n, Body::Dir(_))) => {
+                    path.push(c);
+                    nodes.push(n);
+                }
+                _ => path.push(c),
+            }
+        }
+        Ok(path)
+    }
+
+    /// Whether `comps` names a directory, or nothing yet (every component
+    /// a directory as far as they exist).
+    pub fn is_dir_or_missing(&self, comps: &[Vec<u8>]) -> bool {
+        let mut at = ROOT;
+        for c in comps {
+            match &self.nodes[at].body {
+                Body::Dir(ch) => match ch.get(c) {
+                    Some(&n) => at = n,
+                    None => return true,
+                },
+                _ => return false,
+            }
+        }
+        matches!(self.nodes[at].body, Body::Dir(_))
     }
 
     /// The node at `comps`, if there is one.
