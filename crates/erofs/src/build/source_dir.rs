@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Read;
+use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use super::tree::{Body, Meta};
@@ -101,13 +101,27 @@ pub(crate) fn add_tree(b: &mut Builder, src: &Path) -> Result<(), BuildError> {
                 fs::File::open(&path).map_err(BuildError::io(path.display().to_string()))?;
             let shown = path.display().to_string();
             let what = || shown.clone();
-            b.add_file(&refs, meta, &mut f, md.len(), &what)
-                .map_err(|e| match e {
-                    EntryError::Bad(why) => bad(&path)(why),
-                    EntryError::Build(e) => e,
-                })?;
+            let res = match data_map(&f, &md).map_err(BuildError::io(shown.clone()))? {
+                Some(map) => {
+                    let mut data = Fragments {
+                        f: &f,
+                        map: &map,
+                        next: 0,
+                        at: 0,
+                    };
+                    b.add_sparse(&refs, meta, &mut data, &map, md.len(), &what)
+                }
+                None => b.add_file(&refs, meta, &mut f, md.len(), &what),
+            };
+            res.map_err(|e| match e {
+                EntryError::Bad(why) => bad(&path)(why),
+                EntryError::Build(e) => e,
+            })?;
             let mut more = [0u8; 1];
-            if f.read(&mut more).map_err(BuildError::io(shown.clone()))? > 0 {
+            if f.read_at(&mut more, md.len())
+                .map_err(BuildError::io(shown.clone()))?
+                > 0
+            {
                 return Err(bad(&path)(format!(
                     "grew past {} bytes while being read",
                     md.len()
@@ -132,4 +146,74 @@ pub(crate) fn add_tree(b: &mut Builder, src: &Path) -> Result<(), BuildError> {
         }
     }
     Ok(())
+}
+
+/// A file's data runs (offset, length) as the file system reports them
+/// (`SEEK_DATA` / `SEEK_HOLE`), when it has holes; `None` when it has none
+/// (or the file system cannot tell), so that a tree and GNU tar's
+/// `--sparse` tar of it give the same image.
+fn data_map(f: &fs::File, md: &fs::Metadata) -> io::Result<Option<Vec<(u64, u64)>>> {
+    use rustix::fs::{seek, SeekFrom};
+    let size = md.len();
+    // As many bytes allocated as the size: no holes (the common case,
+    // answered without a system call).
+    if md.blocks() * 512 >= size {
+        return Ok(None);
+    }
+    let mut map = Vec::new();
+    let mut off = 0u64;
+    while off < size {
+        let data = match seek(f, SeekFrom::Data(off)) {
+            Ok(d) => d,
+            Err(rustix::io::Errno::NXIO) => break,
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::OPNOTSUPP) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if data >= size {
+            break;
+        }
+        let hole = seek(f, SeekFrom::Hole(data))?.min(size);
+        map.push((data, hole - data));
+        off = hole;
+        if map.len() > super::tar::sparse::MAX_FRAGMENTS {
+            // Past what a map may hold: write the holes as zeros.
+            return Ok(None);
+        }
+    }
+    seek(f, SeekFrom::Start(0))?;
+    let covered: u64 = map.iter().map(|r| r.1).sum();
+    Ok((covered < size).then_some(map))
+}
+
+/// A file's data runs, one after another, as a sparse tar entry stores
+/// them.
+struct Fragments<'a> {
+    f: &'a fs::File,
+    map: &'a [(u64, u64)],
+    next: usize,
+    /// Bytes of the current run already read.
+    at: u64,
+}
+
+impl Read for Fragments<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while let Some(&(off, len)) = self.map.get(self.next) {
+            if self.at == len {
+                self.next += 1;
+                self.at = 0;
+                continue;
+            }
+            let n = (len - self.at).min(buf.len() as u64) as usize;
+            let got = self.f.read_at(&mut buf[..n], off + self.at)?;
+            if got == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the file shrank while being read",
+                ));
+            }
+            self.at += got as u64;
+            return Ok(got);
+        }
+        Ok(0)
+    }
 }
