@@ -324,6 +324,23 @@ fn ambiguous_tars_read_as_containerd_unpacks_them() {
         err.contains("loop/f") && err.contains("symlinks followed"),
         "{err}"
     );
+    // Only a directory may name the root.
+    for (kind, name) in [
+        (T::Regular, &b"./"[..]),
+        (T::Symlink, b"."),
+        (T::Fifo, b"a/.."),
+    ] {
+        let t = tar_of(|b| raw_entry(b, kind, name, b"x", b""));
+        let err = Builder::build_tar(
+            Box::new(Cursor::new(t)),
+            &tmp.path().join("r"),
+            Options::default(),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(err.contains("naming the root"), "{err}");
+    }
 }
 
 /// A sparse file's holes are left out of the image where whole chunks
