@@ -2,7 +2,8 @@
 //! walked equal to its source, read equal by the library, and checked
 //! clean by fsck.erofs 1.9.3 (where built) and `foliofs fsck`; a tree and
 //! its tar give the same bytes; a tar through mkfs.erofs 1.9.3 and
-//! through foliofs walks the same under the kernel; bad tars fail in one
+//! through foliofs walks the same under the kernel; tars from every
+//! common writer walk as their writers extract them; bad tars fail in one
 //! line and leave nothing; the user `tests` builds and mounts images.
 
 mod compressed;
@@ -10,6 +11,7 @@ mod hostile;
 mod index;
 mod trees;
 mod user;
+mod writers;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
