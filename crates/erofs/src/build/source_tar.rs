@@ -109,6 +109,42 @@ pub(super) fn components(path: &[u8]) -> Result<Vec<&[u8]>, String> {
     Ok(out)
 }
 
+/// Checks an entry's ACLs as the kernel would take them, and makes its
+/// mode and access ACL agree, as unpacking makes them: where the ACL came
+/// as tar tools' text, GNU tar and bsdtar set it after the mode, so the
+/// ACL gives the permission bits; where it came as a binary xattr (as Go
+/// and docker write it), containerd sets the mode after it, and `chmod`
+/// rewrites the ACL's owner, mask and others entries. An empty value is
+/// no ACL, as `setxattr` takes it.
+fn acls(meta: &mut Meta, from_text: bool, kind: Kind) -> Result<(), String> {
+    for name in [tar::acl::ACCESS, tar::acl::DEFAULT] {
+        let Some(v) = meta.xattrs.get(name) else {
+            continue;
+        };
+        if v.is_empty() {
+            meta.xattrs.remove(name);
+            continue;
+        }
+        tar::acl::validate(v).map_err(|why| {
+            format!(
+                "{}: not a POSIX ACL the kernel takes: {why}",
+                String::from_utf8_lossy(name)
+            )
+        })?;
+        if name == tar::acl::DEFAULT && kind != Kind::Dir {
+            return Err("a default ACL on something that is not a directory".into());
+        }
+    }
+    if let Some(v) = meta.xattrs.get_mut(tar::acl::ACCESS) {
+        if from_text {
+            meta.mode = (meta.mode & !0o777) | tar::acl::mode_bits(v);
+        } else {
+            tar::acl::chmod(v, meta.mode);
+        }
+    }
+    Ok(())
+}
+
 /// An id from a tar, which must fit EROFS's 32 bits.
 fn id(v: i64, what: &str) -> Result<u32, String> {
     u32::try_from(v).map_err(|_| format!("{what} {v} does not fit 32 bits"))
@@ -176,6 +212,7 @@ pub(crate) fn add_tar(b: &mut Builder, r: impl Read) -> Result<(), BuildError> {
             nsec: e.nsec,
             xattrs: e.xattrs.clone(),
         };
+        acls(&mut meta, e.acl_text, e.kind).map_err(bad)?;
         let given = components(&e.path).map_err(bad)?;
         // The entry's parents with symlinks followed; its own name as given.
         let mut comps: Vec<Vec<u8>> = match given.split_last() {

@@ -99,6 +99,93 @@ pub fn to_xattr(
     Ok(Some(out))
 }
 
+/// The access ACL's xattr name, and the default ACL's.
+pub const ACCESS: &[u8] = b"system.posix_acl_access";
+/// See [`ACCESS`].
+pub const DEFAULT: &[u8] = b"system.posix_acl_default";
+
+/// Checks a binary ACL as the kernel's `setxattr` does (version 2,
+/// whole entries, sorted, each required entry once), so an image never
+/// holds one the kernel would not have taken.
+pub fn validate(v: &[u8]) -> Result<(), String> {
+    if v.len() < 4 || !(v.len() - 4).is_multiple_of(8) {
+        return Err(format!(
+            "{} bytes: not a version header and whole entries",
+            v.len()
+        ));
+    }
+    if v[..4] != VERSION.to_le_bytes() {
+        return Err("not version 2".into());
+    }
+    let mut last: Option<(u16, u32)> = None;
+    let mut seen = 0u16;
+    for e in v[4..].chunks_exact(8) {
+        let tag = u16::from_le_bytes([e[0], e[1]]);
+        let perm = u16::from_le_bytes([e[2], e[3]]);
+        let id = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
+        if ![USER_OBJ, USER, GROUP_OBJ, GROUP, MASK, OTHER].contains(&tag) || perm > 7 {
+            return Err(format!(
+                "an entry with tag {tag:#x} and permissions {perm:#o}"
+            ));
+        }
+        let named = tag == USER || tag == GROUP;
+        let key = (tag, if named { id } else { 0 });
+        if last.is_some_and(|l| l >= key) || (!named && seen & tag != 0) {
+            return Err("entries out of order or given twice".into());
+        }
+        seen |= tag;
+        last = Some(key);
+    }
+    for (t, name) in [
+        (USER_OBJ, "user::"),
+        (GROUP_OBJ, "group::"),
+        (OTHER, "other::"),
+    ] {
+        if seen & t == 0 {
+            return Err(format!("no {name} entry"));
+        }
+    }
+    if seen & (USER | GROUP) != 0 && seen & MASK == 0 {
+        return Err("named entries but no mask:: entry".into());
+    }
+    Ok(())
+}
+
+/// The permission bits an access ACL gives a file (as setting it does):
+/// the owner's, the mask's (else the owning group's), and others'.
+pub fn mode_bits(v: &[u8]) -> u32 {
+    let (mut u, mut g, mut m, mut o) = (0, 0, None, 0);
+    for e in v[4..].chunks_exact(8) {
+        let perm = u32::from(u16::from_le_bytes([e[2], e[3]]));
+        match u16::from_le_bytes([e[0], e[1]]) {
+            USER_OBJ => u = perm,
+            GROUP_OBJ => g = perm,
+            MASK => m = Some(perm),
+            OTHER => o = perm,
+            _ => {}
+        }
+    }
+    u << 6 | m.unwrap_or(g) << 3 | o
+}
+
+/// Sets an access ACL's owner, mask (else owning group) and others
+/// entries from `mode`, as `chmod` does to a file that has one.
+pub fn chmod(v: &mut [u8], mode: u32) {
+    let has_mask = v[4..]
+        .chunks_exact(8)
+        .any(|e| u16::from_le_bytes([e[0], e[1]]) == MASK);
+    for e in v[4..].chunks_exact_mut(8) {
+        let perm = match u16::from_le_bytes([e[0], e[1]]) {
+            USER_OBJ => mode >> 6 & 7,
+            GROUP_OBJ if !has_mask => mode >> 3 & 7,
+            MASK => mode >> 3 & 7,
+            OTHER => mode & 7,
+            _ => continue,
+        };
+        e[2..4].copy_from_slice(&(perm as u16).to_le_bytes());
+    }
+}
+
 /// `rwx` with `-` for a missing one, in any order (as `setfacl` takes
 /// them), as the permission bits.
 fn perms(s: &str) -> Option<u16> {
@@ -166,6 +253,30 @@ mod tests {
             .unwrap()
             .is_some());
         assert_eq!(to_xattr(b"", &none).unwrap(), None);
+    }
+
+    #[test]
+    fn binary_acls_checked_and_kept_with_the_mode() {
+        let mut v = to_xattr(
+            b"user::rw-,user:7:r--,group::r--,mask::rwx,other::r--",
+            &none,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(validate(&v).is_ok());
+        assert_eq!(mode_bits(&v), 0o674);
+        chmod(&mut v, 0o750);
+        assert_eq!(mode_bits(&v), 0o750);
+        // The named entry keeps its permissions; the owning group too.
+        assert_eq!(&v[14..16], &4u16.to_le_bytes());
+        let minimal = to_xattr(b"u::rwx,g::r-x,o::---", &none).unwrap().unwrap();
+        assert_eq!(mode_bits(&minimal), 0o750);
+        for bad in [&v[..11], &v[4..], &[2, 0, 0, 0][..]] {
+            assert!(validate(bad).is_err());
+        }
+        let mut swapped = v.clone();
+        swapped[4..12].swap_with_slice(&mut v.clone()[12..20]);
+        assert!(validate(&swapped).is_err());
     }
 
     #[test]

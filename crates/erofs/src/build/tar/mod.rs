@@ -88,6 +88,9 @@ pub struct Entry {
     /// Extended attributes by full name: `SCHILY.xattr.*`,
     /// `LIBARCHIVE.xattr.*`, and ACLs as `system.posix_acl_*`.
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Whether the access ACL came from `SCHILY.acl.access` text (as tar
+    /// tools write it) rather than a binary xattr record.
+    pub acl_text: bool,
 }
 
 /// Why the stream could not be read.
@@ -379,8 +382,8 @@ impl<R: Read> Reader<R> {
                             )
                         })?;
                     }
-                    b"SCHILY.acl.access" => acls.push((b"system.posix_acl_access", v.clone())),
-                    b"SCHILY.acl.default" => acls.push((b"system.posix_acl_default", v.clone())),
+                    b"SCHILY.acl.access" => acls.push((acl::ACCESS, v.clone())),
+                    b"SCHILY.acl.default" => acls.push((acl::DEFAULT, v.clone())),
                     k => {
                         if let Some(name) = k.strip_prefix(b"SCHILY.xattr.") {
                             xattrs.insert(name.to_vec(), v.clone());
@@ -405,6 +408,7 @@ impl<R: Read> Reader<R> {
             if let Some(l) = long_link.take() {
                 h.link = l;
             }
+            let acl_text = acls.iter().any(|a| a.0 == acl::ACCESS);
             for (name, text) in acls {
                 match acl::to_xattr(&text, &acl::host_id).map_err(|w| bad(w, &h.path))? {
                     Some(v) => {
@@ -469,6 +473,7 @@ impl<R: Read> Reader<R> {
                 stored,
                 sparse: None,
                 xattrs,
+                acl_text,
             };
             if typ == b'D' {
                 // A GNU dumpdir's data lists names for incremental
