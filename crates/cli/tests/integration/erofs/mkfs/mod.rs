@@ -3,9 +3,11 @@
 //! clean by fsck.erofs 1.9.3 (where built) and `foliofs fsck`; a tree and
 //! its tar give the same bytes; a tar through mkfs.erofs 1.9.3 and
 //! through foliofs walks the same under the kernel; bad tars fail in one
-//! line and leave nothing; the user `tests` builds and mounts images.
+//! line and leave nothing; the user `tests` builds and mounts images;
+//! containerd's command lines work as they work with mkfs.erofs.
 
 mod compressed;
+mod containerd;
 mod hostile;
 mod index;
 mod trees;
