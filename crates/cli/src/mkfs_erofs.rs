@@ -409,7 +409,10 @@ fn build(a: &ErofsOpts, src: Option<PathBuf>, image: &Path) -> anyhow::Result<i3
     }
     if let (true, Some(b), false) = (opts_index, a.block_size, a.quiet) {
         if b != 512 {
-            eprintln!("-b {b}: an index image (--tar=i) has 512-byte blocks, the tar's");
+            eprintln!(
+                "-b {b}: overridden: an index image (--tar=i) has the tar's 512-byte blocks, \
+                 as with mkfs.erofs"
+            );
         }
     }
     let bar = if a.quiet {
