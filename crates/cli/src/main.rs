@@ -80,11 +80,38 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp(None)
         .init();
-    let cli = Cli::parse_from(mount_helper_args(std::env::args_os().collect()));
-    let code = match run(cli.cmd) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // Installed (or linked) as `mkfs.erofs`, foliofs takes mkfs.erofs's
+    // command lines, so that tools which run mkfs.erofs (containerd's
+    // EROFS differ and snapshotter) build their images with it.
+    let as_mkfs_erofs = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|n| n == "mkfs.erofs");
+    let res = if as_mkfs_erofs {
+        match mkfs_erofs::MkfsErofsCli::try_parse_from(&args) {
+            Ok(a) => mkfs_erofs::run_as_mkfs_erofs(a),
+            Err(e) => parse_error(e, "mkfs.erofs (foliofs)"),
+        }
+    } else {
+        let args = mount_helper_args(args);
+        let erofs =
+            args.get(1).is_some_and(|a| a == "mkfs") && args.get(2).is_some_and(|a| a == "erofs");
+        match Cli::try_parse_from(&args) {
+            Ok(cli) => run(cli.cmd),
+            Err(e) if erofs => parse_error(e, "foliofs mkfs erofs"),
+            Err(e) => e.exit(),
+        }
+    };
+    let code = match res {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("foliofs: {}", error_line(&e));
+            let prog = if as_mkfs_erofs {
+                "mkfs.erofs (foliofs)"
+            } else {
+                "foliofs"
+            };
+            eprintln!("{prog}: {}", error_line(&e));
             1
         }
     };
@@ -94,6 +121,18 @@ fn main() {
         log::warn!("the last fetched chunks were not all written to the cache within 10 s");
     }
     std::process::exit(code);
+}
+
+/// Exits as clap does for `e`, except that an option of mkfs.erofs which
+/// foliofs lacks is named in one line.
+fn parse_error(e: clap::Error, prog: &str) -> ! {
+    match mkfs_erofs::not_implemented(&e) {
+        Some(line) => {
+            eprintln!("{prog}: {line}");
+            std::process::exit(2)
+        }
+        None => e.exit(),
+    }
 }
 
 /// `e` and its causes on one line, each once.

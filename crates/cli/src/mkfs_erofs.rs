@@ -9,9 +9,12 @@ use foliofs_erofs::build::{
     open_tar, Algorithm, Builder, Compression, Options, ZSTD_DEFAULT_LEVEL,
 };
 
+/// The options `foliofs mkfs erofs` and `mkfs.erofs` share.
 #[derive(clap::Args, Debug)]
-pub struct ErofsArgs {
-    /// Block size in bytes: 512, 1024, 2048 or 4096 (default 4096).
+pub struct ErofsOpts {
+    /// Block size in bytes: 512, 1024, 2048 or 4096 (default 4096). With
+    /// `--tar=i` the block size is always 512, whatever -b says, as
+    /// mkfs.erofs 1.9.3 does (an index image's blocks are the tar's).
     #[arg(short = 'b', value_name = "SIZE")]
     pub block_size: Option<u32>,
     /// Extended options, comma-separated: `noinline_data` (no tails of
@@ -22,9 +25,17 @@ pub struct ErofsArgs {
     pub extended: Vec<String>,
     /// Every inode's mtime and the image's build time, in seconds since
     /// 1970 (default: each entry's own; the image is reproducible either
-    /// way).
+    /// way). With --mkfs-time, the build time only.
     #[arg(short = 'T', value_name = "SECONDS", allow_negative_numbers = true)]
     pub time: Option<i64>,
+    /// -T sets the image's build time only; every entry keeps its own
+    /// mtime.
+    #[arg(long = "mkfs-time", overrides_with = "all_time")]
+    pub mkfs_time: bool,
+    /// -T sets every entry's mtime as well as the build time (the
+    /// default; needs -T).
+    #[arg(long = "all-time", overrides_with = "mkfs_time")]
+    pub all_time: bool,
     /// The UUID: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, `clear` (all
     /// zeros) or `random`; default: one made from a hash of the image's
     /// content.
@@ -50,13 +61,20 @@ pub struct ErofsArgs {
     /// the same whatever the number.
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
-    /// The source is a tar stream: `f` (file data copied into the image)
-    /// or `i` (an index image: metadata only, 512-byte blocks, each file
-    /// pointing at its data in the tar, which must be uncompressed and is
-    /// mounted with the image as `-o device=TAR` or appended to it).
-    /// Without it a SOURCE that is not a directory is read as a tar.
+    /// The source is a tar stream: `--tar=f` (file data copied into the
+    /// image) or `--tar=i` (an index image: metadata only, 512-byte
+    /// blocks, each file pointing at its data in the tar, which must be
+    /// uncompressed and is mounted with the image as `-o device=TAR` or
+    /// appended to it). With --tar and no SOURCE the tar is read from
+    /// standard input; without --tar a SOURCE that is not a directory is
+    /// read as a tar.
     #[arg(long = "tar", value_name = "MODE", num_args = 0..=1, default_missing_value = "f", require_equals = true)]
     pub tar: Option<String>,
+    /// The order of file data from a tar: only `none` (each file's data
+    /// is written where the tar gives it, which is what foliofs always
+    /// does); `path` is refused.
+    #[arg(long = "sort", value_name = "ORDER")]
+    pub sort: Option<String>,
     /// Turn AUFS whiteouts into overlayfs's: `.wh.NAME` becomes a character
     /// device 0:0 named NAME, `.wh..wh..opq` sets
     /// `trusted.overlay.opaque=y` on its directory.
@@ -71,11 +89,118 @@ pub struct ErofsArgs {
     /// Print nothing but errors.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+}
+
+/// `foliofs mkfs erofs [OPTIONS] [SOURCE] IMAGE`.
+#[derive(clap::Args, Debug)]
+#[command(allow_missing_positional = true)]
+pub struct ErofsArgs {
+    #[command(flatten)]
+    pub opts: ErofsOpts,
     /// A directory, a tar file (plain, gzip or zstd), or `-` for a tar on
-    /// standard input.
-    pub src: PathBuf,
+    /// standard input; with --tar it may be left out (standard input).
+    #[arg(value_name = "SOURCE")]
+    pub src: Option<PathBuf>,
     /// The image file to write.
+    #[arg(value_name = "IMAGE")]
     pub image: PathBuf,
+}
+
+/// foliofs run as `mkfs.erofs` (a link to the binary by that name): the
+/// options of `foliofs mkfs erofs`, and the positional arguments in
+/// mkfs.erofs's order, `IMAGE [SOURCE]`.
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "mkfs.erofs",
+    // Not a version of erofs-utils: a script that reads it learns whose.
+    version = concat!("(foliofs ", env!("CARGO_PKG_VERSION"), ")"),
+    about = "Build an EROFS image (foliofs standing in for erofs-utils' mkfs.erofs)",
+    long_about = "Build an EROFS image: foliofs standing in for erofs-utils' mkfs.erofs, \
+                  with `foliofs mkfs erofs`'s options. As mkfs.erofs, the image comes \
+                  first; with --tar=f or --tar=i and no SOURCE the tar is read from \
+                  standard input. Options of mkfs.erofs that foliofs does not implement \
+                  are refused."
+)]
+pub struct MkfsErofsCli {
+    #[command(flatten)]
+    pub opts: ErofsOpts,
+    /// The image file to write.
+    #[arg(value_name = "IMAGE")]
+    pub image: PathBuf,
+    /// A directory, a tar file (plain, gzip or zstd), or `-` for a tar on
+    /// standard input; with --tar it may be left out (standard input).
+    #[arg(value_name = "SOURCE")]
+    pub src: Option<PathBuf>,
+}
+
+/// The options of mkfs.erofs 1.9.3 (its `getopt_long` table and short
+/// option string) that foliofs does not implement. Each is refused by
+/// name in one line rather than with clap's generic error, so that a
+/// script written for mkfs.erofs learns exactly which option stops it.
+const NOT_IMPLEMENTED: &[&str] = &[
+    "-d",
+    "-x",
+    "-m",
+    "--exclude-path",
+    "--exclude-regex",
+    "--file-contexts",
+    "--force-uid",
+    "--force-gid",
+    "--random-pclusterblks",
+    "--random-algorithms",
+    "--max-extent-bytes",
+    "--compress-hints",
+    "--chunksize",
+    "--blobdev",
+    "--ignore-mtime",
+    "--preserve-mtime",
+    "--uid-offset",
+    "--gid-offset",
+    "--mount-point",
+    "--product-out",
+    "--fs-config-file",
+    "--ovlfs-strip",
+    "--offset",
+    "--gzip",
+    "--ungzip",
+    "--gzinfo",
+    "--unlzma",
+    "--unxz",
+    "--zfeature-bits",
+    "--clean",
+    "--incremental",
+    "--root-xattr-isize",
+    "--hard-dereference",
+    "--dsunit",
+    "--async-queue-limit",
+    "--fsalignblks",
+    "--vmdk-desc",
+    "--s3",
+    "--oci",
+    "--zD",
+    "--MZ",
+    "--xattr-prefix",
+    "--xattr-inode-digest",
+];
+
+/// If clap's error is an option of mkfs.erofs that foliofs lacks, the
+/// one line that says so.
+pub fn not_implemented(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let name = match arg.split_once('=') {
+        Some((n, _)) => n,
+        None if !arg.starts_with("--") => arg.get(..2).unwrap_or(arg),
+        None => arg,
+    };
+    NOT_IMPLEMENTED
+        .contains(&name)
+        .then(|| format!("{name}: an option of mkfs.erofs that foliofs does not implement"))
 }
 
 fn parse_uuid(s: &str) -> anyhow::Result<[u8; 16]> {
@@ -167,7 +292,7 @@ fn parse_algorithm(z: &str) -> anyhow::Result<Algorithm> {
 }
 
 /// The options, or why one cannot be honoured.
-fn options(a: &ErofsArgs) -> anyhow::Result<Options> {
+fn options(a: &ErofsOpts) -> anyhow::Result<Options> {
     let mut o = Options::default();
     if let Some(b) = a.block_size {
         if !matches!(b, 512 | 1024 | 2048 | 4096) {
@@ -207,13 +332,36 @@ fn options(a: &ErofsArgs) -> anyhow::Result<Options> {
         }
     }
     if a.tar.as_deref() == Some("i") {
-        // The builder refuses what an index image cannot be.
+        // The builder refuses what an index image cannot be. Its blocks
+        // are the tar's 512 bytes whatever -b says: mkfs.erofs 1.9.3
+        // forces that silently for the same command line, which is how
+        // containerd calls it (`--tar=i -b4096`); foliofs does the same,
+        // as documented under -b, and says so unless quiet.
         o.tar_index = true;
-        if a.block_size.is_none() {
-            o.blkszbits = 9;
-        }
+        o.blkszbits = 9;
+    }
+    match a.sort.as_deref() {
+        // `none` asks for no particular data order, and mkfs.erofs then
+        // writes each file's data as the tar streams it: foliofs always
+        // writes data in the order it arrives.
+        None | Some("none") => {}
+        // `path` (mkfs.erofs's default) lays data out in the order of the
+        // tree, which foliofs's single pass over a stream cannot.
+        Some("path") => bail!(
+            "--sort=path: foliofs writes file data in the order the source gives it; \
+             only --sort=none is possible"
+        ),
+        Some(m) => bail!("--sort={m}: expected path or none"),
+    }
+    if a.all_time && a.time.is_none() {
+        // mkfs.erofs would stamp every entry with the time of the build;
+        // foliofs's images have no time of their own but -T's.
+        bail!("--all-time: needs -T (foliofs applies no time but the one given)");
     }
     o.time = a.time;
+    // Without -T there is no time to restrict to the build time: each
+    // entry keeps its own mtime, which is all --mkfs-time asks.
+    o.time_epoch_only = a.mkfs_time;
     o.uuid = a.uuid.as_deref().map(parse_uuid).transpose()?;
     o.all_root = a.all_root;
     o.aufs = a.aufs;
@@ -224,41 +372,67 @@ fn options(a: &ErofsArgs) -> anyhow::Result<Options> {
     Ok(o)
 }
 
+/// `foliofs mkfs erofs ...`.
 pub fn run(a: ErofsArgs) -> anyhow::Result<i32> {
-    let opts = options(&a)?;
+    build(&a.opts, a.src, &a.image)
+}
+
+/// foliofs run as `mkfs.erofs ...`.
+pub fn run_as_mkfs_erofs(a: MkfsErofsCli) -> anyhow::Result<i32> {
+    build(&a.opts, a.src, &a.image)
+}
+
+fn build(a: &ErofsOpts, src: Option<PathBuf>, image: &Path) -> anyhow::Result<i32> {
+    let opts = options(a)?;
     let opts_index = opts.tar_index;
+    let src = match (src, a.tar.as_deref()) {
+        (Some(s), _) => s,
+        (None, Some(_)) => PathBuf::from("-"),
+        (None, None) => bail!(
+            "no SOURCE: give a directory or a tar, or --tar=f or --tar=i to read a tar \
+             from standard input"
+        ),
+    };
     let as_tar = match a.tar.as_deref() {
         Some("f" | "i") => true,
         Some(m) => bail!("--tar={m}: expected f (data copied in) or i (an index of the tar)"),
-        None => a.src != Path::new("-") && !a.src.is_dir(),
-    } || a.src == Path::new("-");
-    if let (Some(m), true) = (a.tar.as_deref(), a.src.is_dir()) {
-        bail!("--tar={m}: {} is a directory, not a tar", a.src.display());
+        None => src != Path::new("-") && !src.is_dir(),
+    } || src == Path::new("-");
+    if let (Some(m), true) = (a.tar.as_deref(), src.is_dir()) {
+        bail!("--tar={m}: {} is a directory, not a tar", src.display());
     }
     if opts.aufs && !as_tar {
         bail!(
             "--aufs applies to tar sources; {} is a directory",
-            a.src.display()
+            src.display()
         );
+    }
+    if let (true, Some(b), false) = (opts_index, a.block_size, a.quiet) {
+        if b != 512 {
+            eprintln!(
+                "-b {b}: overridden: an index image (--tar=i) has the tar's 512-byte blocks, \
+                 as with mkfs.erofs"
+            );
+        }
     }
     let bar = if a.quiet {
         indicatif::ProgressBar::hidden()
     } else {
-        crate::progress::spinner(format!("building {}", a.image.display()))
+        crate::progress::spinner(format!("building {}", image.display()))
     };
     let res = if as_tar {
-        let r = open_tar(&a.src, opts.tar_index)
-            .with_context(|| format!("--tar: {}", a.src.display()))?;
-        Builder::build_tar(r, &a.image, opts)
+        let r =
+            open_tar(&src, opts.tar_index).with_context(|| format!("--tar: {}", src.display()))?;
+        Builder::build_tar(r, image, opts)
     } else {
-        Builder::build_dir(&a.src, &a.image, opts)
+        Builder::build_dir(&src, image, opts)
     };
     bar.finish_and_clear();
     let sum = res?;
     if !a.quiet {
         eprintln!(
             "{}: EROFS, {} bytes, {} inodes, {} bytes of file data{}, UUID {}",
-            a.image.display(),
+            image.display(),
             sum.image_size,
             sum.inodes,
             sum.data_bytes,

@@ -61,6 +61,10 @@ pub struct Options {
     /// Every inode's mtime and the image's epoch (`-T`); without it each
     /// entry keeps its own and the epoch is the commonest of them.
     pub time: Option<i64>,
+    /// `time` is the epoch (the build time) only: every entry keeps its
+    /// own mtime (mkfs.erofs's `--mkfs-time`). Entries whose mtime is not
+    /// the epoch then take extended inodes.
+    pub time_epoch_only: bool,
     /// The UUID (`-U`); without it one is made from a hash of the image's
     /// content.
     pub uuid: Option<[u8; 16]>,
@@ -94,6 +98,7 @@ impl Default for Options {
             blkszbits: 12,
             inline_data: true,
             time: None,
+            time_epoch_only: false,
             uuid: None,
             all_root: false,
             aufs: false,
@@ -232,7 +237,7 @@ impl Builder {
     /// Applies `-T` and `--all-root` to an entry's attributes, and checks
     /// its xattrs can be stored.
     fn meta(&self, mut m: Meta) -> Result<Meta, String> {
-        if let Some(t) = self.opts.time {
+        if let (Some(t), false) = (self.opts.time, self.opts.time_epoch_only) {
             m.mtime = t;
             m.nsec = 0;
         }

@@ -67,16 +67,20 @@ fn which(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Why these tests cannot run here, if they cannot.
-fn unavailable() -> Option<String> {
+/// Why these tests cannot run here, if they cannot; `mounting`: the test
+/// mounts through mount(8) and FUSE, not only installs.
+fn unavailable(mounting: bool) -> Option<String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root: installing into /sbin and mounting need root".into());
     }
-    if !Path::new("/dev/fuse").exists() {
+    if mounting && !Path::new("/dev/fuse").exists() {
         return Some("/dev/fuse does not exist".into());
     }
-    for tool in ["unshare", "nsenter", "mount", "umount", "mount.fuse3"] {
+    for tool in ["unshare", "nsenter", "mount", "umount"]
+        .into_iter()
+        .chain(mounting.then_some("mount.fuse3"))
+    {
         if which(tool).is_none() {
             return Some(format!("{tool} is not installed"));
         }
@@ -192,6 +196,7 @@ impl Namespace {
             &[
                 "-c",
                 "rm -f /usr/local/bin/foliofs /usr/local/sbin/foliofs /sbin/mount.fuse.foliofs \
+                 /usr/local/bin/mkfs.erofs \
                  /usr/local/share/man/man1/foliofs*.1 \
                  /usr/local/share/bash-completion/completions/foliofs \
                  /usr/local/share/zsh/site-functions/_foliofs \
@@ -303,7 +308,16 @@ const FILES: &[(&str, usize)] = &[
 
 impl Setup {
     fn new() -> Option<Setup> {
-        if let Some(why) = unavailable() {
+        Setup::with(true)
+    }
+
+    /// A setup for a test that installs but mounts nothing.
+    fn install_only() -> Option<Setup> {
+        Setup::with(false)
+    }
+
+    fn with(mounting: bool) -> Option<Setup> {
+        if let Some(why) = unavailable(mounting) {
             eprintln!("SKIP: {why}");
             return None;
         }
@@ -537,6 +551,96 @@ fn mount_t_with_another_prefix_then_uninstall() {
         "mount -t fuse.foliofs worked with foliofs uninstalled"
     );
     assert!(s.ns.mount_at(&s.mnt).is_none());
+}
+
+/// `--mkfs-erofs`, and only it, links PREFIX/bin/mkfs.erofs to foliofs,
+/// which then answers as mkfs.erofs; again it is up to date. A
+/// mkfs.erofs that is not its link (a program of its own, or a link to
+/// another) stops the install before anything is written and is left
+/// alone by `--uninstall`, which removes only its own link.
+#[test]
+fn mkfs_erofs_link_on_request_and_never_over_anothers() {
+    let Some(s) = Setup::install_only() else {
+        return;
+    };
+    let link = Path::new("/usr/local/bin/mkfs.erofs");
+
+    let out = s.install(&["--binary", bin()]);
+    assert!(!out.contains("mkfs.erofs"), "{out}");
+    assert!(
+        fs::symlink_metadata(s.ns.path(link)).is_err(),
+        "mkfs.erofs installed unasked"
+    );
+
+    let out = s.install(&["--binary", bin(), "--mkfs-erofs"]);
+    assert!(
+        out.contains("installed /usr/local/bin/mkfs.erofs (a link to foliofs)"),
+        "{out}"
+    );
+    assert_eq!(
+        fs::read_link(s.ns.path(link)).unwrap(),
+        Path::new("foliofs")
+    );
+    let help = s.ns.ok("/usr/local/bin/mkfs.erofs", &["--help"]);
+    assert!(
+        help.contains("--tar=") && help.contains("mkfs.erofs [OPTIONS] <IMAGE> [SOURCE]"),
+        "{help}"
+    );
+    let again = s.install(&["--binary", bin(), "--mkfs-erofs"]);
+    assert!(
+        again.contains("/usr/local/bin/mkfs.erofs is up to date")
+            && !again.contains("installed")
+            && !again.contains("removed"),
+        "a second install changed something:\n{again}"
+    );
+
+    // Someone else's mkfs.erofs under another prefix: a program, then a
+    // link to another program.
+    let prefix = s.base.join("prefix");
+    let other = prefix.join("bin/mkfs.erofs");
+    fs::create_dir_all(other.parent().unwrap()).unwrap();
+    let prefix = prefix.to_str().unwrap();
+    for foreign in ["program", "link"] {
+        let _ = fs::remove_file(&other);
+        if foreign == "program" {
+            fs::write(&other, b"#!/bin/sh\necho erofs-utils\n").unwrap();
+        } else {
+            std::os::unix::fs::symlink("/bin/true", &other).unwrap();
+        }
+        let out =
+            s.ns.run(
+                "bash",
+                &[
+                    install_script().as_os_str(),
+                    OsStr::new("--prefix"),
+                    OsStr::new(prefix),
+                    OsStr::new("--binary"),
+                    OsStr::new(bin()),
+                    OsStr::new("--mkfs-erofs"),
+                ],
+            )
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{foreign}: installed over another's");
+        assert!(
+            err.contains(&format!(
+                "{prefix}/bin/mkfs.erofs exists and is not a link to foliofs"
+            )),
+            "{foreign}: {err}"
+        );
+        assert!(
+            !Path::new(prefix).join("bin/foliofs").exists(),
+            "{foreign}: foliofs installed after all"
+        );
+        let out = s.install(&["--uninstall", "--prefix", prefix]);
+        assert!(out.contains("left alone"), "{foreign}: {out}");
+        assert!(fs::symlink_metadata(&other).is_ok(), "{foreign}: removed");
+    }
+    assert_eq!(fs::read_link(&other).unwrap(), Path::new("/bin/true"));
+
+    let out = s.install(&["--uninstall"]);
+    assert!(out.contains("removed /usr/local/bin/mkfs.erofs"), "{out}");
+    assert!(fs::symlink_metadata(s.ns.path(link)).is_err());
 }
 
 /// A `user` line in /etc/fstab lets the user `tests` mount the image with

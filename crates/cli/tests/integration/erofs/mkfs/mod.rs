@@ -4,9 +4,11 @@
 //! its tar give the same bytes; a tar through mkfs.erofs 1.9.3 and
 //! through foliofs walks the same under the kernel; tars from every
 //! common writer walk as their writers extract them; bad tars fail in one
-//! line and leave nothing; the user `tests` builds and mounts images.
+//! line and leave nothing; the user `tests` builds and mounts images;
+//! containerd's command lines work as they work with mkfs.erofs.
 
 mod compressed;
+mod containerd;
 mod hostile;
 mod index;
 mod trees;
