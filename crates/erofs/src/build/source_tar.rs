@@ -141,6 +141,13 @@ fn acls(meta: &mut Meta, from_text: bool, kind: Kind) -> Result<(), String> {
         } else {
             tar::acl::chmod(v, meta.mode);
         }
+        // An access ACL of the owner, group and others entries alone says
+        // no more than the mode: the kernel keeps it as the mode only, so
+        // no extraction has the xattr (GNU tar writes one beside a
+        // directory's default ACL).
+        if v.len() == 4 + 3 * 8 {
+            meta.xattrs.remove(tar::acl::ACCESS);
+        }
     }
     Ok(())
 }

@@ -92,7 +92,10 @@ getfattr -h -d -m - -e hex "$2/f" "$2/d" >"$2.want"
     let want = fs::read_to_string(tmp.path().join("src.want")).unwrap();
     let strip = |s: &str| -> String {
         s.lines()
-            .map(|l| l.rsplit('/').next().unwrap_or(l).to_owned())
+            .map(|l| match l.strip_prefix("# file: ") {
+                Some(path) => path.rsplit('/').next().unwrap_or(path).to_owned(),
+                None => l.to_owned(),
+            })
             .collect::<Vec<_>>()
             .join("\n")
     };

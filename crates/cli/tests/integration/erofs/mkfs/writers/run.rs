@@ -229,21 +229,30 @@ impl Matrix {
         let mut want = comparable(walk_mounted(&x), None);
         fs::remove_dir_all(&x).unwrap();
         if bsd {
-            // bsdtar restores the mode and owner of the directory it
-            // extracts into from the `./` entry, but not its mtime
-            // (GNU tar does): take the root's from GNU tar's extraction
-            // of that one entry.
-            let root = self.fs.path().join("root");
-            let _ = fs::remove_dir_all(&root);
-            fs::create_dir(&root).unwrap();
-            let out = extract_with(false, tar, &root, &["--no-recursion", "./"]);
+            // Two times bsdtar's extraction cannot give, taken from GNU
+            // tar's extraction of the same tar:
+            // - bsdtar restores the mode and owner of the directory it
+            //   extracts into from the `./` entry, but not its mtime;
+            // - libarchive writes a time before 1970 with a fraction as
+            //   the seconds, then `.` and the fraction (-999999.75 as
+            //   "-1000000.25") and reads its own back; Go's archive/tar
+            //   and GNU tar read the record as the number it spells,
+            //   which is how foliofs reads it (the README's tar rules).
+            let gnu = self.fs.path().join("gnu");
+            let _ = fs::remove_dir_all(&gnu);
+            fs::create_dir(&gnu).unwrap();
+            let out = extract_with(false, tar, &gnu, &[]);
             if !out.status.success() {
-                return Err(format!("GNU tar, ./ alone: {}", first_lines(&out.stderr)));
+                return Err(format!("GNU tar: {}", first_lines(&out.stderr)));
             }
-            let mut walked = walk_mounted(&root);
-            fs::remove_dir_all(&root).unwrap();
-            let got = walked.remove(Path::new("")).unwrap();
-            want.get_mut(Path::new("")).unwrap().mtime = got.mtime;
+            let walked = walk_mounted(&gnu);
+            fs::remove_dir_all(&gnu).unwrap();
+            for (path, n) in want.iter_mut() {
+                let fractional_past = n.mtime.0 < 0 && n.mtime.1 != 0;
+                if path.as_os_str().is_empty() || fractional_past {
+                    n.mtime = walked[path].mtime;
+                }
+            }
         }
         Ok(want)
     }
