@@ -223,6 +223,16 @@ fn bad_tars_name_the_entry_and_leave_nothing() {
             },
             "truncated",
         ),
+        (
+            "a file naming the root",
+            tar_of(|b| {
+                let mut h = header(tar::EntryType::Regular, 1, 0o644);
+                h.as_gnu_mut().unwrap().name[..2].copy_from_slice(b"./");
+                h.set_cksum();
+                b.append(&h, &b"x"[..]).unwrap();
+            }),
+            "the root must be a directory",
+        ),
     ];
     for (what, tar, expect) in cases {
         let tmp = tempfile::tempdir().unwrap();

@@ -104,12 +104,15 @@ impl Tree {
         self.nodes.len() - 1
     }
 
-    /// Puts an entry at `comps` (not empty: the root is [`Tree::set_root`]).
-    /// A later entry replaces an earlier one of the same name, except that
-    /// a directory over a directory only takes the new attributes and keeps
-    /// what is in it, as tar extracts.
+    /// Puts an entry at `comps`. A later entry replaces an earlier one of
+    /// the same name, except that a directory over a directory only takes
+    /// the new attributes and keeps what is in it, as tar extracts.
     pub fn insert(&mut self, comps: &[&[u8]], meta: Meta, body: Body) -> Result<NodeId, String> {
-        let (name, parents) = comps.split_last().expect("the root is set, not inserted");
+        // A tar may name the root (`.`, `./`) with any entry type; only a
+        // directory's attributes can go there, through `set_root`.
+        let Some((name, parents)) = comps.split_last() else {
+            return Err("the root must be a directory".into());
+        };
         let dir = self.dir(parents)?;
         if let Some(old) = self.children_mut(dir).get(*name).copied() {
             if matches!(self.nodes[old].body, Body::Dir(_)) && matches!(body, Body::Dir(_)) {

@@ -9,3 +9,4 @@ mod damage;
 mod manifest;
 mod mkfs_images;
 mod pclusters;
+mod tar_mutations;

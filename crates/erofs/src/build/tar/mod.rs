@@ -477,9 +477,9 @@ impl<R: Read> Reader<R> {
             };
             if typ == b'D' {
                 // A GNU dumpdir's data lists names for incremental
-                // restores; the directory is all it makes.
+                // restores; the directory is all it makes. The list is
+                // still what `data` yields, so `stored` counts it.
                 e.size = 0;
-                e.stored = 0;
             } else if typ == b'S' {
                 self.old_gnu_sparse(&b, fmt, &mut e)?;
             } else if kind == Kind::Regular {

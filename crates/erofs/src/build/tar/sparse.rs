@@ -158,6 +158,41 @@ impl<'a> Expand<'a> {
     }
 }
 
+impl Expand<'_> {
+    /// Moves `n` bytes on (at most to the end), reading and dropping only
+    /// the stored data among them: a hole is passed over at no cost, where
+    /// reading it would make every one of its zeros (a tar of a few
+    /// hundred bytes may claim a hole of exabytes).
+    pub fn skip(&mut self, n: u64) -> io::Result<()> {
+        let target = self.pos.saturating_add(n).min(self.size);
+        while self.pos < target {
+            while self
+                .map
+                .get(self.next)
+                .is_some_and(|&(off, len)| self.pos >= off + len)
+            {
+                self.next += 1;
+            }
+            match self.map.get(self.next) {
+                Some(&(off, _)) if off < target && self.pos < off => self.pos = off,
+                Some(&(off, len)) if off < target => {
+                    let want = (off + len).min(target) - self.pos;
+                    let got = io::copy(&mut (&mut *self.inner).take(want), &mut io::sink())?;
+                    if got < want {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "the tar ends inside a sparse file's data",
+                        ));
+                    }
+                    self.pos += want;
+                }
+                _ => self.pos = target,
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Read for Expand<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.pos >= self.size || buf.is_empty() {
@@ -206,6 +241,24 @@ mod tests {
             .read_to_end(&mut out)
             .unwrap();
         assert_eq!(out, b"\0\0abcde\0\0\0\0\0\0\0\0\0\0\0fgh\0\0\0\0");
+    }
+
+    #[test]
+    fn skip_passes_holes_and_drops_data() {
+        let map = [(2, 5), (18, 3), (1 << 60, 2)];
+        let mut data: &[u8] = b"abcdefghij";
+        let mut e = Expand::new(&mut data, &map, u64::MAX);
+        e.skip(4).unwrap();
+        let mut b = [0u8; 5];
+        e.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"cde\0\0");
+        // Exabytes of hole, then into the last fragment: instant.
+        e.skip((1 << 60) - 9 + 1).unwrap();
+        let mut b = [0u8; 2];
+        e.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"j\0");
+        let mut short: &[u8] = b"ab";
+        assert!(Expand::new(&mut short, &[(0, 5)], 9).skip(9).is_err());
     }
 
     #[test]
