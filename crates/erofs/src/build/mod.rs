@@ -355,7 +355,19 @@ impl Builder {
         what: &dyn Fn() -> String,
     ) -> Result<NodeId, EntryError> {
         let blkszbits = self.opts.blkszbits;
-        let Some(bits) = sparse_chunkbits(map, size, blkszbits) else {
+        let layout = sparse_layout(map, size, blkszbits);
+        let stored: u128 = map.iter().map(|f| u128::from(f.1)).sum();
+        if layout.written > SPARSE_GROWTH * stored + SPARSE_SLACK {
+            return Err(EntryError::Bad(format!(
+                "a sparse file of {size} bytes whose {stored} bytes of data in {} fragments \
+                 would take {} bytes of the image: more than {SPARSE_GROWTH} times its data \
+                 and {} MiB (EROFS leaves out whole chunks only, at most {MAX_CHUNKS} a file)",
+                map.len(),
+                layout.written,
+                SPARSE_SLACK >> 20
+            )));
+        }
+        let Some(bits) = layout.bits else {
             let mut full = tar::sparse::Expand::new(r, map, size);
             return self.add_file(comps, meta, &mut full, size, what);
         };
@@ -749,16 +761,29 @@ impl Builder {
     }
 }
 
-/// The chunk size (log2) to store a sparse file with: the one that writes
-/// the fewest bytes, counting 4 bytes of index a chunk and whole chunks
-/// wherever a fragment touches one (ties to the larger chunk). `None`
-/// when that leaves no chunk a hole: then chunks gain nothing.
-fn sparse_chunkbits(map: &[(u64, u64)], size: u64, blkszbits: u8) -> Option<u8> {
+/// How a sparse file is stored: in chunks of `1 << bits` bytes with the
+/// holes left out, or (`bits` `None`) as an ordinary file, its holes
+/// written as zeros; and the bytes of data that writes.
+struct SparseLayout {
+    bits: Option<u8>,
+    written: u128,
+}
+
+/// The layout to store a sparse file with: the chunk size that writes the
+/// fewest bytes, counting 4 bytes of index a chunk and whole chunks
+/// wherever a fragment touches one (ties to the larger chunk); an
+/// ordinary file when that leaves no chunk a hole, since chunks then gain
+/// nothing.
+fn sparse_layout(map: &[(u64, u64)], size: u64, blkszbits: u8) -> SparseLayout {
+    let plain = SparseLayout {
+        bits: None,
+        written: u128::from(size),
+    };
     if size == 0 {
-        return None;
+        return plain;
     }
     let top = blkszbits + CHUNK_FORMAT_BLKBITS_MASK as u8;
-    let mut best: Option<(u128, u8, bool)> = None;
+    let mut best: Option<(u128, u8, bool, u128)> = None;
     for bits in (blkszbits..=top.min(63)).rev() {
         let count = size.div_ceil(1 << bits);
         if count > MAX_CHUNKS {
@@ -783,15 +808,30 @@ fn sparse_chunkbits(map: &[(u64, u64)], size: u64, blkszbits: u8) -> Option<u8> 
         }
         let cost = u128::from(count) * 4 + written;
         if best.is_none_or(|b| cost < b.0) {
-            best = Some((cost, bits, with_data < count));
+            best = Some((cost, bits, with_data < count, written));
         }
     }
-    best.filter(|b| b.2).map(|b| b.1)
+    match best {
+        Some((_, bits, true, written)) => SparseLayout {
+            bits: Some(bits),
+            written,
+        },
+        _ => plain,
+    }
 }
 
 /// Most chunks a sparse file is cut into: its block map (4 bytes a chunk)
-/// is kept whole while the file is written.
-const MAX_CHUNKS: u64 = 1 << 26;
+/// is kept whole while the file is written, and sits after its inode.
+const MAX_CHUNKS: u64 = 1 << 22;
+
+/// A sparse file may take at most this many times its data, plus
+/// [`SPARSE_SLACK`], of the image. Files from a file system have data in
+/// whole blocks and take about their data; only a map made up (one byte
+/// of data every few terabytes) takes more, and a 3 KiB tar must not
+/// write gigabytes of zeros.
+const SPARSE_GROWTH: u128 = 16;
+/// See [`SPARSE_GROWTH`].
+const SPARSE_SLACK: u128 = 64 << 20;
 
 fn truncated(what: &dyn Fn() -> String, size: u64, got: u64) -> BuildError {
     BuildError::Io {

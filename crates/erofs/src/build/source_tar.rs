@@ -264,7 +264,7 @@ pub(crate) fn add_tar(b: &mut Builder, r: impl Read) -> Result<(), BuildError> {
         let comps: Vec<&[u8]> = comps.iter().map(Vec::as_slice).collect();
         if comps.is_empty() && e.kind != Kind::Dir {
             return Err(bad(format!(
-                "a {} naming the root, which must be a directory",
+                "a {} naming the root: the root must be a directory",
                 match e.kind {
                     Kind::Regular => "file",
                     Kind::Symlink => "symlink",

@@ -411,3 +411,41 @@ fn sparse_files_keep_their_holes() {
         assert!(read_all(&fs, a.ino) == expect, "{name}: bytes differ");
     }
 }
+
+/// A made-up sparse map that would make a small tar write gigabytes (one
+/// byte of data in a file of 2^56 bytes: chunks must be huge, and the
+/// one holding the byte is written whole) is refused in one line; a file
+/// with data in whole blocks far apart is not.
+#[test]
+fn sparse_files_may_not_grow_past_their_data() {
+    use super::tar::tests::{block, rec, tar as tar_bytes, USTAR};
+    let tar_of_map = |size: u64, frags: &[(u64, u64)]| {
+        let map: Vec<String> = frags.iter().map(|(o, l)| format!("{o},{l}")).collect();
+        let body = [
+            rec(b"GNU.sparse.size", size.to_string().as_bytes()),
+            rec(b"GNU.sparse.numblocks", frags.len().to_string().as_bytes()),
+            rec(b"GNU.sparse.map", map.join(",").as_bytes()),
+        ]
+        .concat();
+        let data: Vec<u8> = frags.iter().flat_map(|f| vec![7u8; f.1 as usize]).collect();
+        let x = block(b"x", b'x', body.len() as u64, USTAR);
+        let f = block(b"f", b'0', data.len() as u64, USTAR);
+        tar_bytes(&[(&x, &body), (&f, &data)])
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("img");
+    let t = tar_of_map(1 << 56, &[(1 << 40, 1)]);
+    let started = std::time::Instant::now();
+    let err = Builder::build_tar(Box::new(Cursor::new(t)), &img, Options::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("more than 16 times its data"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert!(!img.exists());
+    // 64 GiB with a 4 KiB block of data every GiB: chunks small enough.
+    let frags: Vec<(u64, u64)> = (0..64).map(|g| (g << 30, 4096)).collect();
+    let t = tar_of_map(64 << 30, &frags);
+    Builder::build_tar(Box::new(Cursor::new(t)), &img, Options::default()).unwrap();
+    assert!(std::fs::metadata(&img).unwrap().len() < 16 << 20);
+}
