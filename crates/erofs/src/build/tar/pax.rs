@@ -157,16 +157,7 @@ mod tests {
     use super::*;
 
     fn rec(k: &str, v: &[u8]) -> Vec<u8> {
-        let body = [k.as_bytes(), b"=", v, b"\n"].concat();
-        let mut n = body.len() + 2;
-        loop {
-            let total = n.to_string().len() + 1 + body.len();
-            if total == n {
-                break;
-            }
-            n = total;
-        }
-        [n.to_string().as_bytes(), b" ", &body].concat()
+        super::super::tests::rec(k.as_bytes(), v)
     }
 
     #[test]

@@ -227,3 +227,24 @@ pub fn users_tree(dir: &Path) {
         .unwrap();
     assert!(st.success());
 }
+
+/// `tar` compressed with `tool` (`gzip` or `zstd`) beside it, as
+/// `NAME.tar.TOOL`.
+pub fn compressed(tar: &Path, tool: &str) -> PathBuf {
+    let out = tar.with_extension(format!("tar.{tool}"));
+    let r = common::run_timeout(
+        Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec "$0" -c < "$1" > "$2""#)
+            .arg(tool)
+            .arg(tar)
+            .arg(&out),
+        Duration::from_secs(300),
+    );
+    assert!(
+        r.status.success(),
+        "{tool}: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    out
+}

@@ -67,25 +67,6 @@ fn python_library_and_usr_share_walk_equal() {
     }
 }
 
-fn compress(tar: &Path, tool: &str) -> std::path::PathBuf {
-    let out = tar.with_extension(tool);
-    let r = common::run_timeout(
-        Command::new("sh")
-            .arg("-c")
-            .arg(format!("{tool} -c < \"$1\" > \"$2\""))
-            .arg("sh")
-            .arg(tar)
-            .arg(&out),
-        Duration::from_secs(300),
-    );
-    assert!(
-        r.status.success(),
-        "{tool}: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
-    out
-}
-
 #[test]
 fn a_tree_and_its_tar_give_the_same_image() {
     require!("root", "tar", "gzip");
@@ -96,9 +77,9 @@ fn a_tree_and_its_tar_give_the_same_image() {
     fs::remove_file(src.join("dev/socket")).unwrap();
     let tar = tmp.path().join("t.tar");
     tar_of(&src, &tar);
-    let mut tars = vec![tar.clone(), compress(&tar, "gzip")];
+    let mut tars = vec![tar.clone(), super::compressed(&tar, "gzip")];
     if common::have("zstd", &["zstd"]) {
-        tars.push(compress(&tar, "zstd"));
+        tars.push(super::compressed(&tar, "zstd"));
     }
     for args in [&[][..], &["-T", "0", "-Enoinline_data"][..], &["-b512"][..]] {
         let from_dir = tmp.path().join("dir.img");

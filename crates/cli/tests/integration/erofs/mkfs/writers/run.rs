@@ -299,8 +299,8 @@ impl Matrix {
     fn foliofs(&self, case: &Case, tar: &Path, want: &Tree) -> Result<(), String> {
         let input = match case.compress {
             Compress::Plain => tar.to_owned(),
-            Compress::Gzip => compress(tar, "gzip"),
-            Compress::Zstd => compress(tar, "zstd"),
+            Compress::Gzip => super::super::compressed(tar, "gzip"),
+            Compress::Zstd => super::super::compressed(tar, "zstd"),
         };
         let img = self.disk.path().join("foliofs.img");
         let flags: &[&str] = if case.containerd { &CONTAINERD } else { &[] };
@@ -398,25 +398,6 @@ fn stdin_from(cmd: &mut Command, img: &Path, input: &Path) -> Output {
         cmd.env("IMG", img).env("T", input),
         Duration::from_secs(600),
     )
-}
-
-fn compress(tar: &Path, tool: &str) -> PathBuf {
-    let out = tar.with_extension(format!("tar.{tool}"));
-    let r = common::run_timeout(
-        Command::new("sh")
-            .arg("-c")
-            .arg(r#"exec "$0" -c < "$1" > "$2""#)
-            .arg(tool)
-            .arg(tar)
-            .arg(&out),
-        Duration::from_secs(300),
-    );
-    assert!(
-        r.status.success(),
-        "{tool}: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
-    out
 }
 
 /// A tool's complaint on one line: its first three lines, joined.
