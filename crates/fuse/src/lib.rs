@@ -14,8 +14,9 @@
 //! while `st_ino` stays the format's own inode number.
 
 // A descriptor received over a socket (`fusermount.rs`) or inherited from
-// a supervisor (`held.rs`) needs `unsafe` to be owned, and the ioctls of
-// `/dev/fuse` to be made (`kernel/dev.rs`); nothing else may use it.
+// a supervisor (`held.rs`) needs `unsafe` to be owned, the ioctls of
+// `/dev/fuse` to be made (`kernel/dev.rs`), and FUSE over io_uring its
+// shared rings and buffers (`kernel/uring.rs`); nothing else may use it.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
