@@ -19,6 +19,7 @@
 //! that Go sees as data) and read no PAX sparse format.
 
 pub mod acl;
+mod fields;
 pub mod header;
 pub mod pax;
 pub mod sparse;
@@ -288,7 +289,7 @@ impl<R: Read> Reader<R> {
                     "a header whose checksum is wrong (not a tar, or a damaged one)",
                 )
             })?;
-            let mut h = parse_header(&b, fmt)
+            let mut h = fields::parse_header(&b, fmt)
                 .map_err(|why| err(at, Some(header::string(&b[header::NAME])), why))?;
             let typ = b[header::TYPEFLAG];
             let header_only = matches!(typ, b'1' | b'2' | b'3' | b'4' | b'5' | b'6');
@@ -343,65 +344,10 @@ impl<R: Read> Reader<R> {
                 _ => {}
             }
             // A file entry: PAX records first, then GNU long names.
-            let mut xattrs = BTreeMap::new();
-            let mut acls: Vec<(&[u8], Vec<u8>)> = Vec::new();
             let recs = records.take().unwrap_or_default();
             let bad = |why: String, path: &[u8]| err(at, Some(path), why);
-            for (k, v) in &recs {
-                if k.starts_with(b"SCHILY.xattr.")
-                    || k.starts_with(b"LIBARCHIVE.xattr.")
-                    || k.starts_with(b"SCHILY.acl.")
-                {
-                    // Empty values are values too: an empty xattr exists.
-                } else if v.is_empty() {
-                    // An empty record keeps the header's field, as in Go.
-                    continue;
-                }
-                let num = |what: &str| {
-                    pax::int(v).ok_or_else(|| {
-                        format!(
-                            "PAX {what} {:?} is not a number",
-                            String::from_utf8_lossy(v)
-                        )
-                    })
-                };
-                match k.as_slice() {
-                    b"path" => h.path = v.clone(),
-                    b"linkpath" => h.link = v.clone(),
-                    b"uid" => h.uid = num("uid").map_err(|w| bad(w, &h.path))?,
-                    b"gid" => h.gid = num("gid").map_err(|w| bad(w, &h.path))?,
-                    b"size" => {
-                        h.size = u64::try_from(num("size").map_err(|w| bad(w, &h.path))?)
-                            .map_err(|_| bad("a negative PAX size".into(), &h.path))?;
-                    }
-                    b"mtime" => {
-                        (h.mtime, h.nsec) = pax::time(v).ok_or_else(|| {
-                            bad(
-                                format!("PAX mtime {:?} is not a time", String::from_utf8_lossy(v)),
-                                &h.path,
-                            )
-                        })?;
-                    }
-                    b"SCHILY.acl.access" => acls.push((acl::ACCESS, v.clone())),
-                    b"SCHILY.acl.default" => acls.push((acl::DEFAULT, v.clone())),
-                    k => {
-                        if let Some(name) = k.strip_prefix(b"SCHILY.xattr.") {
-                            xattrs.insert(name.to_vec(), v.clone());
-                        } else if let Some(name) = k.strip_prefix(b"LIBARCHIVE.xattr.") {
-                            let name: Vec<u8> = percent_encoding::percent_decode(name).collect();
-                            let value = libarchive_value(v).map_err(|w| bad(w, &h.path))?;
-                            xattrs.insert(name, value);
-                        }
-                        // Everything else stores nothing EROFS keeps:
-                        // atime and ctime (EROFS has one time), uname and
-                        // gname (ids are numeric, as in containerd),
-                        // hdrcharset (names are kept as bytes either way),
-                        // SCHILY.fflags (chattr flags, which EROFS has no
-                        // field for and an unpacked layer does not keep),
-                        // comments, and the GNU.sparse.* records read below.
-                    }
-                }
-            }
+            let (mut xattrs, acls) =
+                fields::apply_records(&recs, &mut h).map_err(|w| bad(w, &h.path))?;
             if let Some(n) = long_name.take() {
                 h.path = n;
             }
@@ -608,81 +554,6 @@ impl<R: Read> Reader<R> {
         e.sparse = Some(map);
         Ok(())
     }
-}
-
-/// A LIBARCHIVE.xattr value: base64, with or without padding.
-fn libarchive_value(v: &[u8]) -> Result<Vec<u8>, String> {
-    use base64::Engine;
-    let trimmed = v
-        .strip_suffix(b"==")
-        .or_else(|| v.strip_suffix(b"="))
-        .unwrap_or(v);
-    base64::engine::general_purpose::STANDARD_NO_PAD
-        .decode(trimmed)
-        .map_err(|e| format!("LIBARCHIVE.xattr value: {e}"))
-}
-
-/// A header's own fields, before meta headers apply.
-struct Fields {
-    path: Vec<u8>,
-    link: Vec<u8>,
-    mode: i64,
-    uid: i64,
-    gid: i64,
-    size: u64,
-    mtime: i64,
-    nsec: u32,
-    major: i64,
-    minor: i64,
-}
-
-fn parse_header(b: &[u8; BLOCK], fmt: Format) -> Result<Fields, String> {
-    let num = |r: std::ops::Range<usize>, what: &str| {
-        header::number(&b[r]).map_err(|w| format!("{what}: {w}"))
-    };
-    let size = num(header::SIZE, "size")?;
-    let size = u64::try_from(size).map_err(|_| "a negative size".to_string())?;
-    let mut f = Fields {
-        path: header::string(&b[header::NAME]).to_vec(),
-        link: header::string(&b[header::LINKNAME]).to_vec(),
-        mode: num(header::MODE, "mode")?,
-        uid: num(header::UID, "uid")?,
-        gid: num(header::GID, "gid")?,
-        size,
-        mtime: num(header::MTIME, "mtime")?,
-        nsec: 0,
-        major: 0,
-        minor: 0,
-    };
-    if fmt == Format::V7 {
-        return Ok(f);
-    }
-    f.major = num(header::DEVMAJOR, "device major")?;
-    f.minor = num(header::DEVMINOR, "device minor")?;
-    let prefix: &[u8] = match fmt {
-        Format::Ustar => header::string(&b[header::PREFIX]),
-        Format::Star => header::string(&b[header::STAR_PREFIX]),
-        Format::Gnu => {
-            // GNU keeps times where USTAR keeps its prefix. Go before 1.8
-            // wrote a prefix there in GNU headers; Go still reads such a
-            // field as a prefix when it is not a pair of times, and so
-            // does this.
-            let times_ok = [header::GNU_ATIME, header::GNU_CTIME]
-                .into_iter()
-                .all(|r| b[r.start] == 0 || header::number(&b[r]).is_ok());
-            let p = header::string(&b[header::PREFIX]);
-            if times_ok || !p.is_ascii() {
-                b""
-            } else {
-                p
-            }
-        }
-        Format::V7 => b"",
-    };
-    if !prefix.is_empty() {
-        f.path = [prefix, b"/", &f.path].concat();
-    }
-    Ok(f)
 }
 
 /// The current entry's stored data, read through the [`Reader`].
