@@ -179,7 +179,7 @@ pub(crate) fn add_tar(b: &mut Builder, r: impl Read) -> Result<(), BuildError> {
     let mut opaque: Vec<Vec<Vec<u8>>> = Vec::new();
     let mut last: Option<(u64, String)> = None;
     loop {
-        let e = match t.next_entry() {
+        let mut e = match t.next_entry() {
             Ok(Some(e)) => e,
             Ok(None) => break,
             Err(err) => {
@@ -217,7 +217,7 @@ pub(crate) fn add_tar(b: &mut Builder, r: impl Read) -> Result<(), BuildError> {
             gid: id(e.gid, "gid").map_err(bad)?,
             mtime: e.mtime,
             nsec: e.nsec,
-            xattrs: e.xattrs.clone(),
+            xattrs: std::mem::take(&mut e.xattrs),
         };
         acls(&mut meta, e.acl_text, e.kind).map_err(bad)?;
         let given = components(&e.path).map_err(bad)?;
