@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use foliofs_block::OpenOptions;
-use foliofs_erofs::build::{tar, Builder, Options};
+use foliofs_erofs::mkfs::{tar, Builder, Options};
 use foliofs_erofs::Erofs;
 use libfuzzer_sys::fuzz_target;
 

@@ -5,9 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use foliofs_erofs::build::{
-    open_tar, Algorithm, Builder, Compression, Options, ZSTD_DEFAULT_LEVEL,
-};
+use foliofs_erofs::mkfs::{open_tar, Algorithm, Builder, Compression, Options, ZSTD_DEFAULT_LEVEL};
 
 /// The options `foliofs mkfs erofs` and `mkfs.erofs` share.
 #[derive(clap::Args, Debug)]

@@ -19,7 +19,7 @@
 //! [`Error::Corrupt`]: foliofs_vfs::Error::Corrupt
 //! [`Error::Incompatible`]: foliofs_vfs::Error::Incompatible
 
-// Only the builder's binding of liblz4 (build::compress) allows unsafe.
+// Only the builder's binding of liblz4 (mkfs::compress) allows unsafe.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -34,9 +34,8 @@
 // in the packed inode (`fragment`), metadata in the metabox inode
 // (`metabox`), directories (`dir`), name lookup (`namei`), and the
 // `FileSystem` trait on top of them (`fs`). Building is its own module
-// tree (`build`), which shares the format's constants and nothing else.
+// tree (`mkfs`, named as romfs names its builder and as the command is), which shares the format's constants and nothing else.
 
-pub mod build;
 pub mod chunk;
 mod data;
 pub mod decompress;
@@ -50,6 +49,7 @@ mod fs;
 pub mod fsck;
 pub mod inode;
 mod metabox;
+pub mod mkfs;
 mod mount;
 mod namei;
 pub mod superblock;

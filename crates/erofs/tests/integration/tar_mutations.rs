@@ -14,8 +14,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use foliofs_block::OpenOptions;
-use foliofs_erofs::build::tar::{header, Reader};
-use foliofs_erofs::build::{Builder, Options};
+use foliofs_erofs::mkfs::tar::{header, Reader};
+use foliofs_erofs::mkfs::{Builder, Options};
 use foliofs_erofs::Erofs;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
