@@ -19,7 +19,7 @@
 //! [`Error::Corrupt`]: foliofs_vfs::Error::Corrupt
 //! [`Error::Incompatible`]: foliofs_vfs::Error::Incompatible
 
-// Only the builder's binding of liblz4 (mkfs::compress) allows unsafe.
+// Only the builder's binding of liblz4 (mkfs::compress::lz4) allows unsafe.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

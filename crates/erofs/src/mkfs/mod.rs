@@ -40,7 +40,7 @@ use std::io::Read;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-pub use compress::{Algorithm, Compression, ZSTD_DEFAULT_LEVEL};
+pub use compress::{Compression, Compressor, ZSTD_DEFAULT_LEVEL};
 pub use error::BuildError;
 pub use source_tar::open_tar;
 
@@ -135,24 +135,11 @@ pub struct Builder {
     tmp: tempfile::TempPath,
     image: PathBuf,
     data_bytes: u64,
-    /// The compression workers, when compressing.
-    pool: Option<compress::Pool>,
-    /// Segments read but not yet written, oldest first.
-    queue: compress::Queue,
+    /// Segments read but not yet written, oldest first, and the workers
+    /// compressing them, when compressing.
+    queue: Option<compress::Queue>,
     /// Compressed files being written, by the slot their segments name.
-    zfiles: Vec<ZFile>,
-}
-
-/// A file whose data goes through the compression queue.
-struct ZFile {
-    node: NodeId,
-    size: u64,
-    /// The tail room, for a file stored uncompressed after all.
-    room: Option<u64>,
-    what: String,
-    data: data::FileData,
-    /// Its extents so far, until its last segment is written.
-    extents: Vec<compress::Pcluster>,
+    zfiles: Vec<compress::ZFile>,
 }
 
 impl Builder {
@@ -202,7 +189,7 @@ impl Builder {
         let blksz = 1u64 << opts.blkszbits;
         let w = Writer::new(file, blksz, superblock::first_free_block(blksz))
             .map_err(BuildError::io("writing the image"))?;
-        let pool = match opts.compression {
+        let queue = match opts.compression {
             None => None,
             Some(c) => {
                 c.check(blksz).map_err(BuildError::Option)?;
@@ -210,7 +197,7 @@ impl Builder {
                     0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
                     n => n,
                 };
-                Some(compress::Pool::new(c, blksz as usize, workers).map_err(BuildError::Option)?)
+                Some(compress::Queue::new(c, blksz as usize, workers).map_err(BuildError::Option)?)
             }
         };
         let implicit = Meta {
@@ -228,8 +215,7 @@ impl Builder {
             tmp,
             image: image.to_owned(),
             data_bytes: 0,
-            pool,
-            queue: Default::default(),
+            queue,
             zfiles: Vec::new(),
         })
     }
@@ -292,42 +278,8 @@ impl Builder {
             )));
         }
         let room = self.tail_room(&meta);
-        // A file of one block or less cannot be stored in fewer blocks.
-        if self.pool.is_some() && size > 1u64 << self.opts.blkszbits {
+        if self.queue.is_some() {
             return self.add_compressed(comps, meta, r, size, room, what);
-        }
-        if self.pool.is_some() {
-            // Through the queue all the same, so that data stays in the
-            // order it was read.
-            let mut v = vec![0; size as usize];
-            let got = data::read_full(r, &mut v)
-                .map_err(|e| EntryError::Build(BuildError::io(what())(e)))?;
-            if got < v.len() {
-                return Err(EntryError::Build(truncated(what, size, got as u64)));
-            }
-            let placeholder = data::FileData::placed_later(size);
-            let node = self
-                .tree
-                .insert(comps, meta, Body::File(placeholder))
-                .map_err(EntryError::Bad)?;
-            self.data_bytes += size;
-            let slot = self.zfiles.len();
-            self.zfiles.push(ZFile {
-                node,
-                size,
-                room,
-                what: what(),
-                data: data::FileData::placed_later(size),
-                extents: Vec::new(),
-            });
-            self.enqueue(
-                slot,
-                0,
-                compress::Pending::Ready(compress::Outcome::Plain(v)),
-                size as usize,
-            )
-            .map_err(EntryError::Build)?;
-            return Ok(node);
         }
         let d = self
             .w
@@ -362,130 +314,6 @@ impl Builder {
         self.data_bytes += size;
         self.tree
             .insert(comps, meta, Body::File(data::FileData::in_tar(size, at)))
-    }
-
-    /// Adds a regular file to be compressed: its segments go to the
-    /// workers as they are read, and are written as they come back, in
-    /// order.
-    fn add_compressed(
-        &mut self,
-        comps: &[&[u8]],
-        meta: Meta,
-        r: &mut dyn Read,
-        size: u64,
-        room: Option<u64>,
-        what: &dyn Fn() -> String,
-    ) -> Result<NodeId, EntryError> {
-        let placeholder = data::FileData::placed_later(size);
-        let node = self
-            .tree
-            .insert(comps, meta, Body::File(placeholder.clone()))
-            .map_err(EntryError::Bad)?;
-        let slot = self.zfiles.len();
-        self.zfiles.push(ZFile {
-            node,
-            size,
-            room,
-            what: what(),
-            data: placeholder,
-            extents: Vec::new(),
-        });
-        let whole = size <= compress::SEGMENT as u64;
-        let mut done = 0u64;
-        let mut seg = 0u32;
-        while done < size {
-            let n = (size - done).min(compress::SEGMENT as u64) as usize;
-            let mut buf = vec![0; n];
-            let got = data::read_full(r, &mut buf)
-                .map_err(|e| EntryError::Build(BuildError::io(what())(e)))?;
-            if got < n {
-                return Err(EntryError::Build(truncated(what, size, done + got as u64)));
-            }
-            let pool = self.pool.as_ref().expect("compressing");
-            let p = pool.submit(buf, whole);
-            self.enqueue(slot, seg, p, n).map_err(EntryError::Build)?;
-            done += n as u64;
-            seg += 1;
-        }
-        self.data_bytes += size;
-        Ok(node)
-    }
-
-    /// Queues a segment, then writes out the oldest ones while the queue
-    /// holds more than a few segments per worker.
-    fn enqueue(
-        &mut self,
-        slot: usize,
-        seg: u32,
-        p: compress::Pending,
-        bytes: usize,
-    ) -> Result<(), BuildError> {
-        self.queue.items.push_back((slot, seg, p));
-        self.queue.bytes += bytes;
-        let workers = self.pool.as_ref().map_or(1, |p| p.workers);
-        let limit = (2 * workers + 2) * compress::SEGMENT;
-        while self.queue.bytes > limit || self.queue.items.len() > 64 * workers {
-            self.write_oldest()?;
-        }
-        Ok(())
-    }
-
-    /// Writes the oldest queued segment into the image.
-    fn write_oldest(&mut self) -> Result<(), BuildError> {
-        let Some((slot, seg, p)) = self.queue.items.pop_front() else {
-            return Ok(());
-        };
-        let z = &mut self.zfiles[slot];
-        let start = u64::from(seg) * compress::SEGMENT as u64;
-        let len = (z.size - start).min(compress::SEGMENT as u64);
-        self.queue.bytes -= len as usize;
-        let out = p.wait().map_err(|why| BuildError::Source {
-            path: PathBuf::from(&z.what),
-            why,
-        })?;
-        match out {
-            compress::Outcome::Plain(v) => {
-                let what = z.what.clone();
-                z.data = self
-                    .w
-                    .file(&mut v.as_slice(), z.size, z.room, &|| what.clone())?;
-            }
-            compress::Outcome::Packed(pk) => {
-                if seg == 0 {
-                    z.data.blkaddr = self.w.next_block;
-                }
-                let blocks = pk.bytes.len() as u64 / self.w.blksz;
-                self.w
-                    .raw(&pk.bytes)
-                    .map_err(BuildError::io("writing the image"))?;
-                z.data.blocks += blocks;
-                z.extents.extend(pk.extents.into_iter().map(|mut e| {
-                    e.la += start;
-                    e
-                }));
-                if start + len == z.size {
-                    let ext = std::mem::take(&mut z.extents);
-                    z.data.z = Some(
-                        self.w
-                            .spill_extents(&ext)
-                            .map_err(BuildError::io("writing the spill file"))?,
-                    );
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes every queued segment and gives each compressed file's node
-    /// where its data went.
-    fn drain(&mut self) -> Result<(), BuildError> {
-        while !self.queue.items.is_empty() {
-            self.write_oldest()?;
-        }
-        for z in self.zfiles.drain(..) {
-            self.tree.nodes[z.node].body = Body::File(z.data);
-        }
-        Ok(())
     }
 
     /// Adds any other entry (`comps` empty: the root, which must be a
@@ -562,7 +390,8 @@ impl Builder {
     /// is in.
     fn finish_with(mut self, tar_bytes: Option<u64>) -> Result<Summary, BuildError> {
         self.drain()?;
-        self.pool = None;
+        // Stops the workers.
+        self.queue = None;
         let (epoch, nsec) = self.epoch();
         let compression = self.opts.compression;
         let blksz = self.w.blksz;
@@ -576,7 +405,7 @@ impl Builder {
                     blkszbits: self.opts.blkszbits,
                     big: compression.is_some_and(|c| u64::from(c.pcluster) > blksz),
                     algorithm: compression
-                        .map_or(crate::format::Algorithm::Lz4, |c| c.algorithm.on_disk()),
+                        .map_or(crate::format::Algorithm::Lz4, |c| c.compressor.on_disk()),
                     compact: !self.opts.legacy_compress,
                 },
             },

@@ -390,7 +390,7 @@ fn sparse_files_keep_their_holes() {
         (
             "lz4",
             Some(super::Compression {
-                algorithm: super::Algorithm::Lz4,
+                compressor: super::Compressor::Lz4,
                 pcluster: 4096,
             }),
         ),
