@@ -11,7 +11,7 @@ mod inspect;
 mod ls;
 mod man;
 mod mkfs;
-mod mkfs_erofs;
+
 mod mount;
 mod mounts;
 mod open;
@@ -89,8 +89,8 @@ fn main() {
         .and_then(|a| std::path::Path::new(a).file_name())
         .is_some_and(|n| n == "mkfs.erofs");
     let res = if as_mkfs_erofs {
-        match mkfs_erofs::MkfsErofsCli::try_parse_from(&args) {
-            Ok(a) => mkfs_erofs::run_as_mkfs_erofs(a),
+        match mkfs::erofs::MkfsErofsCli::try_parse_from(&args) {
+            Ok(a) => mkfs::erofs::run_as_mkfs_erofs(a),
             Err(e) => parse_error(e, "mkfs.erofs (foliofs)"),
         }
     } else {
@@ -126,7 +126,7 @@ fn main() {
 /// Exits as clap does for `e`, except that an option of mkfs.erofs which
 /// foliofs lacks is named in one line.
 fn parse_error(e: clap::Error, prog: &str) -> ! {
-    match mkfs_erofs::not_implemented(&e) {
+    match mkfs::erofs::not_implemented(&e) {
         Some(line) => {
             eprintln!("{prog}: {line}");
             std::process::exit(2)

@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use foliofs_erofs::mkfs::{open_tar, Algorithm, Builder, Compression, Options, ZSTD_DEFAULT_LEVEL};
+use foliofs_erofs::mkfs::{
+    open_tar, Builder, Compression, Compressor, Options, ZSTD_DEFAULT_LEVEL,
+};
 
 /// The options `foliofs mkfs erofs` and `mkfs.erofs` share.
 #[derive(clap::Args, Debug)]
@@ -240,7 +242,7 @@ fn format_uuid(u: &[u8; 16]) -> String {
 
 /// A `-z` value as mkfs.erofs spells it: `ALG`, `ALG,LEVEL`, or `ALG`
 /// followed by `,level=N` and (Zstd only) `,dictsize=BYTES`.
-fn parse_algorithm(z: &str) -> anyhow::Result<Algorithm> {
+fn parse_compressor(z: &str) -> anyhow::Result<Compressor> {
     let mut parts = z.split(',');
     let name = parts.next().unwrap_or_default();
     let (mut level, mut dictsize) = (None, None);
@@ -264,12 +266,12 @@ fn parse_algorithm(z: &str) -> anyhow::Result<Algorithm> {
     }
     match name {
         "lz4" if level.is_some() => bail!("-z {z}: lz4 takes no level; use lz4hc,LEVEL"),
-        "lz4" => Ok(Algorithm::Lz4),
+        "lz4" => Ok(Compressor::Lz4),
         "lz4hc" => match level.unwrap_or(9) {
-            n @ 1..=12 => Ok(Algorithm::Lz4hc(n as u8)),
+            n @ 1..=12 => Ok(Compressor::Lz4hc(n as u8)),
             _ => bail!("-z {z}: the lz4hc level must be 1 to 12"),
         },
-        "zstd" => Ok(Algorithm::Zstd {
+        "zstd" => Ok(Compressor::Zstd {
             level: match level {
                 None => ZSTD_DEFAULT_LEVEL,
                 Some(l) => i32::try_from(l)
@@ -299,11 +301,11 @@ fn options(a: &ErofsOpts) -> anyhow::Result<Options> {
         o.blkszbits = b.trailing_zeros() as u8;
     }
     if let Some(z) = &a.compress {
-        let algorithm = parse_algorithm(z)?;
+        let compressor = parse_compressor(z)?;
         let blksz = 1u32 << o.blkszbits;
         let pcluster = a.pcluster.unwrap_or(blksz);
         let c = Compression {
-            algorithm,
+            compressor,
             pcluster,
         };
         c.check(blksz.into()).map_err(anyhow::Error::msg)?;

@@ -1,4 +1,4 @@
-//! `foliofs mkfs FORMAT ...`: building images.
+//! `foliofs mkfs romfs SOURCE IMAGE`.
 
 use std::path::PathBuf;
 
@@ -11,21 +11,6 @@ use crate::progress;
 /// suffixes); blanks around it are allowed, as they always were here.
 fn parse_size(s: &str) -> Result<u64, foliofs_vfs::options::SizeError> {
     foliofs_vfs::options::parse_size(s.trim())
-}
-
-#[derive(clap::Args, Debug)]
-pub struct MkfsArgs {
-    #[command(subcommand)]
-    pub format: MkfsFormat,
-}
-
-#[derive(clap::Subcommand, Debug)]
-pub enum MkfsFormat {
-    /// Build a romfs image (readable by Linux's romfs and genromfs's tools).
-    Romfs(RomfsArgs),
-    /// Build an EROFS image from a directory or a tar stream (readable by
-    /// Linux's EROFS and erofs-utils).
-    Erofs(crate::mkfs_erofs::ErofsArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -56,15 +41,7 @@ pub struct RomfsArgs {
     pub image: PathBuf,
 }
 
-/// `foliofs mkfs ...`.
-pub fn run(args: MkfsArgs) -> anyhow::Result<i32> {
-    match args.format {
-        MkfsFormat::Romfs(a) => romfs(a),
-        MkfsFormat::Erofs(a) => crate::mkfs_erofs::run(a),
-    }
-}
-
-fn romfs(a: RomfsArgs) -> anyhow::Result<i32> {
+pub fn run(a: RomfsArgs) -> anyhow::Result<i32> {
     let mut opts = MkfsOptions::default();
     if let Some(v) = &a.volume {
         opts.volume = v.as_bytes().to_vec();
