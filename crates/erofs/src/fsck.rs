@@ -1,11 +1,12 @@
 //! A full consistency check: every inode reachable from the root, every
 //! directory block, every byte of file data and every xattr.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use foliofs_vfs::{CheckReport, Defect, Error, FileType, Scratch};
 
 use crate::data::Phys;
+use crate::format::NAME_LEN_MAX;
 use crate::inode::Inode;
 use crate::zdata::Piece;
 use crate::{Corrupt, Erofs};
@@ -128,206 +129,222 @@ impl Erofs {
     /// Checks the whole image. Problems are collected, not fatal, so one
     /// damaged file does not hide others.
     pub fn fsck(&self) -> FsckReport {
-        let mut r = FsckReport::default();
-        let mut seen_dirs: HashMap<u64, ()> = HashMap::new();
-        let mut links: HashMap<u64, (u32, u32, String)> = HashMap::new();
         let root = self.sb.root_nid;
-        // (nid, parent nid, path)
-        let mut stack = vec![(root, root, String::from("/"))];
-        let mut scratch = Scratch::new();
-        let note = |r: &mut FsckReport, path: &str, e: Error| {
-            if r.errors.len() < MAX_LISTED {
-                r.errors.push(Defect::new(Some(path), e));
-            } else {
-                r.unlisted += 1;
-            }
+        let mut w = Walk {
+            fs: self,
+            r: FsckReport::default(),
+            seen_dirs: HashSet::new(),
+            links: HashMap::new(),
+            stack: vec![(root, root, String::from("/"))],
+            scratch: Scratch::new(),
         };
-        while let Some((nid, parent, path)) = stack.pop() {
-            let inode = match self.inode(nid) {
-                Ok(i) => i,
+        while let Some((nid, parent, path)) = w.stack.pop() {
+            w.inode(nid, parent, &path);
+        }
+        w.hidden_inodes();
+        w.link_counts();
+        w.r
+    }
+}
+
+/// The state of one check: the report, and what the walk must remember
+/// across inodes.
+struct Walk<'a> {
+    fs: &'a Erofs,
+    r: FsckReport,
+    /// Directories walked, so that a directory named twice is found.
+    seen_dirs: HashSet<u64>,
+    /// For every non-directory: (names found, its link count, a path).
+    links: HashMap<u64, (u32, u32, String)>,
+    /// Inodes still to check: (nid, parent nid, path).
+    stack: Vec<(u64, u64, String)>,
+    scratch: Scratch,
+}
+
+impl Walk<'_> {
+    fn note(&mut self, path: &str, e: Error) {
+        if self.r.errors.len() < MAX_LISTED {
+            self.r.errors.push(Defect::new(Some(path), e));
+        } else {
+            self.r.unlisted += 1;
+        }
+    }
+
+    /// Checks one inode: its xattrs, then its listing or its data.
+    fn inode(&mut self, nid: u64, parent: u64, path: &str) {
+        let inode = match self.fs.inode(nid) {
+            Ok(i) => i,
+            Err(e) => return self.note(path, e),
+        };
+        self.xattrs(&inode, path);
+        match inode.kind {
+            FileType::Directory => self.directory(&inode, parent, path),
+            FileType::RegularFile | FileType::Symlink => {
+                if inode.kind == FileType::RegularFile {
+                    self.r.files += 1;
+                } else {
+                    self.r.symlinks += 1;
+                }
+                self.data(&inode, path);
+            }
+            _ => self.r.specials += 1,
+        }
+    }
+
+    fn xattrs(&mut self, inode: &Inode, path: &str) {
+        match self.fs.xattrs(inode) {
+            Ok(list) => {
+                for x in &list {
+                    self.r.xattrs += 1;
+                    if let Err(e) = self.fs.xattr_value(x) {
+                        self.note(path, e);
+                    }
+                }
+            }
+            Err(e) => self.note(path, e),
+        }
+    }
+
+    fn data(&mut self, inode: &Inode, path: &str) {
+        match self.fs.check_data(inode, &mut self.scratch) {
+            Ok(n) => self.r.data_bytes += n,
+            Err(e) => self.note(path, e),
+        }
+    }
+
+    /// Checks a directory's entries block by block (names valid and in
+    /// order, "." and ".." right, types matching their inodes) and queues
+    /// the inodes they name.
+    fn directory(&mut self, inode: &Inode, parent: u64, path: &str) {
+        let nid = inode.nid;
+        if !self.seen_dirs.insert(nid) {
+            let e = Error::corrupt(inode.pos, Corrupt::DirectoryTwice { nid });
+            return self.note(path, e);
+        }
+        self.r.directories += 1;
+        let bs = u64::from(self.fs.sb.block_size());
+        let nblocks = inode.size.div_ceil(bs);
+        let mut prev: Option<Vec<u8>> = None;
+        let (mut dot, mut dotdot) = (false, false);
+        for b in 0..nblocks {
+            let res = self.fs.with_dir_block(inode, b, |blk| {
+                let mut out = Vec::new();
+                for i in 0..blk.len() {
+                    let e = blk.get(i);
+                    out.push((e.nid, e.file_type, e.name.to_vec(), blk.entry_pos(i)));
+                }
+                Ok(out)
+            });
+            let entries = match res {
+                Ok(v) => v,
                 Err(e) => {
-                    note(&mut r, &path, e);
-                    continue;
+                    self.note(path, e);
+                    break;
                 }
             };
-            match self.xattrs(&inode) {
-                Ok(list) => {
-                    for x in &list {
-                        r.xattrs += 1;
-                        if let Err(e) = self.xattr_value(x) {
-                            note(&mut r, &path, e);
-                        }
-                    }
+            for (child, ftype, name, pos) in entries {
+                let bad = |kind: Corrupt| Error::corrupt(pos, kind);
+                let shown = || String::from_utf8_lossy(&name).into_owned();
+                if name.is_empty() || name.len() > NAME_LEN_MAX || name.contains(&b'/') {
+                    self.note(path, bad(Corrupt::InvalidName { name: shown() }));
+                    continue;
                 }
-                Err(e) => note(&mut r, &path, e),
-            }
-            match inode.kind {
-                FileType::Directory => {
-                    if seen_dirs.insert(nid, ()).is_some() {
-                        note(
-                            &mut r,
-                            &path,
-                            Error::corrupt(inode.pos, Corrupt::DirectoryTwice { nid }),
-                        );
-                        continue;
+                if prev.as_ref().is_some_and(|p| *p >= name) {
+                    self.note(path, bad(Corrupt::DirentOrder { name: shown() }));
+                }
+                prev = Some(name.clone());
+                if name == b"." {
+                    dot = true;
+                    if child != nid {
+                        self.note(path, bad(Corrupt::BadDot { nid, target: child }));
                     }
-                    r.directories += 1;
-                    let bs = u64::from(self.sb.block_size());
-                    let nblocks = inode.size.div_ceil(bs);
-                    let mut prev: Option<Vec<u8>> = None;
-                    let (mut dot, mut dotdot) = (false, false);
-                    for b in 0..nblocks {
-                        let res = self.with_dir_block(&inode, b, |blk| {
-                            let mut out = Vec::new();
-                            for i in 0..blk.len() {
-                                let e = blk.get(i);
-                                out.push((e.nid, e.file_type, e.name.to_vec(), blk.entry_pos(i)));
-                            }
-                            Ok(out)
+                    continue;
+                }
+                if name == b".." {
+                    dotdot = true;
+                    if child != parent {
+                        let e = bad(Corrupt::BadDotDot {
+                            parent,
+                            target: child,
                         });
-                        let entries = match res {
-                            Ok(v) => v,
-                            Err(e) => {
-                                note(&mut r, &path, e);
-                                break;
-                            }
-                        };
-                        for (child, ftype, name, pos) in entries {
-                            let bad = |kind: Corrupt| Error::corrupt(pos, kind);
-                            if name.is_empty() || name.len() > 255 || name.contains(&b'/') {
-                                note(
-                                    &mut r,
-                                    &path,
-                                    bad(Corrupt::InvalidName {
-                                        name: String::from_utf8_lossy(&name).into_owned(),
-                                    }),
-                                );
-                                continue;
-                            }
-                            if let Some(p) = &prev {
-                                if *p >= name {
-                                    note(
-                                        &mut r,
-                                        &path,
-                                        bad(Corrupt::DirentOrder {
-                                            name: String::from_utf8_lossy(&name).into_owned(),
-                                        }),
-                                    );
-                                }
-                            }
-                            prev = Some(name.clone());
-                            if name == b"." {
-                                dot = true;
-                                if child != nid {
-                                    note(
-                                        &mut r,
-                                        &path,
-                                        bad(Corrupt::BadDot { nid, target: child }),
-                                    );
-                                }
-                                continue;
-                            }
-                            if name == b".." {
-                                dotdot = true;
-                                if child != parent {
-                                    note(
-                                        &mut r,
-                                        &path,
-                                        bad(Corrupt::BadDotDot {
-                                            parent,
-                                            target: child,
-                                        }),
-                                    );
-                                }
-                                continue;
-                            }
-                            let child_path = if path == "/" {
-                                format!("/{}", String::from_utf8_lossy(&name))
-                            } else {
-                                format!("{path}/{}", String::from_utf8_lossy(&name))
-                            };
-                            match self.inode(child) {
-                                Ok(ci) => {
-                                    let expect = crate::dirent::Dirent {
-                                        nid: child,
-                                        file_type: ftype,
-                                        name: &name,
-                                    }
-                                    .kind();
-                                    if expect != Some(ci.kind) {
-                                        note(
-                                            &mut r,
-                                            &child_path,
-                                            bad(Corrupt::DirentType {
-                                                file_type: ftype,
-                                                kind: ci.kind,
-                                            }),
-                                        );
-                                    }
-                                    if ci.kind != FileType::Directory {
-                                        let l = links.entry(child).or_insert((
-                                            0,
-                                            ci.nlink,
-                                            child_path.clone(),
-                                        ));
-                                        l.0 += 1;
-                                    }
-                                    stack.push((child, nid, child_path));
-                                }
-                                Err(e) => note(&mut r, &child_path, e),
-                            }
-                        }
+                        self.note(path, e);
                     }
-                    // A directory marked DOT_OMITTED has no "." entry.
-                    if nblocks > 0 && ((!dot && !inode.dot_omitted) || !dotdot) {
-                        note(&mut r, &path, Error::corrupt(inode.pos, Corrupt::NoDots));
-                    }
+                    continue;
                 }
-                FileType::RegularFile | FileType::Symlink => {
-                    if inode.kind == FileType::RegularFile {
-                        r.files += 1;
-                    } else {
-                        r.symlinks += 1;
-                    }
-                    match self.check_data(&inode, &mut scratch) {
-                        Ok(n) => r.data_bytes += n,
-                        Err(e) => note(&mut r, &path, e),
-                    }
-                }
-                _ => r.specials += 1,
+                let child_path = if path == "/" {
+                    format!("/{}", shown())
+                } else {
+                    format!("{path}/{}", shown())
+                };
+                self.entry(nid, child, ftype, &name, pos, child_path);
             }
         }
-        // No directory names the packed or the metabox inode; their data
-        // (every fragment, every inode kept in the metabox) is read here.
+        // A directory marked DOT_OMITTED has no "." entry.
+        if nblocks > 0 && ((!dot && !inode.dot_omitted) || !dotdot) {
+            self.note(path, Error::corrupt(inode.pos, Corrupt::NoDots));
+        }
+    }
+
+    /// Checks that an entry's type is its inode's, counts the names of a
+    /// non-directory, and queues the inode.
+    fn entry(&mut self, dir: u64, child: u64, ftype: u8, name: &[u8], pos: u64, path: String) {
+        let ci = match self.fs.inode(child) {
+            Ok(ci) => ci,
+            Err(e) => return self.note(&path, e),
+        };
+        let expect = crate::dirent::Dirent {
+            nid: child,
+            file_type: ftype,
+            name,
+        }
+        .kind();
+        if expect != Some(ci.kind) {
+            let e = Error::corrupt(
+                pos,
+                Corrupt::DirentType {
+                    file_type: ftype,
+                    kind: ci.kind,
+                },
+            );
+            self.note(&path, e);
+        }
+        if ci.kind != FileType::Directory {
+            let l = self
+                .links
+                .entry(child)
+                .or_insert((0, ci.nlink, path.clone()));
+            l.0 += 1;
+        }
+        self.stack.push((child, dir, path));
+    }
+
+    /// No directory names the packed or the metabox inode; their data
+    /// (every fragment, every inode kept in the metabox) is read here.
+    fn hidden_inodes(&mut self) {
+        let sb = &self.fs.sb;
         let hidden = [
-            (self.sb.packed_nid != 0).then_some((self.sb.packed_nid, "<packed inode>")),
-            self.metabox.as_ref().map(|m| (m.nid, "<metabox inode>")),
+            (sb.packed_nid != 0).then_some((sb.packed_nid, "<packed inode>")),
+            self.fs.metabox.as_ref().map(|m| (m.nid, "<metabox inode>")),
         ];
         for (nid, path) in hidden.into_iter().flatten() {
-            match self.inode(nid) {
-                Ok(inode) => match self.check_data(&inode, &mut scratch) {
-                    Ok(n) => r.data_bytes += n,
-                    Err(e) => note(&mut r, path, e),
-                },
-                Err(e) => note(&mut r, path, e),
+            match self.fs.inode(nid) {
+                Ok(inode) => self.data(&inode, path),
+                Err(e) => self.note(path, e),
             }
         }
-        for (nid, (count, nlink, path)) in links {
+    }
+
+    /// A non-directory found under more names than its link count.
+    fn link_counts(&mut self) {
+        for (nid, (count, nlink, path)) in std::mem::take(&mut self.links) {
             if count > nlink {
-                note(
-                    &mut r,
-                    &path,
-                    Error::corrupt(
-                        0,
-                        Corrupt::LinkCount {
-                            nid,
-                            names: count,
-                            nlink,
-                        },
-                    ),
-                );
+                let kind = Corrupt::LinkCount {
+                    nid,
+                    names: count,
+                    nlink,
+                };
+                self.note(&path, Error::corrupt(0, kind));
             }
         }
-        r
     }
 }
