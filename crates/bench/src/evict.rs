@@ -2,8 +2,9 @@
 //! evicted with `posix_fadvise`, and `mincore` checks what stayed.
 
 use std::fs::{self, File};
-use std::os::fd::AsRawFd;
 use std::path::Path;
+
+use foliofs_testkit::mapping::Mapping;
 
 use crate::env::Leftover;
 
@@ -65,32 +66,9 @@ fn cached_bytes(f: &File, len: u64) -> std::io::Result<u64> {
         return Ok(0);
     }
     let page = foliofs_block::page_size() as usize;
-    let mut vec = vec![0u8; len.div_ceil(page)];
-    // SAFETY: a new read-only shared mapping of a file held open; nothing
-    // reads through it (mincore only looks at the page cache behind it) and
-    // it is unmapped below.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    if addr == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `addr..addr + len` is the mapping made above, and `vec` has a
-    // byte for each of its pages.
-    let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
-    let err = std::io::Error::last_os_error();
-    // SAFETY: the mapping made above, which nothing else refers to.
-    unsafe { libc::munmap(addr, len) };
-    if rc != 0 {
-        return Err(err);
-    }
+    // Nothing reads through the mapping: mincore only looks at the page
+    // cache behind it.
+    let vec = Mapping::read_only(f, len)?.resident()?;
     let pages = vec.iter().filter(|&&b| b & 1 != 0).count();
     Ok(((pages * page).min(len)) as u64)
 }

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use foliofs_testkit::mapping::Mapping;
 
 use crate::env::run;
 
@@ -84,7 +85,6 @@ pub fn time_rewrite(path: &Path, total: u64, bs: usize) -> Result<f64> {
 /// Reads a whole file through a shared mapping, 2 MiB at a time into a
 /// buffer (what a program reading a mapped file does); returns seconds.
 pub fn time_mmap_read(path: &Path) -> Result<f64> {
-    use std::os::fd::AsRawFd;
     let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let len = usize::try_from(f.metadata()?.len())?;
     if len == 0 {
@@ -92,32 +92,16 @@ pub fn time_mmap_read(path: &Path) -> Result<f64> {
     }
     let mut buf = vec![0u8; 2 << 20];
     let start = Instant::now();
-    // SAFETY: a new read-only shared mapping of a file this function holds
-    // open, read only inside its length below and unmapped before return.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    if addr == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("mapping {}", path.display()));
-    }
+    let map = Mapping::read_only(&f, len).with_context(|| format!("mapping {}", path.display()))?;
     let mut at = 0;
     while at < len {
         let n = (len - at).min(buf.len());
-        // SAFETY: `at + n <= len`, inside the mapping; `buf` holds `n`.
-        unsafe { std::ptr::copy_nonoverlapping((addr as *const u8).add(at), buf.as_mut_ptr(), n) };
+        map.copy_out(at, &mut buf[..n]);
         at += n;
     }
     std::hint::black_box(&buf);
-    // SAFETY: the mapping made above, which nothing else refers to.
-    unsafe { libc::munmap(addr, len) };
+    // Unmapping is part of reading through a mapping.
+    drop(map);
     Ok(start.elapsed().as_secs_f64())
 }
 

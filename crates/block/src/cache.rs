@@ -3,43 +3,39 @@
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
+use foliofs_vfs::AlignedBuf;
 use lru::LruCache;
 
 const SHARDS: usize = 8;
 const MAX_SPARES: usize = 8;
 
-/// One cached block: an aligned window into an owned buffer.
+/// One cached block: an aligned window of `O_DIRECT`'s alignment, of which
+/// the first `len` bytes hold data.
 #[derive(Debug)]
 pub struct Block {
-    buf: Vec<u8>,
-    start: usize,
-    cap: usize,
+    buf: AlignedBuf,
     len: usize,
 }
 
 impl Block {
     fn new(cap: usize, align: usize) -> Block {
-        let buf = vec![0u8; cap + align];
-        let start = buf.as_ptr().align_offset(align);
         Block {
-            buf,
-            start,
-            cap,
+            buf: AlignedBuf::new(cap, align),
             len: cap,
         }
     }
 
     /// The block's bytes (shorter than the block size only at the image end).
     pub fn data(&self) -> &[u8] {
-        &self.buf[self.start..self.start + self.len]
+        &self.buf.as_slice()[..self.len]
     }
 
     pub(crate) fn io_buf(&mut self) -> &mut [u8] {
-        &mut self.buf[self.start..self.start + self.cap]
+        self.buf.as_mut_slice()
     }
 
     pub(crate) fn set_len(&mut self, len: usize) {
-        self.len = len.min(self.cap);
+        self.len = len.min(self.buf.len());
     }
 }
 
@@ -92,13 +88,9 @@ impl BlockCache {
     pub(crate) fn take_spare(&self, cap: usize, align: usize) -> Block {
         let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(mut b) = spares.pop() {
-            if b.buf.len() >= cap + align {
-                b.start = b.buf.as_ptr().align_offset(align);
-                if b.start + cap <= b.buf.len() {
-                    b.cap = cap;
-                    b.len = cap;
-                    return b;
-                }
+            if b.buf.refit(cap, align) {
+                b.len = cap;
+                return b;
             }
         }
         drop(spares);

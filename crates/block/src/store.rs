@@ -8,7 +8,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use foliofs_vfs::{Error, Result};
+use foliofs_vfs::{AlignedBuf, Error, Result};
 
 use crate::remote::{self, RemoteObject};
 use crate::OpenOptions;
@@ -164,9 +164,8 @@ impl Store {
         let align = dio_alignment(&file).max(512);
         // Some file systems accept the flag at open and refuse the read.
         if size >= u64::from(align) {
-            let mut probe = vec![0u8; 2 * align as usize];
-            let off = probe.as_ptr().align_offset(align as usize);
-            file.read_at(&mut probe[off..off + align as usize], 0)
+            let mut probe = AlignedBuf::new(align as usize, align as usize);
+            file.read_at(probe.as_mut_slice(), 0)
                 .map_err(|e| format!("probe read: {e}"))?;
         }
         Ok((file, align))

@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+
+use crate::mapping::Mapping;
 
 const PAGE: u64 = 4096;
 
@@ -16,33 +17,10 @@ const PAGE: u64 = 4096;
 /// mincore(2) (which tells of the page cache to the file's owner or a
 /// writer; a test's own file is both).
 pub fn resident(f: &File, len: usize) -> io::Result<Vec<bool>> {
-    // SAFETY: sysconf reads a constant.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-    let mut vec = vec![0u8; len.div_ceil(page)];
-    // SAFETY: a fresh read-only shared mapping of `len` bytes of an open
-    // file, only passed to mincore and unmapped before returning; mincore
-    // writes one byte per page into `vec`, which has exactly that many.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let rc = libc::mincore(p, len, vec.as_mut_ptr());
-        let err = io::Error::last_os_error();
-        libc::munmap(p, len);
-        if rc != 0 {
-            return Err(err);
-        }
-    }
+    let vec = Mapping::read_only(f, len)?.resident()?;
     Ok(vec.iter().map(|b| b & 1 == 1).collect())
 }
+
 /// `KPF_COMPOUND_TAIL` of `/proc/kpageflags`.
 const TAIL: u64 = 1 << 16;
 
@@ -56,33 +34,15 @@ pub fn sizes(path: &Path) -> io::Result<BTreeMap<u64, u64>> {
         return Ok(out);
     }
     let len = usize::try_from(len).map_err(io::Error::other)?;
-    // SAFETY: a new read-only shared mapping of a file we hold open; it is
-    // read only through volatile loads below while it exists, and unmapped
-    // before this function returns.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if addr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    let result = walk(addr as usize, len, &mut out);
-    // SAFETY: the mapping made above, which nothing else refers to.
-    unsafe { libc::munmap(addr, len) };
-    result.map(|()| out)
+    let map = Mapping::read_only(&file, len)?;
+    walk(&map, &mut out).map(|()| out)
 }
 
-fn walk(addr: usize, len: usize, out: &mut BTreeMap<u64, u64>) -> io::Result<()> {
+fn walk(map: &Mapping, out: &mut BTreeMap<u64, u64>) -> io::Result<()> {
+    let (addr, len) = (map.addr(), map.len());
     let pages = (len as u64).div_ceil(PAGE);
     for i in 0..pages {
-        // SAFETY: inside the mapping of `len` bytes made by the caller.
-        unsafe { std::ptr::read_volatile((addr + (i * PAGE) as usize) as *const u8) };
+        map.touch((i * PAGE) as usize);
     }
     let pagemap = File::open("/proc/self/pagemap")?;
     let flags = File::open("/proc/kpageflags")?;

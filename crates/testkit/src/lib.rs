@@ -5,7 +5,8 @@
 //!   filer;
 //! - [`proxy`]: a fault-injecting HTTP proxy to put in front of it;
 //! - [`data`]: seeded files and trees, the same bytes on every machine;
-//! - [`folios`]: the folio sizes that hold a file in the page cache.
+//! - [`folios`]: the folio sizes that hold a file in the page cache;
+//! - [`mapping`]: a shared mapping of a file, unmapped when dropped.
 //!
 //! Not published: it exists for this workspace's tests and `foliofs bench`.
 
@@ -13,6 +14,7 @@
 
 pub mod data;
 pub mod folios;
+pub mod mapping;
 pub mod proxy;
 pub mod weed;
 

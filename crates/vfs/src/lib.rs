@@ -12,11 +12,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod aligned;
 mod defect;
 mod error;
 pub mod options;
 mod types;
 
+pub use aligned::AlignedBuf;
 pub use defect::{CheckReport, Defect};
 pub use error::{chain_line, Corruption, Error, Incompatibility, Result};
 pub use types::*;

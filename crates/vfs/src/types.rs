@@ -1,7 +1,7 @@
 use std::ffi::OsStr;
 use std::sync::Arc;
 
-use crate::Ino;
+use crate::{AlignedBuf, Ino};
 
 /// The kind of an inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -311,18 +311,18 @@ pub struct Ctx {
 
 /// A reusable per-thread buffer for [`crate::FileSystem::read`].
 ///
-/// It hands out slices aligned as `O_DIRECT` needs, without `unsafe`: it keeps
-/// `align` bytes of slack and starts the slice at the first aligned address.
+/// It hands out slices aligned as `O_DIRECT` needs (an [`AlignedBuf`],
+/// so without `unsafe`).
 #[derive(Default)]
 pub struct Scratch {
-    buf: Vec<u8>,
+    buf: AlignedBuf,
     held: Option<Arc<dyn AsRef<[u8]> + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Scratch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scratch")
-            .field("capacity", &self.buf.len())
+            .field("capacity", &self.buf.capacity())
             .field("holding", &self.held.is_some())
             .finish()
     }
@@ -345,13 +345,7 @@ impl Scratch {
     /// A slice of exactly `len` bytes starting at an address aligned to
     /// `align` (a power of two). Its contents are whatever was there before.
     pub fn aligned(&mut self, len: usize, align: usize) -> &mut [u8] {
-        debug_assert!(align.is_power_of_two());
-        let need = len + align;
-        if self.buf.len() < need {
-            self.buf.resize(need, 0);
-        }
-        let off = self.buf.as_ptr().align_offset(align);
-        &mut self.buf[off..off + len]
+        self.buf.resize(len, align)
     }
 
     /// A slice of exactly `len` bytes, with no alignment promise.
@@ -361,7 +355,7 @@ impl Scratch {
 
     /// Bytes currently held (for memory accounting).
     pub fn capacity(&self) -> usize {
-        self.buf.len()
+        self.buf.capacity()
     }
 }
 

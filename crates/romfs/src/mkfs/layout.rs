@@ -33,6 +33,57 @@ pub(super) fn align_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
 }
 
+/// Where everything goes: the headers in file order, the root header's
+/// offset (the superblock's size), and the image's size before and after
+/// padding.
+pub(super) struct Placed {
+    pub(super) slots: Vec<Slot>,
+    pub(super) root_off: u64,
+    pub(super) end: u64,
+    pub(super) padded: u64,
+}
+
+/// Lays out the tree under `nodes[root]` after a superblock naming a
+/// volume of `volume_len` bytes; an image past 4 GiB is an error naming
+/// the source tree `src`.
+pub(super) fn lay_out(
+    nodes: &mut [Node],
+    root: usize,
+    volume_len: usize,
+    src: &Path,
+) -> Result<Placed, MkfsError> {
+    let root_off = meta_size(volume_len);
+    let mut lay = Layout {
+        nodes,
+        slots: Vec::new(),
+        pos: root_off + meta_size(1),
+    };
+    lay.nodes[root].offset = root_off;
+    let root_slot = lay.slot(
+        root_off,
+        type_bits(EntryType::Directory, lay.nodes[root].exec),
+        root_off as u32,
+        0,
+        b".",
+        Data::None,
+    );
+    lay.dir_list(root, root_off, root_off, Some(root_slot));
+    let end = lay.pos;
+    let padded = align_up(end, IMAGE_PAD);
+    if padded > MAX_IMAGE {
+        return Err(MkfsError::ImageTooBig {
+            path: src.to_owned(),
+            size: padded,
+        });
+    }
+    Ok(Placed {
+        slots: lay.slots,
+        root_off,
+        end,
+        padded,
+    })
+}
+
 pub(super) struct Layout<'a> {
     pub(super) nodes: &'a mut [Node],
     pub(super) slots: Vec<Slot>,

@@ -93,6 +93,57 @@ impl Matcher {
     }
 }
 
+/// The scanned tree: its nodes, the root's index among them, and the
+/// regular files and data bytes to copy.
+pub(super) struct Scanned {
+    pub(super) nodes: Vec<Node>,
+    pub(super) root: usize,
+    pub(super) files: u64,
+    pub(super) bytes: u64,
+}
+
+/// Scans the tree at `src` (whose metadata is `root_md`), leaving out the
+/// excluded entries and the image being written (`output`, its device and
+/// inode).
+pub(super) fn scan_tree(
+    src: &Path,
+    root_md: &Metadata,
+    opts: &MkfsOptions,
+    output: (u64, u64),
+) -> Result<Scanned, MkfsError> {
+    let excl: Vec<&str> = opts.excludes.iter().map(String::as_str).collect();
+    let alpat: Vec<&str> = opts
+        .align_patterns
+        .iter()
+        .map(|(_, p)| p.as_str())
+        .collect();
+    let mut sc = Scanner {
+        opts,
+        excludes: Matcher::new(&excl)?,
+        aligns: Matcher::new(&alpat)?,
+        nodes: Vec::new(),
+        linked: HashMap::new(),
+        output: Some(output),
+        files: 0,
+        bytes: 0,
+    };
+    let root = sc.push(
+        Vec::new(),
+        src.to_owned(),
+        Kind::Dir(Vec::new()),
+        root_md.mode() & 0o111 != 0,
+        0,
+    );
+    let children = sc.scan_dir(src, Path::new(""))?;
+    sc.nodes[root].kind = Kind::Dir(children);
+    Ok(Scanned {
+        nodes: sc.nodes,
+        root,
+        files: sc.files,
+        bytes: sc.bytes,
+    })
+}
+
 pub(super) fn check_align(a: u64) -> Result<u64, MkfsError> {
     if a.is_power_of_two() && (MIN_ALIGN..=MAX_ALIGN).contains(&a) {
         Ok(a)

@@ -11,6 +11,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
+use foliofs_testkit::mapping::Mapping;
 use rand::Rng;
 
 use common::{foliofs_ok, Mount};
@@ -32,11 +33,11 @@ fn write_only_descriptors_stay_coherent_with_readers_and_mappings() {
         reader.read_exact_at(&mut buf, 8190).unwrap();
         assert_eq!(&buf, b"AAAAA");
         let rw = OpenOptions::new().read(true).write(true).open(&p).unwrap();
-        let map = Map::new(&rw, want.len());
+        let map = Mapping::read_write(&rw, want.len()).unwrap_or_else(|e| panic!("mmap: {e}"));
         assert_eq!(map.get(8190, 5), b"AAAAA");
         // A dirty page in the mapping, then a later write over it through a
         // write-only descriptor: the later write must win.
-        map.set(12_000, b"MMMMM");
+        map.write(12_000, b"MMMMM");
         let w = OpenOptions::new().write(true).open(&p).unwrap();
         w.write_all_at(b"BBBBB", 8190).unwrap();
         w.write_all_at(b"WWWWW", 12_000).unwrap();
@@ -54,6 +55,9 @@ fn write_only_descriptors_stay_coherent_with_readers_and_mappings() {
             b"WWWWW",
             "{opts:?}: the mapping's older bytes won"
         );
+        // Its dirty page written back before it goes, so what follows
+        // reads settled bytes.
+        let _ = map.sync();
         drop(map);
         let mut a = OpenOptions::new().append(true).open(&p).unwrap();
         a.write_all(b"tail").unwrap();
@@ -380,29 +384,13 @@ fn passthrough_serves_reads_writes_and_mappings_in_the_kernel() {
     a.read_exact_at(&mut got, 100).unwrap();
     assert_eq!(&got, b"changed");
     // A shared mapping and a write(2) see each other's bytes.
-    // SAFETY: a new shared mapping of an open file, unmapped below; the
-    // test reads and writes only inside it.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            8 << 20,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            std::os::fd::AsRawFd::as_raw_fd(&b),
-            0,
-        )
-    };
-    assert_ne!(map, libc::MAP_FAILED);
-    // SAFETY: inside the 8 MiB mapping made above.
-    unsafe {
-        assert_eq!(*(map as *const u8).add(100), b'c');
-        *(map as *mut u8).add(5 << 20) = 0xAB;
-    }
+    let map = Mapping::read_write(&b, 8 << 20).unwrap();
+    assert_eq!(map.touch(100), b'c');
+    map.write(5 << 20, &[0xAB]);
     let mut one = [0u8; 1];
     a.read_exact_at(&mut one, 5 << 20).unwrap();
     assert_eq!(one[0], 0xAB);
-    // SAFETY: the mapping made above, used no more.
-    unsafe { libc::munmap(map, 8 << 20) };
+    drop(map);
     drop((a, b));
     // The server publishes its figures every 100 ms: wait (bounded) for
     // the ones after the writes.
@@ -521,59 +509,6 @@ fn open_files_outlive_unlink_and_rename_and_copy_between_files() {
             read_fresh(&m.path().join("dst")) == old,
             "{path}: the copy differs"
         );
-    }
-}
-
-/// A shared read-write mapping of a whole file.
-struct Map {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Map {
-    fn new(f: &File, len: usize) -> Map {
-        use std::os::unix::io::AsRawFd;
-        // SAFETY: a fresh shared mapping of an open file; the result is
-        // checked, and the mapping lives until `drop` unmaps it.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(
-            p,
-            libc::MAP_FAILED,
-            "mmap: {}",
-            std::io::Error::last_os_error()
-        );
-        Map { ptr: p.cast(), len }
-    }
-
-    fn get(&self, at: usize, n: usize) -> Vec<u8> {
-        assert!(at + n <= self.len);
-        // SAFETY: `at..at+n` lies inside the live mapping.
-        unsafe { std::slice::from_raw_parts(self.ptr.add(at), n).to_vec() }
-    }
-
-    fn set(&self, at: usize, data: &[u8]) {
-        assert!(at + data.len() <= self.len);
-        // SAFETY: as in `get`; the mapping is writable and shared.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(at), data.len()) }
-    }
-}
-
-impl Drop for Map {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping `new` made, once.
-        unsafe {
-            libc::msync(self.ptr.cast(), self.len, libc::MS_SYNC);
-            libc::munmap(self.ptr.cast(), self.len);
-        }
     }
 }
 

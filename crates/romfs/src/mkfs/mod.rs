@@ -8,7 +8,7 @@
 //! gives the same bytes.
 
 use std::collections::HashMap;
-use std::fs::Metadata;
+use std::fs::{File, Metadata};
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -22,9 +22,11 @@ use crate::superblock::{CHECKSUM_SPAN, MAGIC, MAX_NAME};
 
 mod layout;
 mod scan;
+mod write;
 
 use layout::*;
 use scan::*;
+use write::*;
 
 /// The volume name used when none is given (a fixed one keeps images
 /// reproducible).
@@ -188,6 +190,38 @@ pub fn build(
     opts: &MkfsOptions,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Summary, MkfsError> {
+    check_options(opts)?;
+    let root_md = source_root(src)?;
+    // Created before the scan, which leaves the image out of the tree when
+    // it is written inside it.
+    let (out, output) = create_image(image)?;
+    let tree = scan_tree(src, &root_md, opts, output)?;
+    let mut nodes = tree.nodes;
+    let placed = lay_out(&mut nodes, tree.root, opts.volume.len(), src)?;
+    let mut w = ImageWriter::new(
+        out,
+        image,
+        Summary {
+            image_size: placed.padded,
+            ..Summary::default()
+        },
+        Progress {
+            files_total: tree.files,
+            bytes_total: tree.bytes,
+            ..Progress::default()
+        },
+    );
+    w.superblock(&opts.volume, placed.root_off, placed.end)?;
+    for s in &placed.slots {
+        w.slot(s, &nodes, progress)?;
+    }
+    let (out, sum) = w.finish(placed.padded)?;
+    fix_checksum(out, image, placed.end)?;
+    Ok(sum)
+}
+
+/// Refuses a volume name romfs cannot hold and alignments out of range.
+fn check_options(opts: &MkfsOptions) -> Result<(), MkfsError> {
     if opts.volume.len() > MAX_NAME {
         return Err(MkfsError::VolumeTooLong(opts.volume.len()));
     }
@@ -195,12 +229,11 @@ pub fn build(
     for (a, _) in &opts.align_patterns {
         check_align(*a)?;
     }
-    let excl: Vec<&str> = opts.excludes.iter().map(String::as_str).collect();
-    let alpat: Vec<&str> = opts
-        .align_patterns
-        .iter()
-        .map(|(_, p)| p.as_str())
-        .collect();
+    Ok(())
+}
+
+/// The metadata of the tree's root, which must be a directory.
+fn source_root(src: &Path) -> Result<Metadata, MkfsError> {
     let root_md = std::fs::metadata(src).map_err(io_err(src))?;
     if !root_md.is_dir() {
         return Err(MkfsError::Io {
@@ -208,6 +241,12 @@ pub fn build(
             source: std::io::Error::from_raw_os_error(libc::ENOTDIR),
         });
     }
+    Ok(root_md)
+}
+
+/// Creates (or truncates) the image file; returns it with its device and
+/// inode numbers.
+fn create_image(image: &Path) -> Result<(File, (u64, u64)), MkfsError> {
     let out = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -216,213 +255,12 @@ pub fn build(
         .open(image)
         .map_err(io_err(image))?;
     let out_md = out.metadata().map_err(io_err(image))?;
-    let mut sc = Scanner {
-        opts,
-        excludes: Matcher::new(&excl)?,
-        aligns: Matcher::new(&alpat)?,
-        nodes: Vec::new(),
-        linked: HashMap::new(),
-        output: Some((out_md.dev(), out_md.ino())),
-        files: 0,
-        bytes: 0,
-    };
-    let root = sc.push(
-        Vec::new(),
-        src.to_owned(),
-        Kind::Dir(Vec::new()),
-        root_md.mode() & 0o111 != 0,
-        0,
-    );
-    let children = sc.scan_dir(src, Path::new(""))?;
-    sc.nodes[root].kind = Kind::Dir(children);
-    let (files_total, bytes_total) = (sc.files, sc.bytes);
-    let mut nodes = sc.nodes;
-
-    let root_off = meta_size(opts.volume.len());
-    let mut lay = Layout {
-        nodes: &mut nodes,
-        slots: Vec::new(),
-        pos: root_off + meta_size(1),
-    };
-    lay.nodes[root].offset = root_off;
-    let root_slot = lay.slot(
-        root_off,
-        type_bits(EntryType::Directory, lay.nodes[root].exec),
-        root_off as u32,
-        0,
-        b".",
-        Data::None,
-    );
-    lay.dir_list(root, root_off, root_off, Some(root_slot));
-    let end = lay.pos;
-    let padded = align_up(end, IMAGE_PAD);
-    if padded > MAX_IMAGE {
-        return Err(MkfsError::ImageTooBig {
-            path: src.to_owned(),
-            size: padded,
-        });
-    }
-    let slots = lay.slots;
-
-    let mut sum = Summary {
-        image_size: padded,
-        ..Summary::default()
-    };
-    let mut w = BufWriter::with_capacity(1 << 20, out);
-    let mut sb = Vec::with_capacity(root_off as usize);
-    sb.extend_from_slice(MAGIC);
-    sb.extend_from_slice(&(end as u32).to_be_bytes());
-    sb.extend_from_slice(&[0; 4]);
-    sb.extend_from_slice(&opts.volume);
-    sb.resize(root_off as usize, 0);
-    w.write_all(&sb).map_err(io_err(image))?;
-    let mut pos = root_off;
-    let mut prog = Progress {
-        files_total,
-        bytes_total,
-        ..Progress::default()
-    };
-    let mut buf = vec![0u8; 1 << 20];
-    for s in &slots {
-        write_zeros(&mut w, s.offset - pos).map_err(io_err(image))?;
-        let meta = meta_size(s.name.len()) as usize;
-        let mut h = Vec::with_capacity(meta);
-        h.extend_from_slice(&(s.next | s.bits).to_be_bytes());
-        h.extend_from_slice(&s.spec.to_be_bytes());
-        h.extend_from_slice(&s.size.to_be_bytes());
-        h.extend_from_slice(&[0; 4]);
-        h.extend_from_slice(&s.name);
-        h.resize(meta, 0);
-        let c = fix(&h);
-        h[12..16].copy_from_slice(&c.to_be_bytes());
-        w.write_all(&h).map_err(io_err(image))?;
-        pos = s.offset + meta as u64;
-        if s.name != b"." && s.name != b".." {
-            sum.entries += 1;
-        }
-        match &s.data {
-            Data::None => {
-                if s.bits & 7 == 0 && s.name != b"." && s.name != b".." {
-                    sum.hard_links += 1;
-                }
-            }
-            Data::Bytes(b) => {
-                w.write_all(b).map_err(io_err(image))?;
-                pos += b.len() as u64;
-            }
-            Data::File(n) => {
-                let path = &nodes[*n].path;
-                let size = u64::from(s.size);
-                copy_file(path, size, &mut w, &mut buf, &mut |n| {
-                    prog.bytes_done += n;
-                    if prog.bytes_done % (64 << 20) < n {
-                        progress(&prog);
-                    }
-                })?;
-                pos += size;
-                sum.files += 1;
-                sum.data_bytes += size;
-                prog.files_done += 1;
-                progress(&prog);
-            }
-        }
-        let pad = align_up(pos, 16) - pos;
-        write_zeros(&mut w, pad).map_err(io_err(image))?;
-        pos += pad;
-    }
-    write_zeros(&mut w, padded - pos).map_err(io_err(image))?;
-    let mut out = w.into_inner().map_err(|e| MkfsError::Io {
-        path: image.to_owned(),
-        source: e.into_error(),
-    })?;
-    // The superblock checksum covers whatever headers and data fall in the
-    // first 512 bytes, so it is fixed last.
-    let span = end.min(u64::from(CHECKSUM_SPAN)) as usize;
-    let mut head = vec![0u8; span];
-    out.seek(SeekFrom::Start(0)).map_err(io_err(image))?;
-    out.read_exact(&mut head).map_err(io_err(image))?;
-    let c = word_sum(&head).wrapping_neg();
-    out.seek(SeekFrom::Start(12)).map_err(io_err(image))?;
-    out.write_all(&c.to_be_bytes()).map_err(io_err(image))?;
-    out.sync_all().map_err(io_err(image))?;
-    Ok(sum)
-}
-
-fn write_zeros(w: &mut impl Write, mut n: u64) -> std::io::Result<()> {
-    const Z: [u8; 4096] = [0; 4096];
-    while n > 0 {
-        let k = n.min(Z.len() as u64) as usize;
-        w.write_all(&Z[..k])?;
-        n -= k as u64;
-    }
-    Ok(())
-}
-
-/// Copies exactly `size` bytes of `path`; a file that has shrunk or grown
-/// since it was scanned is an error.
-fn copy_file(
-    path: &Path,
-    size: u64,
-    w: &mut impl Write,
-    buf: &mut [u8],
-    on_bytes: &mut dyn FnMut(u64),
-) -> Result<(), MkfsError> {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(io_err(path))?;
-    let mut left = size;
-    while left > 0 {
-        let k = left.min(buf.len() as u64) as usize;
-        let n = f.read(&mut buf[..k]).map_err(io_err(path))?;
-        if n == 0 {
-            return Err(MkfsError::Changed {
-                path: path.to_owned(),
-                expected: size,
-                found: format!("it ended after {}", size - left),
-            });
-        }
-        w.write_all(&buf[..n]).map_err(io_err(path))?;
-        left -= n as u64;
-        on_bytes(n as u64);
-    }
-    let mut probe = [0u8; 1];
-    if f.read(&mut probe).map_err(io_err(path))? != 0 {
-        return Err(MkfsError::Changed {
-            path: path.to_owned(),
-            expected: size,
-            found: "it has grown".into(),
-        });
-    }
-    Ok(())
+    Ok((out, (out_md.dev(), out_md.ino())))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_file_that_changed_size_is_an_error_not_padding() {
-        let t = tempfile::tempdir().unwrap();
-        let p = t.path().join("f");
-        std::fs::write(&p, vec![5u8; 1000]).unwrap();
-        let mut buf = vec![0u8; 64];
-        let mut sink = Vec::new();
-        // Scanned at 1200 bytes, 1000 there now: it shrank.
-        let e = copy_file(&p, 1200, &mut sink, &mut buf, &mut |_| {}).unwrap_err();
-        assert!(
-            matches!(&e, MkfsError::Changed { found, .. } if found.contains("ended after 1000")),
-            "{e}"
-        );
-        // Scanned at 900 bytes: it grew.
-        sink.clear();
-        let e = copy_file(&p, 900, &mut sink, &mut buf, &mut |_| {}).unwrap_err();
-        assert!(e.to_string().contains("grown"), "{e}");
-        sink.clear();
-        copy_file(&p, 1000, &mut sink, &mut buf, &mut |_| {}).unwrap();
-        assert_eq!(sink, vec![5u8; 1000]);
-    }
 
     #[test]
     fn data_alignment_places_headers_so_data_lands_on_the_boundary() {
