@@ -38,8 +38,7 @@ use std::sync::Arc;
 use foliofs_vfs::FileSystem;
 
 use crate::kernel::abi::init;
-use crate::kernel::conn::{self, Agreed};
-use crate::kernel::Dev;
+use crate::kernel::{conn, Agreed, Dev};
 use crate::server::Server;
 use crate::session::{self, attach, Attached, MountConfig, MountInfo, MountMethod, Mounted};
 use crate::MountError;

@@ -17,7 +17,7 @@ use nix::mount::{MntFlags, MsFlags};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::fusermount::{self, FusermountError};
-use crate::kernel::{conn, Dev};
+use crate::kernel::{conn, Agreed, Dev};
 use crate::options::MountFlags;
 use crate::privilege;
 use crate::server::{Server, ServerConfig};
@@ -120,7 +120,7 @@ pub struct Mounted {
     others: Vec<Dev>,
     queues: Option<crate::kernel::uring::Queues>,
     server: Arc<Server>,
-    agreed: conn::Agreed,
+    agreed: Agreed,
     mountpoint: PathBuf,
     info: MountInfo,
     method: MountMethod,
@@ -264,7 +264,7 @@ impl Mounted {
         dev: Arc<Dev>,
         others: Vec<Dev>,
         server: Arc<Server>,
-        agreed: conn::Agreed,
+        agreed: Agreed,
         mountpoint: PathBuf,
         info: MountInfo,
         method: MountMethod,

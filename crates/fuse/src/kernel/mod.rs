@@ -13,11 +13,13 @@ pub mod abi;
 pub mod conn;
 mod dev;
 mod dirbuf;
+mod handler;
 mod reply;
 mod request;
 pub mod uring;
 
 pub use dev::Dev;
 pub use dirbuf::DirBuf;
+pub use handler::{Agreed, Handler, Init};
 pub use reply::Reply;
 pub use request::{Op, Request};
