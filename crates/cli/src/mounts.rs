@@ -37,7 +37,7 @@ pub fn run(args: MountsArgs) -> anyhow::Result<i32> {
     MountState::prune(&live);
     foliofs_fuse::published::prune(&live);
     let uid = nix::unistd::getuid().as_raw();
-    let everyone = foliofs_fuse::privilege::has_cap_sys_admin();
+    let everyone = foliofs_fuse::mount::privilege::has_cap_sys_admin();
     let ours: Vec<_> = all
         .into_iter()
         .filter(|m| everyone || m.user_id() == Some(uid))

@@ -1,19 +1,19 @@
 //! Serve any foliofs [`FileSystem`](foliofs_vfs::FileSystem) over FUSE.
 //!
 //! [`options`] parses the kernel-style `-o` keys of FUSE and `mount(8)`
-//! (the layers below parse their own); [`mount`] mounts a file system as
+//! (the layers below parse their own); [`mount()`] mounts a file system as
 //! `fuse.foliofs` with `mount(2)` (through `fusermount3` for a user who may
-//! not, see [`privilege`]), completes the FUSE handshake and tunes the
+//! not, see [`mount::privilege`]), completes the FUSE handshake and tunes the
 //! mount's bdi; [`Mounted::run`] serves requests on several threads
 //! until the mount goes away, over `/dev/fuse` or FUSE over io_uring,
 //! spoken by the crate's own protocol layer (`kernel/`); [`held`] keeps a
 //! connection apart from its server and [`supervise`] starts a new
-//! server on it when one dies; [`watch`] takes a mount down after a server
+//! server on it when one dies; [`mount::watch`] takes a mount down after a server
 //! that died (`auto_unmount`); [`records`] keeps what each live server
 //! resolved for `foliofs mounts`, and [`published`] its request counts. The file system's root is node 1 to the kernel,
 //! while `st_ino` stays the format's own inode number.
 
-// A descriptor received over a socket (`fusermount.rs`) or inherited from
+// A descriptor received over a socket (`mount/fusermount.rs`) or inherited from
 // a supervisor (`held.rs`) needs `unsafe` to be owned, the ioctls of
 // `/dev/fuse` to be made (`kernel/dev.rs`), and FUSE over io_uring its
 // shared rings and buffers (`kernel/uring.rs`); nothing else may use it.
@@ -21,33 +21,30 @@
 #![warn(missing_docs)]
 
 mod convert;
-pub mod fusermount;
 pub mod held;
 mod ids;
 mod kernel;
+pub mod mount;
 pub mod options;
 pub mod passthrough;
-pub mod privilege;
 pub mod profile;
 pub mod published;
 pub mod push;
 pub mod records;
 mod server;
-mod session;
 pub mod spin;
 mod stats;
 pub mod supervise;
-pub mod watch;
 
 pub use convert::Overrides;
+pub use mount::{
+    find_mount, mount, mount_table, unmount, MountConfig, MountError, MountInfo, MountMethod,
+    Mounted, FS_TYPE, IMAGE_READ_AHEAD_KB,
+};
 pub use options::{
     format_size, parse_size, strip_helper_defaults, MountFlags, MountOptions, OptionError,
 };
 pub use passthrough::Passthrough;
 pub use profile::{ImageKey, Profile, ProfileError};
 pub use server::ServerConfig;
-pub use session::{
-    find_mount, mount, mount_table, unmount, MountConfig, MountError, MountInfo, MountMethod,
-    Mounted, FS_TYPE, IMAGE_READ_AHEAD_KB,
-};
 pub use stats::{Op, RequestCounts, EXTRA_NAMES};

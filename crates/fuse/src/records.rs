@@ -158,7 +158,7 @@ pub fn dirs_for(m: &MountInfo) -> Vec<PathBuf> {
 impl MountState {
     /// The record of a mount just made, served by `pid`, before any
     /// server has been restarted.
-    pub fn new(info: &crate::session::MountInfo, pid: u32, format: &str, options: String) -> Self {
+    pub fn new(info: &MountInfo, pid: u32, format: &str, options: String) -> Self {
         MountState {
             mount_id: info.mount_id,
             pid,

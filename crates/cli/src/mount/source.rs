@@ -333,9 +333,9 @@ fn ramfs_with_data_path(
         return Ok(foliofs_ramfs::RamFs::new(ro));
     } else if opts.fuse.writeback {
         Some("the kernel passes no file through while it caches writes (`writeback`)".to_owned())
-    } else if !foliofs_fuse::privilege::kernel_at_least(6, 9) {
+    } else if !foliofs_fuse::mount::privilege::kernel_at_least(6, 9) {
         Some("FUSE passthrough needs Linux 6.9 or later".to_owned())
-    } else if !foliofs_fuse::privilege::is_machine_root() {
+    } else if !foliofs_fuse::mount::privilege::is_machine_root() {
         Some(
             "FUSE passthrough needs CAP_SYS_ADMIN of the machine: the kernel lets only such a server hand it backing files (a user's ramfs keeps its files in the server)"
                 .to_owned(),
