@@ -6,7 +6,7 @@
 //! not, see [`mount::privilege`]), completes the FUSE handshake and tunes the
 //! mount's bdi; [`Mounted::run`] serves requests on several threads
 //! until the mount goes away, over `/dev/fuse` or FUSE over io_uring,
-//! spoken by the crate's own protocol layer (`kernel/`); [`held`] keeps a
+//! spoken by the crate's own protocol layer (`kernel/`); [`supervise::held`] keeps a
 //! connection apart from its server and [`supervise`] starts a new
 //! server on it when one dies; [`mount::watch`] takes a mount down after a server
 //! that died (`auto_unmount`); [`records`] keeps what each live server
@@ -14,14 +14,13 @@
 //! while `st_ino` stays the format's own inode number.
 
 // A descriptor received over a socket (`mount/fusermount.rs`) or inherited from
-// a supervisor (`held.rs`) needs `unsafe` to be owned, the ioctls of
+// a supervisor (`supervise/held.rs`) needs `unsafe` to be owned, the ioctls of
 // `/dev/fuse` to be made (`kernel/dev.rs`), and FUSE over io_uring its
 // shared rings and buffers (`kernel/uring.rs`); nothing else may use it.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod convert;
-pub mod held;
 mod ids;
 mod kernel;
 pub mod mount;

@@ -25,7 +25,7 @@ pub struct MountState {
     /// The kernel's id of the mount (`/proc/self/mountinfo`).
     pub mount_id: u64,
     /// The mount's process: the one serving it, or the supervisor that
-    /// holds its connection (see [`crate::held`]).
+    /// holds its connection (see [`crate::supervise::held`]).
     pub pid: u32,
     /// Under a supervisor: the process serving the mount now.
     pub server: Option<u32>,
