@@ -20,7 +20,7 @@ use crate::rows::progress;
 use crate::stats::summarize;
 use crate::timing::time_cmd;
 use crate::Config;
-use foliofs_fuse::published::{self as mount_stats, Counts};
+use foliofs_fuse::records::published::{self as mount_stats, Counts};
 
 /// The tree to unpack: the newest Python standard library under /usr/lib
 /// (many small source files, a few large ones, a few hundred directories).

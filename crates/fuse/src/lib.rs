@@ -10,7 +10,7 @@
 //! connection apart from its server and [`supervise`] starts a new
 //! server on it when one dies; [`mount::watch`] takes a mount down after a server
 //! that died (`auto_unmount`); [`records`] keeps what each live server
-//! resolved for `foliofs mounts`, and [`published`] its request counts. The file system's root is node 1 to the kernel,
+//! resolved for `foliofs mounts`, and [`records::published`] its request counts. The file system's root is node 1 to the kernel,
 //! while `st_ino` stays the format's own inode number.
 
 // A descriptor received over a socket (`mount/fusermount.rs`) or inherited from
@@ -27,12 +27,10 @@ pub mod mount;
 pub mod options;
 pub mod passthrough;
 pub mod profile;
-pub mod published;
 pub mod push;
 pub mod records;
 mod server;
 pub mod spin;
-mod stats;
 pub mod supervise;
 
 pub use convert::Overrides;
@@ -45,5 +43,5 @@ pub use options::{
 };
 pub use passthrough::Passthrough;
 pub use profile::{ImageKey, Profile, ProfileError};
+pub use records::{Op, RequestCounts, EXTRA_NAMES};
 pub use server::ServerConfig;
-pub use stats::{Op, RequestCounts, EXTRA_NAMES};

@@ -33,7 +33,7 @@ pub(super) struct Opened {
     /// kernel takes it, and whether the user asked for that by name.
     pub(super) passthrough: Option<(Arc<foliofs_fuse::Passthrough>, bool)>,
     /// Figures the mount publishes beside its request counts.
-    pub(super) gauge: Option<foliofs_fuse::published::Gauge>,
+    pub(super) gauge: Option<foliofs_fuse::records::published::Gauge>,
 }
 
 pub(super) fn open_source(fstype: &str, source: &Path, opts: &MountOpts) -> anyhow::Result<Opened> {
@@ -244,7 +244,7 @@ fn open_ramfs(opts: &MountOpts) -> anyhow::Result<Opened> {
     let gauge = {
         let fs = fs.clone();
         let p = passthrough.as_ref().map(|(p, _)| p.clone());
-        foliofs_fuse::published::Gauge {
+        foliofs_fuse::records::published::Gauge {
             name: "ramfs",
             read: Box::new(move || {
                 let mut v = vec![("inodes_held", fs.inodes_held() as u64)];

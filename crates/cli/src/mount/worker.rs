@@ -44,7 +44,7 @@ pub(super) fn serve(
         Ok(m) => m,
         Err(e) => return super::report_failure(ready, e.into()),
     };
-    let stats = foliofs_fuse::published::publish(
+    let stats = foliofs_fuse::records::published::publish(
         mount_id,
         cfg.server.requests.clone(),
         gauges(source, opts, opened.gauge),

@@ -12,7 +12,7 @@ use crate::kernel::abi::{self, dirent_type, fopen, InHeader};
 use crate::kernel::DirBuf;
 use crate::kernel::Reply;
 use crate::passthrough::PassedOpen;
-use crate::stats::Op as Count;
+use crate::records::Op as Count;
 
 /// How long a READDIR waits for its reply being built ahead before it
 /// builds it itself (a bound only: a build takes well under a millisecond).

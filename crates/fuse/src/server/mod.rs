@@ -23,8 +23,8 @@ use crate::kernel::{Dev, DirBuf, Handler, Init, Op, Reply, Request};
 use crate::passthrough::Passthrough;
 use crate::profile::{ImageKey, Profile, Recorder};
 use crate::push::{PushSetup, Pusher};
+use crate::records::{Op as Count, RequestCounts};
 use crate::spin::SpinSlot;
-use crate::stats::{Op as Count, RequestCounts};
 
 thread_local! {
     /// One read buffer per server thread: reads reply with a slice of it, so

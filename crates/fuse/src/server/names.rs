@@ -10,7 +10,7 @@ use super::Server;
 use crate::convert::{attr_out, ctx, entry_out, time_set, timespec};
 use crate::kernel::abi::{self, fattr, InHeader};
 use crate::kernel::Reply;
-use crate::stats::Op as Count;
+use crate::records::Op as Count;
 
 impl Server {
     pub(super) fn lookup(&self, h: &InHeader, name: &OsStr, reply: Reply<'_>) {

@@ -7,6 +7,15 @@
 //! a login session has), else `/run/user/UID/foliofs` where that exists,
 //! else a `foliofs-UID` directory of the user's own (mode 0700) in the
 //! temporary directory.
+//!
+//! Beside each record, the mount's request counts: counted by the server
+//! ([`RequestCounts`]) and published for other processes ([`published`]),
+//! read the same way and from the same directories as the records.
+
+mod counts;
+pub mod published;
+
+pub use counts::{Op, RequestCounts, EXTRA_NAMES};
 
 use std::collections::BTreeMap;
 use std::fs;
