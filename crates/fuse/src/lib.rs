@@ -20,20 +20,13 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-mod convert;
-mod ids;
 mod kernel;
 pub mod mount;
 pub mod options;
-pub mod passthrough;
-pub mod profile;
-pub mod push;
 pub mod records;
-mod server;
-pub mod spin;
+pub mod server;
 pub mod supervise;
 
-pub use convert::Overrides;
 pub use mount::{
     find_mount, mount, mount_table, unmount, MountConfig, MountError, MountInfo, MountMethod,
     Mounted, FS_TYPE, IMAGE_READ_AHEAD_KB,
@@ -41,7 +34,8 @@ pub use mount::{
 pub use options::{
     format_size, parse_size, strip_helper_defaults, MountFlags, MountOptions, OptionError,
 };
-pub use passthrough::Passthrough;
-pub use profile::{ImageKey, Profile, ProfileError};
 pub use records::{Op, RequestCounts, EXTRA_NAMES};
+pub use server::convert::Overrides;
+pub use server::passthrough::Passthrough;
+pub use server::profile::{ImageKey, Profile, ProfileError};
 pub use server::ServerConfig;

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use foliofs_vfs::options::{flag, required, size_value};
 
-use crate::spin::MAX_SPIN_US;
+use crate::server::spin::MAX_SPIN_US;
 
 // Sizes and ids are read by the rules every foliofs command shares, which
 // live in `foliofs_vfs::options` so that users without FUSE reach them too.

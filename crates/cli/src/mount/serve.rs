@@ -147,7 +147,7 @@ pub(super) fn config(
     let io_uring = opts.fuse.io_uring == Some(true);
     let spin = opts.fuse.spin.unwrap_or_else(|| {
         if opened.writable && !io_uring {
-            let (window, why) = foliofs_fuse::spin::default_window();
+            let (window, why) = foliofs_fuse::server::spin::default_window();
             log::info!("polling for the next request: {window:?} ({why})");
             window
         } else {

@@ -140,7 +140,7 @@ fn profiles(
     let budget = opts
         .fuse
         .push
-        .unwrap_or(foliofs_fuse::push::DEFAULT_PUSH_BUDGET);
+        .unwrap_or(foliofs_fuse::server::push::DEFAULT_PUSH_BUDGET);
     if opts.fuse.record.is_some() && opts.fuse.prefetch.is_some() {
         bail!("mount options `record=` and `prefetch=` go on different mounts: a replayed run reads less than it needs");
     }

@@ -16,8 +16,8 @@ use super::table::MountInfo;
 use crate::kernel::uring::Queues;
 use crate::kernel::{abi, conn, Agreed, Dev};
 use crate::options::MountFlags;
+use crate::server::spin::Spin;
 use crate::server::{Server, ServerConfig};
-use crate::spin::Spin;
 
 /// Readahead an image mount asks for on its bdi, in KiB (the kernel's
 /// FUSE default is 128): a large sequential read then has several
@@ -42,7 +42,7 @@ pub struct MountConfig {
     /// Server threads (each with its own cloned `/dev/fuse` descriptor).
     pub threads: usize,
     /// How long one server thread keeps polling for the next request after
-    /// each one (`spin=`, see [`crate::spin`]); zero sleeps at once.
+    /// each one (`spin=`, see [`crate::server::spin`]); zero sleeps at once.
     pub spin: Duration,
     /// Readahead set on the mount's bdi once it is live, in KiB; `None`
     /// keeps the kernel's. (Only root may write the bdi's settings.)

@@ -6,12 +6,12 @@ use std::ffi::OsStr;
 
 use foliofs_vfs::{self as vfs, Error, Ino};
 
+use super::convert::ctx;
+use super::passthrough::PassedOpen;
 use super::{listing, Server, DIRBUF, SCRATCH};
-use crate::convert::ctx;
 use crate::kernel::abi::{self, dirent_type, fopen, InHeader};
 use crate::kernel::DirBuf;
 use crate::kernel::Reply;
-use crate::passthrough::PassedOpen;
 use crate::records::Op as Count;
 
 /// How long a READDIR waits for its reply being built ahead before it
@@ -56,7 +56,7 @@ impl Server {
         };
         let dev = self.dev.get()?;
         p.open(ino, !privileged, || {
-            crate::passthrough::BackingId::open(dev, &file)
+            super::passthrough::BackingId::open(dev, &file)
         })
     }
 
@@ -401,7 +401,7 @@ impl Server {
                     Ok(a) => a,
                     Err(e) => return reply.error(e.errno()),
                 };
-                let entry = crate::convert::entry_out(0, self.attr(a, a.ino), ttl);
+                let entry = super::convert::entry_out(0, self.attr(a, a.ino), ttl);
                 if !b.push_plus(&entry, a.ino, cookie, dt_dir, name) {
                     return reply.parts(&[b.bytes()]);
                 }
@@ -423,7 +423,7 @@ impl Server {
                 // The dots a format lists itself, as above, and the lean
                 // entries: a name, d_ino and d_type, and no inode.
                 if dots || (!full && e.kind != vfs::FileType::Directory) {
-                    let entry = crate::convert::entry_out(0, abi::Attr::default(), ttl);
+                    let entry = super::convert::entry_out(0, abi::Attr::default(), ttl);
                     let kind = dirent_type(e.kind.mode_bits());
                     let fits = b.push_plus(&entry, e.ino, e.next + shift, kind, name);
                     lean |= fits && !dots;

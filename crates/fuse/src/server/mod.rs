@@ -2,12 +2,28 @@
 //! [`foliofs_vfs::FileSystem`]. This file holds its state, INIT, and the
 //! dispatch of each request to its handler: the name space and attributes
 //! (`names.rs`), file data and listings (`files.rs`).
+//!
+//! Beside the handlers sit what only the server uses, kept here rather
+//! than at the crate's root so the root says what the crate does: how
+//! node ids and attributes become the kernel's (`ids.rs`, `convert.rs`),
+//! and what the server does beyond answering, each to spare the kernel a
+//! round trip or a wake-up: [`push`]es data before it is asked for (from a
+//! [`profile`] where one was recorded), hands opens to the kernel
+//! ([`passthrough`]), keeps a thread polling for the next request
+//! ([`spin`]), and works ahead of a walker on listings (`ahead.rs`,
+//! `listing.rs`, `lean.rs`).
 
 mod ahead;
+pub(crate) mod convert;
 mod files;
+mod ids;
 mod lean;
 mod listing;
 mod names;
+pub mod passthrough;
+pub mod profile;
+pub mod push;
+pub mod spin;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -16,15 +32,15 @@ use std::time::Duration;
 
 use foliofs_vfs::{self as vfs, Attr, FileSystem, Ino, Scratch};
 
-use crate::convert::{entry_out, fuse_attr, Overrides};
-use crate::ids::IdMap;
 use crate::kernel::abi::{self, init, InitIn};
 use crate::kernel::{Dev, DirBuf, Handler, Init, Op, Reply, Request};
-use crate::passthrough::Passthrough;
-use crate::profile::{ImageKey, Profile, Recorder};
-use crate::push::{PushSetup, Pusher};
 use crate::records::{Op as Count, RequestCounts};
-use crate::spin::SpinSlot;
+use convert::{entry_out, fuse_attr, Overrides};
+use ids::IdMap;
+use passthrough::Passthrough;
+use profile::{ImageKey, Profile, Recorder};
+use push::{PushSetup, Pusher};
+use spin::SpinSlot;
 
 thread_local! {
     /// One read buffer per server thread: reads reply with a slice of it, so
@@ -53,10 +69,10 @@ pub struct ServerConfig {
     pub requests: Arc<RequestCounts>,
     /// Bytes the mount may push into the kernel's page cache before they
     /// are asked for (`push=`); 0 pushes nothing. Only read-only mounts
-    /// push (see [`crate::push`]).
+    /// push (see [`push`]).
     pub push_budget: u64,
     /// Pusher threads, each reading one file at a time (see
-    /// [`crate::push::PushSetup::readers`]).
+    /// [`push::PushSetup::readers`]).
     pub push_readers: usize,
     /// `record=FILE`: the file the start-up profile is written to at
     /// unmount, and the key of the image it is recorded on.
@@ -64,7 +80,7 @@ pub struct ServerConfig {
     /// `prefetch=FILE`: a profile of this image to replay.
     pub profile: Option<Arc<Profile>>,
     /// Pass opens of backed files through to the kernel (see
-    /// [`crate::passthrough`]), if INIT allows it; `None` never does.
+    /// [`passthrough`]), if INIT allows it; `None` never does.
     pub passthrough: Option<Arc<Passthrough>>,
     /// Take FUSE over io_uring if the kernel offers it (see
     /// `kernel/uring.rs`).

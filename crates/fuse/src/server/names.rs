@@ -5,9 +5,9 @@ use std::ffi::OsStr;
 
 use foliofs_vfs::{self as vfs, Attr, Error, SetAttr};
 
+use super::convert::{attr_out, ctx, entry_out, time_set, timespec};
 use super::lean::Indexed;
 use super::Server;
-use crate::convert::{attr_out, ctx, entry_out, time_set, timespec};
 use crate::kernel::abi::{self, fattr, InHeader};
 use crate::kernel::Reply;
 use crate::records::Op as Count;
