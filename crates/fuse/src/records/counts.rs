@@ -78,7 +78,7 @@ pub struct RequestCounts {
     pushes: AtomicU64,
     pushed_bytes: AtomicU64,
     resent: AtomicU64,
-    listed_ahead: AtomicU64,
+    next_listings: AtomicU64,
 }
 
 impl Default for RequestCounts {
@@ -88,7 +88,7 @@ impl Default for RequestCounts {
             pushes: AtomicU64::new(0),
             pushed_bytes: AtomicU64::new(0),
             resent: AtomicU64::new(0),
-            listed_ahead: AtomicU64::new(0),
+            next_listings: AtomicU64::new(0),
         }
     }
 }
@@ -123,8 +123,8 @@ impl RequestCounts {
     }
 
     /// Counts one READDIR answered with a reply built ahead.
-    pub fn listed_ahead(&self) {
-        self.listed_ahead.fetch_add(1, Ordering::Relaxed);
+    pub fn sent_next_listing(&self) {
+        self.next_listings.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Stores pushed so far, and their bytes in whole pages.
@@ -147,7 +147,7 @@ impl RequestCounts {
                 (EXTRA_NAMES[0], n),
                 (EXTRA_NAMES[1], bytes),
                 (EXTRA_NAMES[2], resent),
-                (EXTRA_NAMES[3], self.listed_ahead.load(Ordering::Relaxed)),
+                (EXTRA_NAMES[3], self.next_listings.load(Ordering::Relaxed)),
             ])
             .collect()
     }

@@ -8,7 +8,7 @@ use foliofs_vfs::{self as vfs, Error, Ino};
 
 use super::convert::ctx;
 use super::passthrough::PassedOpen;
-use super::{listing, Server, DIRBUF, SCRATCH};
+use super::{next_listing, Server, DIRBUF, SCRATCH};
 use crate::kernel::abi::{self, dirent_type, fopen, InHeader};
 use crate::kernel::DirBuf;
 use crate::kernel::Reply;
@@ -16,7 +16,7 @@ use crate::records::Op as Count;
 
 /// How long a READDIR waits for its reply being built ahead before it
 /// builds it itself (a bound only: a build takes well under a millisecond).
-const LISTING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+const NEXT_LISTING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Server {
     /// Flags for a file opened with open(2) flags `flags`.
@@ -292,17 +292,17 @@ impl Server {
         self.begin(Count::Readdir);
         self.log(format_args!("readdir({}, {})", h.nodeid, arg.offset));
         let dir = self.ino(h.nodeid);
-        let key = listing::Key {
+        let key = next_listing::Key {
             node: h.nodeid,
             offset: arg.offset,
             size: arg.size,
         };
-        if let Some(l) = &self.listings {
-            if let Some(b) = l.take(key, LISTING_WAIT) {
-                self.requests.listed_ahead();
+        if let Some(l) = &self.next_listings {
+            if let Some(b) = l.take(key, NEXT_LISTING_WAIT) {
+                self.requests.sent_next_listing();
                 reply.parts(&[&b.bytes]);
                 if let Some(next) = b.resumes_at {
-                    self.list_ahead(dir, key, next);
+                    self.build_next_listing(dir, key, next);
                 }
                 return;
             }
@@ -322,7 +322,7 @@ impl Server {
             }
         });
         if let Some(next) = next {
-            self.list_ahead(dir, key, next);
+            self.build_next_listing(dir, key, next);
         }
     }
 
@@ -347,21 +347,21 @@ impl Server {
             }
             off = 2;
         }
-        listing::list_from(&*self.fs, self.lists_dots, dir, off, b)
+        next_listing::list_from(&*self.fs, self.lists_dots, dir, off, b)
     }
 
     /// Has the reply to the READDIR that will follow `asked` built from
     /// `next` while the kernel and the reader work through this one (see
-    /// `listing.rs`).
-    fn list_ahead(&self, dir: Ino, asked: listing::Key, next: u64) {
+    /// `next_listing.rs`).
+    fn build_next_listing(&self, dir: Ino, asked: next_listing::Key, next: u64) {
         // The dots the server lists itself are left to the request.
         if !self.lists_dots && next < 2 {
             return;
         }
-        if let Some(l) = &self.listings {
+        if let Some(l) = &self.next_listings {
             l.offer(
                 dir,
-                listing::Key {
+                next_listing::Key {
                     offset: next,
                     ..asked
                 },
@@ -469,7 +469,7 @@ impl Server {
                     if self.pusher.is_some() {
                         known.push(a);
                     }
-                    if a.kind == vfs::FileType::Directory && self.ahead.is_some() {
+                    if a.kind == vfs::FileType::Directory && self.subdir_hints.is_some() {
                         subdirs.push(a.ino);
                     }
                 }
@@ -504,9 +504,9 @@ impl Server {
         for a in &known {
             self.known(a);
         }
-        if let Some(ahead) = &self.ahead {
+        if let Some(hints) = &self.subdir_hints {
             for d in subdirs {
-                ahead.offer(d, every);
+                hints.offer(d, every);
             }
         }
     }

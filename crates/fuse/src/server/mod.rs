@@ -10,20 +10,21 @@
 //! round trip or a wake-up: [`push`]es data before it is asked for (from a
 //! [`profile`] where one was recorded), hands opens to the kernel
 //! ([`passthrough`]), keeps a thread polling for the next request
-//! ([`spin`]), and works ahead of a walker on listings (`ahead.rs`,
-//! `listing.rs`, `lean.rs`).
+//! ([`spin`]), and works ahead of a walker on listings (`subdir_hints.rs`,
+//! `next_listing.rs`, `lean.rs`, `name_index.rs`).
 
-mod ahead;
 pub(crate) mod convert;
 mod files;
 mod ids;
 mod lean;
-mod listing;
+mod name_index;
 mod names;
+mod next_listing;
 pub mod passthrough;
 pub mod profile;
 pub mod push;
 pub mod spin;
+mod subdir_hints;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -139,12 +140,15 @@ pub(crate) struct Server {
     agreed: OnceLock<u64>,
     /// Which listing entries link an inode (see `lean.rs`).
     lean: lean::Lean,
-    /// Hints listed subdirectories off the request path (images only; see
-    /// `ahead.rs`).
-    ahead: Option<ahead::Ahead>,
-    /// Plain listings built one reply ahead (images only; see
-    /// `listing.rs`).
-    listings: Option<listing::Listings>,
+    /// The names of image directories looked up often (see
+    /// `name_index.rs`).
+    name_index: name_index::NameIndex,
+    /// Hints listed subdirectories' own listings off the request path
+    /// (images only; see `subdir_hints.rs`).
+    subdir_hints: Option<subdir_hints::SubdirHints>,
+    /// Plain listings' next replies, built while the kernel takes in the
+    /// last (images only; see `next_listing.rs`).
+    next_listings: Option<next_listing::NextListings>,
 }
 
 /// The longest request the server asks for, in pages: the kernel's own
@@ -187,10 +191,13 @@ impl Server {
             .flatten();
         let immutable = fs.info().read_only;
         let lists_dots = fs.lists_dots();
-        let ahead = immutable.then(|| ahead::Ahead::start(fs.clone())).flatten();
-        let listings = immutable.then(|| listing::Listings::start(fs.clone(), lists_dots));
+        let subdir_hints = immutable
+            .then(|| subdir_hints::SubdirHints::start(fs.clone()))
+            .flatten();
+        let next_listings =
+            immutable.then(|| next_listing::NextListings::start(fs.clone(), lists_dots));
         Server {
-            ahead,
+            subdir_hints,
             immutable,
             lists_dots,
             fs,
@@ -204,7 +211,8 @@ impl Server {
             spin: SpinSlot::default(),
             agreed: OnceLock::new(),
             lean: lean::Lean::new(),
-            listings,
+            name_index: name_index::NameIndex::default(),
+            next_listings,
         }
     }
 

@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use foliofs_vfs::{self as vfs, Attr, Error, SetAttr};
 
 use super::convert::{attr_out, ctx, entry_out, time_set, timespec};
-use super::lean::Indexed;
+use super::name_index::Indexed;
 use super::Server;
 use crate::kernel::abi::{self, fattr, InHeader};
 use crate::kernel::Reply;
@@ -44,19 +44,19 @@ impl Server {
     }
 
     /// A lookup in an image, through the index of `parent` where it has
-    /// one, and making one once it is looked up often (see `lean.rs`).
+    /// one, and making one once it is looked up often (see `name_index.rs`).
     fn lookup_image(&self, parent: vfs::Ino, name: &OsStr) -> vfs::Result<vfs::Attr> {
         let bytes = std::os::unix::ffi::OsStrExt::as_bytes(name);
         if bytes == b"." || bytes == b".." {
             return self.fs.lookup(parent, name);
         }
-        match self.lean.indexed(parent, bytes) {
+        match self.name_index.indexed(parent, bytes) {
             Indexed::Found(ino) => return self.fs.getattr(ino),
             Indexed::Missing => return Err(Error::NotFound),
             Indexed::Unknown => {}
         }
         let found = self.fs.lookup(parent, name);
-        if found.is_ok() && self.lean.looked_up_in_format(parent) {
+        if found.is_ok() && self.name_index.looked_up_in_format(parent) {
             self.index_dir(parent);
         }
         found
@@ -79,7 +79,7 @@ impl Server {
             self.fs.readdir(dir, 0, &mut sink)
         };
         match listed {
-            Ok(()) => self.lean.index(dir, names),
+            Ok(()) => self.name_index.index(dir, names),
             Err(e) => log::debug!("no index of directory {dir}: {e}"),
         }
     }
