@@ -27,6 +27,7 @@ pub mod records;
 pub mod server;
 pub mod supervise;
 
+pub use kernel::{Op, COUNTER_NAMES};
 pub use mount::{
     find_mount, mount, mount_table, unmount, MountConfig, MountError, MountInfo, MountMethod,
     Mounted, FS_TYPE, IMAGE_READ_AHEAD_KB,
@@ -34,7 +35,7 @@ pub use mount::{
 pub use options::{
     format_size, parse_size, strip_helper_defaults, MountFlags, MountOptions, OptionError,
 };
-pub use records::{Op, RequestCounts, EXTRA_NAMES};
+pub use records::{RequestCounts, EXTRA_NAMES};
 pub use server::convert::Overrides;
 pub use server::passthrough::Passthrough;
 pub use server::profile::{ImageKey, Profile, ProfileError};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::abi::{self, InitIn, InitOut, KERNEL_MINOR_VERSION, KERNEL_VERSION};
 use super::uring::Queues;
-use super::{Agreed, Dev, Handler, Op, Reply, Request};
+use super::{Agreed, Args, Dev, Handler, Reply, Request};
 
 /// Reads the kernel's INIT on `dev` and answers it with what `handler`
 /// takes. A kernel speaking another major version, or a minor older than
@@ -17,7 +17,7 @@ pub fn handshake(dev: &Dev, handler: &dyn Handler) -> io::Result<Agreed> {
     let n = dev.read(&mut buf)?;
     let req = Request::parse(&buf[..n])
         .map_err(|e| io::Error::other(format!("the kernel's first request is garbled: {e:?}")))?;
-    let Op::Init(init) = req.op else {
+    let Args::Init(init) = req.args else {
         return Err(io::Error::other(format!(
             "the kernel's first request is opcode {}, not INIT",
             req.header.opcode

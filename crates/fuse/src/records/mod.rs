@@ -15,7 +15,7 @@
 mod counts;
 pub mod published;
 
-pub use counts::{Op, RequestCounts, EXTRA_NAMES};
+pub use counts::{RequestCounts, EXTRA_NAMES};
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -12,7 +12,6 @@ use super::{next_listing, Server, DIRBUF, SCRATCH};
 use crate::kernel::abi::{self, dirent_type, fopen, InHeader};
 use crate::kernel::DirBuf;
 use crate::kernel::Reply;
-use crate::records::Op as Count;
 
 /// How long a READDIR waits for its reply being built ahead before it
 /// builds it itself (a bound only: a build takes well under a millisecond).
@@ -70,8 +69,6 @@ impl Server {
     }
 
     pub(super) fn open(&self, h: &InHeader, arg: &abi::OpenIn, reply: Reply<'_>) {
-        self.begin(Count::Open);
-        self.log(format_args!("open({}, {:#x})", h.nodeid, arg.flags));
         if self.cfg.read_only {
             // An image never changes under its mount, and the mount is
             // MS_RDONLY (the kernel refuses writable opens itself). ENOSYS
@@ -105,11 +102,6 @@ impl Server {
     }
 
     pub(super) fn create(&self, h: &InHeader, arg: &abi::CreateIn, name: &OsStr, reply: Reply<'_>) {
-        self.begin(Count::Create);
-        self.log(format_args!(
-            "create({}, {name:?}, {:o})",
-            h.nodeid, arg.mode
-        ));
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -149,11 +141,6 @@ impl Server {
     }
 
     pub(super) fn read(&self, h: &InHeader, arg: &abi::ReadIn, reply: Reply<'_>) {
-        self.begin(Count::Read);
-        self.log(format_args!(
-            "read({}, {}, {})",
-            h.nodeid, arg.offset, arg.size
-        ));
         let ino = self.ino(h.nodeid);
         if let Some(p) = &self.pusher {
             p.reading(ino);
@@ -178,13 +165,6 @@ impl Server {
     }
 
     pub(super) fn write(&self, h: &InHeader, arg: &abi::WriteIn, data: &[u8], reply: Reply<'_>) {
-        self.begin(Count::Write);
-        self.log(format_args!(
-            "write({}, {}, {})",
-            h.nodeid,
-            arg.offset,
-            data.len()
-        ));
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -232,7 +212,6 @@ impl Server {
     }
 
     pub(super) fn release(&self, h: &InHeader, arg: &abi::ReleaseIn, reply: Reply<'_>) {
-        self.begin(Count::Release);
         let ino = self.ino(h.nodeid);
         if let Some(p) = &self.cfg.passthrough {
             p.release(ino);
@@ -242,7 +221,6 @@ impl Server {
     }
 
     pub(super) fn fsync(&self, h: &InHeader, arg: &abi::FsyncIn, reply: Reply<'_>) {
-        self.begin(Count::Fsync);
         let r = self.fs.fsync(
             self.ino(h.nodeid),
             arg.fsync_flags & abi::FSYNC_FDATASYNC != 0,
@@ -251,7 +229,6 @@ impl Server {
     }
 
     pub(super) fn fallocate(&self, h: &InHeader, arg: &abi::FallocateIn, reply: Reply<'_>) {
-        self.begin(Count::Fallocate);
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -262,7 +239,6 @@ impl Server {
     }
 
     pub(super) fn lseek(&self, h: &InHeader, arg: &abi::LseekIn, reply: Reply<'_>) {
-        self.begin(Count::Lseek);
         match self
             .fs
             .lseek(self.ino(h.nodeid), arg.offset, arg.whence as i32)
@@ -272,9 +248,7 @@ impl Server {
         }
     }
 
-    pub(super) fn opendir(&self, h: &InHeader, reply: Reply<'_>) {
-        self.begin(Count::Opendir);
-        self.log(format_args!("opendir({})", h.nodeid));
+    pub(super) fn opendir(&self, reply: Reply<'_>) {
         // No format keeps anything per directory handle (listings resume
         // at cookies), so ENOSYS: the kernel stops sending OPENDIR and
         // RELEASEDIR, two round trips per directory read (`rm -rf` and
@@ -289,8 +263,6 @@ impl Server {
     }
 
     pub(super) fn readdir(&self, h: &InHeader, arg: &abi::ReadIn, reply: Reply<'_>) {
-        self.begin(Count::Readdir);
-        self.log(format_args!("readdir({}, {})", h.nodeid, arg.offset));
         let dir = self.ino(h.nodeid);
         let key = next_listing::Key {
             node: h.nodeid,
@@ -370,8 +342,6 @@ impl Server {
     }
 
     pub(super) fn readdirplus(&self, h: &InHeader, arg: &abi::ReadIn, reply: Reply<'_>) {
-        self.begin(Count::Readdirplus);
-        self.log(format_args!("readdirplus({}, {})", h.nodeid, arg.offset));
         let dir = self.ino(h.nodeid);
         let ttl = self.cfg.ttl;
         let dt_dir = dirent_type(libc::S_IFDIR);

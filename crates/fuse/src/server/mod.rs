@@ -1,7 +1,8 @@
 //! The server: answers the kernel's FUSE requests from a
-//! [`foliofs_vfs::FileSystem`]. This file holds its state, INIT, and the
-//! dispatch of each request to its handler: the name space and attributes
-//! (`names.rs`), file data and listings (`files.rs`).
+//! [`foliofs_vfs::FileSystem`]. This file holds its state and INIT;
+//! `dispatch.rs` counts and logs each request and hands it to its handler:
+//! the name space and attributes (`names.rs`), file data and listings
+//! (`files.rs`).
 //!
 //! Beside the handlers sit what only the server uses, kept here rather
 //! than at the crate's root so the root says what the crate does: how
@@ -14,6 +15,7 @@
 //! `next_listing.rs`, `lean.rs`, `name_index.rs`).
 
 pub(crate) mod convert;
+mod dispatch;
 mod files;
 mod ids;
 mod lean;
@@ -34,8 +36,8 @@ use std::time::Duration;
 use foliofs_vfs::{self as vfs, Attr, FileSystem, Ino, Scratch};
 
 use crate::kernel::abi::{self, init, InitIn};
-use crate::kernel::{Dev, DirBuf, Handler, Init, Op, Reply, Request};
-use crate::records::{Op as Count, RequestCounts};
+use crate::kernel::{Dev, DirBuf, Handler, Init, Reply, Request};
+use crate::records::RequestCounts;
 use convert::{entry_out, fuse_attr, Overrides};
 use ids::IdMap;
 use passthrough::Passthrough;
@@ -226,15 +228,6 @@ impl Server {
         self.dev.clone()
     }
 
-    /// Every request starts here: it is counted, and it keeps the polling
-    /// thread awake for the next one.
-    fn begin(&self, op: Count) {
-        self.requests.bump(op);
-        if let Some(s) = self.spin.get() {
-            s.touch();
-        }
-    }
-
     /// The reply giving the kernel inode `a` has been sent: a small file's
     /// data (or what the profile read of it) may follow it in.
     fn known(&self, a: &Attr) {
@@ -283,15 +276,6 @@ impl Server {
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e.errno()),
-        }
-    }
-
-    /// With `debug`, one line per request on stderr (the foreground
-    /// terminal, or the log file a background server was given), whatever
-    /// the log filter says: asking for it is the filter.
-    fn log(&self, what: std::fmt::Arguments<'_>) {
-        if self.cfg.debug {
-            eprintln!("foliofs: {what}");
         }
     }
 
@@ -372,102 +356,7 @@ impl Handler for Server {
     }
 
     fn handle(&self, req: Request<'_>, reply: Reply<'_>) {
-        let h = &req.header;
-        if h.unique & abi::UNIQUE_RESEND != 0 {
-            self.requests.resent();
-        }
-        match req.op {
-            Op::Lookup { name } => self.lookup(h, name, reply),
-            Op::Forget(n) => {
-                self.begin(Count::Forget);
-                self.fs.forget(self.ino(h.nodeid), n);
-                reply.none();
-            }
-            Op::BatchForget(list) => {
-                for f in list {
-                    self.begin(Count::Forget);
-                    self.fs.forget(self.ino(f.nodeid), f.nlookup);
-                }
-                reply.none();
-            }
-            Op::Getattr(_) => self.getattr(h, reply),
-            Op::Setattr(arg) => self.setattr(h, &arg, reply),
-            Op::Readlink => self.readlink(h, reply),
-            Op::Symlink { name, target } => self.symlink(h, name, target, reply),
-            Op::Mknod { arg, name } => self.mknod(h, &arg, name, reply),
-            Op::Mkdir { arg, name } => self.mkdir(h, &arg, name, reply),
-            Op::Unlink { name } => self.unlink(h, name, reply),
-            Op::Rmdir { name } => self.rmdir(h, name, reply),
-            Op::Rename {
-                newdir,
-                flags,
-                name,
-                newname,
-            } => self.rename(h, newdir, flags, name, newname, reply),
-            Op::Link { oldnodeid, newname } => self.link(h, oldnodeid, newname, reply),
-            Op::Open(arg) => self.open(h, &arg, reply),
-            Op::Read(arg) => self.read(h, &arg, reply),
-            Op::Write { arg, data } => self.write(h, &arg, data, reply),
-            Op::Statfs => self.statfs(reply),
-            Op::Release(arg) => self.release(h, &arg, reply),
-            Op::Fsync(arg) => self.fsync(h, &arg, reply),
-            Op::Setxattr { arg, name, value } => self.setxattr(h, &arg, name, value, reply),
-            Op::Getxattr { size, name } => self.getxattr(h, size, name, reply),
-            Op::Listxattr { size } => self.listxattr(h, size, reply),
-            Op::Removexattr { name } => self.removexattr(h, name, reply),
-            Op::Flush(_) => {
-                self.begin(Count::Flush);
-                // Nothing is buffered here between write(2) and close(2),
-                // and the kernel writes its own dirty pages back before it
-                // would ask. ENOSYS makes it stop sending a FLUSH round
-                // trip on every close.
-                reply.error(libc::ENOSYS)
-            }
-            Op::Opendir(_) => self.opendir(h, reply),
-            Op::Readdir(arg) => self.readdir(h, &arg, reply),
-            Op::Readdirplus(arg) => self.readdirplus(h, &arg, reply),
-            Op::Releasedir(_) => {
-                self.begin(Count::Releasedir);
-                reply.ok()
-            }
-            Op::Fsyncdir(_) => {
-                // ENOSYS, so the kernel stops asking (nothing of a
-                // directory is buffered between it and here).
-                self.begin(Count::Fsyncdir);
-                reply.error(libc::ENOSYS)
-            }
-            Op::Access(arg) => self.access(h, arg.mask, reply),
-            Op::Create { arg, name } => self.create(h, &arg, name, reply),
-            // Nothing here blocks long enough to be worth interrupting.
-            Op::Interrupt(_) => reply.none(),
-            Op::Fallocate(arg) => self.fallocate(h, &arg, reply),
-            Op::Lseek(arg) => self.lseek(h, &arg, reply),
-            Op::Init(_) => reply.error(libc::EPROTO),
-            Op::Destroy => reply.ok(),
-            Op::Other(code) => {
-                // Locks (the kernel keeps POSIX locks itself, local to this
-                // mount), ioctls (no file here has any: programs probe
-                // with them, Python asks every file whether it is a
-                // terminal, and ENOTTY is what a plain file answers), and
-                // what no format offers: ENOSYS, which most opcodes take as
-                // "never again".
-                match code {
-                    abi::opcode::IOCTL => {
-                        self.begin(Count::Ioctl);
-                        reply.error(libc::ENOTTY)
-                    }
-                    abi::opcode::GETLK | abi::opcode::SETLK | abi::opcode::SETLKW => {
-                        self.begin(Count::Other);
-                        reply.error(libc::ENOSYS)
-                    }
-                    _ => reply.error(libc::ENOSYS),
-                }
-            }
-            Op::Malformed(code) => {
-                log::warn!("a malformed request (opcode {code}): EINVAL");
-                reply.error(libc::EINVAL)
-            }
-        }
+        self.dispatch(req, reply);
     }
 
     fn destroy(&self) {
