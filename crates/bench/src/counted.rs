@@ -15,7 +15,7 @@ use crate::report::Row;
 use crate::rows::{progress, unavailable, Image};
 use crate::smallfiles::mount_id;
 use crate::Config;
-use foliofs_fuse::published::{self as mount_stats, Counts};
+use foliofs_fuse::records::published::{self as mount_stats, Counts};
 
 /// One row: a label, how to mount, and which image.
 pub(crate) struct Plan {

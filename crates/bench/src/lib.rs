@@ -6,7 +6,7 @@
 //! binary links it behind its default `bench` feature and hands it
 //! [`BenchArgs`]; [`run`] does the rest. It measures mounts through the
 //! same public surfaces anyone has: the mount table, the records and
-//! request counts a server publishes (`foliofs_fuse::published`), and the
+//! request counts a server publishes (`foliofs_fuse::records::published`), and the
 //! option grammar of each layer.
 
 mod bigdir;

@@ -282,6 +282,6 @@ fn remote_counts(dir: &Path) -> Option<(u64, u64)> {
         .into_iter()
         .rev()
         .find(|m| m.mountpoint == dir)?;
-    let c = foliofs_fuse::published::read_group_settled(m.mount_id, "remote")?;
+    let c = foliofs_fuse::records::published::read_group_settled(m.mount_id, "remote")?;
     Some((*c.get("bytes_fetched")?, *c.get("bytes_read")?))
 }

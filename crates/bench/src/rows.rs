@@ -106,7 +106,7 @@ pub(crate) fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
             fstype: "ramfs",
             opts,
         } if opts.split(',').any(|o| o == "passthrough")
-            && !foliofs_fuse::privilege::is_machine_root() =>
+            && !foliofs_fuse::mount::privilege::is_machine_root() =>
         {
             Some("needs root: FUSE passthrough takes backing files only from a server with CAP_SYS_ADMIN".into())
         }

@@ -6,11 +6,12 @@
 //! context switch. The same machine kind has measured 5.5 µs on one CPU
 //! and 118 µs across, so the bench records it beside the figures it
 //! explains.
+//!
+//! The ping-pong is the server's own (`foliofs_fuse::server::spin`, which
+//! measures whether polling pays with it), asleep in `read(2)` as a
+//! server thread is between requests.
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
-use std::time::Instant;
-
+use foliofs_fuse::server::spin::ping_pong;
 use serde::Serialize;
 
 /// Round trips per measurement (after a warm-up of a tenth as many).
@@ -30,8 +31,8 @@ impl Wakeup {
     pub fn measure() -> Wakeup {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         Wakeup {
-            same_cpu_us: ping_pong(0, 0),
-            cross_cpu_us: (cpus > 1).then(|| ping_pong(0, 1)).flatten(),
+            same_cpu_us: ping_pong(0, 0, false, TRIPS),
+            cross_cpu_us: (cpus > 1).then(|| ping_pong(0, 1, false, TRIPS)).flatten(),
         }
     }
 
@@ -44,43 +45,4 @@ impl Wakeup {
             f(self.cross_cpu_us)
         )
     }
-}
-
-fn pin(cpu: usize) -> bool {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(cpu).is_ok()
-        && nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).is_ok()
-}
-
-/// µs per round trip between a thread on `a` and one on `b` (both new
-/// threads: the caller's own affinity stays as it was).
-fn ping_pong(a: usize, b: usize) -> Option<f64> {
-    let (mut left, mut right) = UnixStream::pair().ok()?;
-    let echo = std::thread::spawn(move || -> Option<()> {
-        if !pin(b) {
-            return None;
-        }
-        let mut byte = [0u8; 1];
-        for _ in 0..TRIPS + TRIPS / 10 {
-            right.read_exact(&mut byte).ok()?;
-            right.write_all(&byte).ok()?;
-        }
-        Some(())
-    });
-    let ping = std::thread::spawn(move || -> Option<f64> {
-        let pinned = pin(a);
-        let mut byte = [7u8; 1];
-        let mut start = Instant::now();
-        for i in 0..TRIPS + TRIPS / 10 {
-            if i == TRIPS / 10 {
-                start = Instant::now();
-            }
-            left.write_all(&byte).ok()?;
-            left.read_exact(&mut byte).ok()?;
-        }
-        pinned.then(|| start.elapsed().as_secs_f64() * 1e6 / f64::from(TRIPS))
-    });
-    let result = ping.join().ok()?;
-    echo.join().ok()??;
-    result
 }

@@ -35,9 +35,9 @@ pub fn run(args: MountsArgs) -> anyhow::Result<i32> {
         .collect();
     let live: Vec<u64> = all.iter().map(|m| m.mount_id).collect();
     MountState::prune(&live);
-    foliofs_fuse::published::prune(&live);
+    foliofs_fuse::records::published::prune(&live);
     let uid = nix::unistd::getuid().as_raw();
-    let everyone = foliofs_fuse::privilege::has_cap_sys_admin();
+    let everyone = foliofs_fuse::mount::privilege::has_cap_sys_admin();
     let ours: Vec<_> = all
         .into_iter()
         .filter(|m| everyone || m.user_id() == Some(uid))
@@ -80,10 +80,10 @@ pub fn run(args: MountsArgs) -> anyhow::Result<i32> {
             opts
         )?;
         if args.stats {
-            let published = foliofs_fuse::published::read_all(m);
+            let published = foliofs_fuse::records::published::read_all(m);
             let counts = published
                 .as_ref()
-                .map(|(c, _)| match foliofs_fuse::published::line(c) {
+                .map(|(c, _)| match foliofs_fuse::records::published::line(c) {
                     l if l.is_empty() => "none".to_owned(),
                     l => l,
                 })

@@ -60,7 +60,7 @@ fn user_name(uid: u32) -> String {
 pub fn run(args: UmountArgs) -> anyhow::Result<i32> {
     let (path, m) = foliofs_mount(&args.mountpoint)?;
     let me = nix::unistd::getuid().as_raw();
-    if !foliofs_fuse::privilege::has_cap_sys_admin() {
+    if !foliofs_fuse::mount::privilege::has_cap_sys_admin() {
         if let Some(owner) = m.user_id().filter(|&o| o != me) {
             let who = if owner == 0 { "root" } else { "they or root" };
             bail!(

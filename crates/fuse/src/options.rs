@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use foliofs_vfs::options::{flag, required, size_value};
 
-use crate::spin::MAX_SPIN_US;
+use crate::server::spin::MAX_SPIN_US;
 
 // Sizes and ids are read by the rules every foliofs command shares, which
 // live in `foliofs_vfs::options` so that users without FUSE reach them too.
@@ -93,7 +93,7 @@ pub struct MountOptions {
     pub io_uring: Option<bool>,
     /// `supervise` / `nosupervise`: whether a supervisor holds the
     /// connection and starts a new server when one dies (see
-    /// [`crate::held`]); the mount command's default when `None`.
+    /// [`crate::supervise::held`]); the mount command's default when `None`.
     pub supervise: Option<bool>,
     /// `push=SIZE` / `nopush` (`Some(0)`): bytes an image mount may push
     /// into the kernel's page cache before they are read; the mount

@@ -62,7 +62,7 @@ pub struct MountArgs {
     #[arg(long, hide = true)]
     pub source_from_env: bool,
     /// Serve the connection a supervisor holds, as this description of
-    /// it says (see `foliofs_fuse::held`), instead of mounting.
+    /// it says (see `foliofs_fuse::supervise::held`), instead of mounting.
     #[arg(long, hide = true)]
     pub handoff: Option<String>,
     /// With `--handoff`: an earlier server served this mount.

@@ -54,8 +54,8 @@ const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// The remote counters of this process (bytes read and fetched, cache
 /// hits and misses, cached chunks found damaged, fetch errors, retries), published as group `remote`:
 /// one mount is one process, so the process's counters are the mount's.
-fn remote_gauge() -> foliofs_fuse::published::Gauge {
-    foliofs_fuse::published::Gauge {
+fn remote_gauge() -> foliofs_fuse::records::published::Gauge {
+    foliofs_fuse::records::published::Gauge {
         name: "remote",
         read: Box::new(|| {
             let r = foliofs_block::remote::stats();
@@ -78,8 +78,8 @@ fn remote_gauge() -> foliofs_fuse::published::Gauge {
 pub(super) fn gauges(
     source: &Path,
     opts: &MountOpts,
-    own: Option<foliofs_fuse::published::Gauge>,
-) -> Vec<foliofs_fuse::published::Gauge> {
+    own: Option<foliofs_fuse::records::published::Gauge>,
+) -> Vec<foliofs_fuse::records::published::Gauge> {
     let remote = is_remote(source) || opts.image.devices.iter().any(|d| is_remote(d));
     let mut gauges: Vec<_> = own.into_iter().collect();
     if remote {
@@ -147,7 +147,7 @@ pub(super) fn config(
     let io_uring = opts.fuse.io_uring == Some(true);
     let spin = opts.fuse.spin.unwrap_or_else(|| {
         if opened.writable && !io_uring {
-            let (window, why) = foliofs_fuse::spin::default_window();
+            let (window, why) = foliofs_fuse::server::spin::default_window();
             log::info!("polling for the next request: {window:?} ({why})");
             window
         } else {
@@ -299,8 +299,11 @@ pub(super) fn serve_mounted(
         log::warn!("cannot record the mount for `foliofs mounts`: {e}");
     }
     let gauges = gauges(source, opts, opened.gauge);
-    let stats =
-        foliofs_fuse::published::publish(info.mount_id, cfg.server.requests.clone(), gauges);
+    let stats = foliofs_fuse::records::published::publish(
+        info.mount_id,
+        cfg.server.requests.clone(),
+        gauges,
+    );
     if let Some(mut r) = ready {
         let _ = writeln!(r, "ready");
     }

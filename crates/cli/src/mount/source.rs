@@ -33,7 +33,7 @@ pub(super) struct Opened {
     /// kernel takes it, and whether the user asked for that by name.
     pub(super) passthrough: Option<(Arc<foliofs_fuse::Passthrough>, bool)>,
     /// Figures the mount publishes beside its request counts.
-    pub(super) gauge: Option<foliofs_fuse::published::Gauge>,
+    pub(super) gauge: Option<foliofs_fuse::records::published::Gauge>,
 }
 
 pub(super) fn open_source(fstype: &str, source: &Path, opts: &MountOpts) -> anyhow::Result<Opened> {
@@ -140,7 +140,7 @@ fn profiles(
     let budget = opts
         .fuse
         .push
-        .unwrap_or(foliofs_fuse::push::DEFAULT_PUSH_BUDGET);
+        .unwrap_or(foliofs_fuse::server::push::DEFAULT_PUSH_BUDGET);
     if opts.fuse.record.is_some() && opts.fuse.prefetch.is_some() {
         bail!("mount options `record=` and `prefetch=` go on different mounts: a replayed run reads less than it needs");
     }
@@ -244,7 +244,7 @@ fn open_ramfs(opts: &MountOpts) -> anyhow::Result<Opened> {
     let gauge = {
         let fs = fs.clone();
         let p = passthrough.as_ref().map(|(p, _)| p.clone());
-        foliofs_fuse::published::Gauge {
+        foliofs_fuse::records::published::Gauge {
             name: "ramfs",
             read: Box::new(move || {
                 let mut v = vec![("inodes_held", fs.inodes_held() as u64)];
@@ -333,9 +333,9 @@ fn ramfs_with_data_path(
         return Ok(foliofs_ramfs::RamFs::new(ro));
     } else if opts.fuse.writeback {
         Some("the kernel passes no file through while it caches writes (`writeback`)".to_owned())
-    } else if !foliofs_fuse::privilege::kernel_at_least(6, 9) {
+    } else if !foliofs_fuse::mount::privilege::kernel_at_least(6, 9) {
         Some("FUSE passthrough needs Linux 6.9 or later".to_owned())
-    } else if !foliofs_fuse::privilege::is_machine_root() {
+    } else if !foliofs_fuse::mount::privilege::is_machine_root() {
         Some(
             "FUSE passthrough needs CAP_SYS_ADMIN of the machine: the kernel lets only such a server hand it backing files (a user's ramfs keeps its files in the server)"
                 .to_owned(),

@@ -4,7 +4,7 @@
 //! server that dies, by a bug, the OOM killer or `kill -9`, is replaced
 //! and the kernel resends what it was working on, so readers see their
 //! reads complete; SIGUSR1 (`foliofs takeover`) replaces a live server
-//! with one from the binary on disk now. See `foliofs_fuse::held` and
+//! with one from the binary on disk now. See `foliofs_fuse::supervise::held` and
 //! `foliofs_fuse::supervise`.
 
 use std::fs::File;
@@ -155,7 +155,7 @@ pub(super) fn run(
     ready: Option<File>,
 ) -> anyhow::Result<i32> {
     let exe = std::env::current_exe().context("cannot find the foliofs binary")?;
-    let held = match foliofs_fuse::held::hold(&held_config(args, source, opts)) {
+    let held = match foliofs_fuse::supervise::held::hold(&held_config(args, source, opts)) {
         Ok(h) => h,
         Err(e) => return report_failure(ready, mount_failure(e, &args.mountpoint)),
     };

@@ -9,7 +9,7 @@ use anyhow::Context;
 use super::SOURCE_ENV;
 
 /// Starts `foliofs watch-mount` for the mount `info`: it detaches the mount
-/// once this process is gone (see `foliofs_fuse::watch`). Returns the
+/// once this process is gone (see `foliofs_fuse::mount::watch`). Returns the
 /// descriptor to keep open until then.
 pub(super) fn spawn_watcher(info: &foliofs_fuse::MountInfo) -> anyhow::Result<OwnedFd> {
     let exe = std::env::current_exe().context("cannot find the foliofs binary")?;
@@ -23,7 +23,8 @@ pub(super) fn spawn_watcher(info: &foliofs_fuse::MountInfo) -> anyhow::Result<Ow
     .arg(&info.mountpoint)
     // The watcher has no use for the source.
     .env_remove(SOURCE_ENV);
-    let (_child, wr) = foliofs_fuse::watch::spawn(cmd).context("cannot start the watcher")?;
+    let (_child, wr) =
+        foliofs_fuse::mount::watch::spawn(cmd).context("cannot start the watcher")?;
     Ok(wr)
 }
 
@@ -39,7 +40,7 @@ pub struct WatchArgs {
     pub fd: i32,
 }
 
-/// The watcher's body: `foliofs_fuse::watch::wait_and_detach`.
+/// The watcher's body: `foliofs_fuse::mount::watch::wait_and_detach`.
 pub fn watch(args: WatchArgs) -> anyhow::Result<i32> {
     // SAFETY: the server passed this descriptor for our exclusive use and
     // nothing else in this process owns it.
@@ -47,7 +48,7 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<i32> {
     // A session of its own: a signal to the server's process group or
     // session does not take it along.
     let _ = nix::unistd::setsid();
-    foliofs_fuse::watch::wait_and_detach(fd, args.mount_id, &args.mountpoint)
+    foliofs_fuse::mount::watch::wait_and_detach(fd, args.mount_id, &args.mountpoint)
         .with_context(|| format!("auto_unmount of {}", args.mountpoint.display()))?;
     Ok(0)
 }

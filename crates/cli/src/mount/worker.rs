@@ -23,7 +23,7 @@ pub(super) fn serve(
     handoff: &str,
     ready: Option<File>,
 ) -> anyhow::Result<i32> {
-    let handoff = match foliofs_fuse::held::Handoff::parse(handoff) {
+    let handoff = match foliofs_fuse::supervise::held::Handoff::parse(handoff) {
         Ok(h) => h,
         Err(e) => return super::report_failure(ready, e.into()),
     };
@@ -40,11 +40,11 @@ pub(super) fn serve(
         cfg.server.profile = None;
     }
     let mount_id = handoff.mount_id();
-    let mounted = match foliofs_fuse::held::resume(opened.fs.clone(), &cfg, handoff) {
+    let mounted = match foliofs_fuse::supervise::held::resume(opened.fs.clone(), &cfg, handoff) {
         Ok(m) => m,
         Err(e) => return super::report_failure(ready, e.into()),
     };
-    let stats = foliofs_fuse::published::publish(
+    let stats = foliofs_fuse::records::published::publish(
         mount_id,
         cfg.server.requests.clone(),
         gauges(source, opts, opened.gauge),

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use foliofs_fuse::spin::cpu_stall_us;
+use foliofs_fuse::server::spin::cpu_stall_us;
 
 use crate::common::{self, server_pid, user_command, Mount, TEST_USER};
 
@@ -51,7 +51,7 @@ impl Seen {
     /// too busy (the server stops polling past `PRESSURE_LIMIT`, and other
     /// tests may share the machine).
     fn polled_or_busy(&self, what: &str) -> bool {
-        if !self.polled && self.pressure > foliofs_fuse::spin::PRESSURE_LIMIT / 2.0 {
+        if !self.polled && self.pressure > foliofs_fuse::server::spin::PRESSURE_LIMIT / 2.0 {
             eprintln!(
                 "{what}: did not poll, with CPU pressure {:.2} (other work on the machine)",
                 self.pressure

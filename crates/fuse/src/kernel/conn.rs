@@ -6,62 +6,8 @@ use std::io;
 use std::sync::Arc;
 
 use super::abi::{self, InitIn, InitOut, KERNEL_MINOR_VERSION, KERNEL_VERSION};
-use super::{Dev, Op, Reply, Request};
-
-/// What serves a connection's requests.
-pub trait Handler: Send + Sync + 'static {
-    /// Chooses the INIT reply's flags and limits from what the kernel
-    /// offers (`offered`: `flags`, and `flags2` above bit 32).
-    fn init(&self, offered: u64, init: &InitIn) -> Init;
-
-    /// Answers one request (INIT is answered by the handshake).
-    fn handle(&self, req: Request<'_>, reply: Reply<'_>);
-
-    /// The connection is gone: the file system was unmounted.
-    fn destroy(&self) {}
-}
-
-/// A server's side of INIT.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Init {
-    /// The flags taken, among those offered.
-    pub flags: u64,
-    /// Readahead in bytes (it can only lower the kernel's).
-    pub max_readahead: u32,
-    /// Largest request in pages (`FUSE_MAX_PAGES`); also the largest
-    /// WRITE, `max_pages * 4096` bytes.
-    pub max_pages: u16,
-    /// Background requests (readahead, async reads) in flight at most.
-    pub max_background: u16,
-    /// Background requests beyond which the kernel counts the connection
-    /// as congested.
-    pub congestion_threshold: u16,
-    /// Stack depth of backing files (passthrough); 0 without.
-    pub max_stack_depth: u32,
-}
-
-/// What the handshake agreed on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Agreed {
-    /// The protocol's minor version.
-    pub minor: u32,
-    /// The flags in force: what the server took of the kernel's offer.
-    pub flags: u64,
-    /// The largest WRITE, in bytes.
-    pub max_write: u32,
-    /// What the kernel offered (`HAS_RESEND` among them says whether it
-    /// can resend the requests a dead server took).
-    pub offered: u64,
-}
-
-impl Agreed {
-    /// The size of a buffer that holds any request: the largest write, its
-    /// header and arguments, rounded up to a page, and never under the
-    /// kernel's minimum.
-    pub fn buffer_size(&self) -> usize {
-        (self.max_write as usize + 4096).max(abi::MIN_READ_BUFFER)
-    }
-}
+use super::uring::Queues;
+use super::{Agreed, Args, Dev, Handler, Reply, Request};
 
 /// Reads the kernel's INIT on `dev` and answers it with what `handler`
 /// takes. A kernel speaking another major version, or a minor older than
@@ -71,7 +17,7 @@ pub fn handshake(dev: &Dev, handler: &dyn Handler) -> io::Result<Agreed> {
     let n = dev.read(&mut buf)?;
     let req = Request::parse(&buf[..n])
         .map_err(|e| io::Error::other(format!("the kernel's first request is garbled: {e:?}")))?;
-    let Op::Init(init) = req.op else {
+    let Args::Init(init) = req.args else {
         return Err(io::Error::other(format!(
             "the kernel's first request is opcode {}, not INIT",
             req.header.opcode
@@ -139,7 +85,7 @@ pub fn resume(handler: &dyn Handler, agreed: Agreed) {
 pub fn serve(
     main: Arc<Dev>,
     others: Vec<Dev>,
-    queues: Option<super::uring::Queues>,
+    queues: Option<Queues>,
     handler: Arc<dyn Handler>,
     agreed: Agreed,
 ) -> io::Result<()> {

@@ -1,6 +1,7 @@
 //! The FUSE protocol, spoken over `/dev/fuse` by the project's own code
 //! rather than a library's: what the kernel sends and takes is in
-//! [`abi`]; [`Request`] parses a request, [`Reply`] answers it once;
+//! [`abi`]; [`Op`] names every operation once (opcode, name, counter);
+//! [`Request`] parses a request, [`Reply`] answers it once;
 //! [`Dev`] reads, writes, clones the connection and registers backing
 //! files; [`conn`] negotiates INIT and runs the server threads.
 //!
@@ -13,11 +14,15 @@ pub mod abi;
 pub mod conn;
 mod dev;
 mod dirbuf;
+mod handler;
+mod op;
 mod reply;
 mod request;
 pub mod uring;
 
 pub use dev::Dev;
 pub use dirbuf::DirBuf;
+pub use handler::{Agreed, Handler, Init};
+pub use op::{Op, COUNTER_NAMES};
 pub use reply::Reply;
-pub use request::{Op, Request};
+pub use request::{Args, Request};

@@ -1,5 +1,6 @@
-//! One request from the kernel, parsed: its header and its operation with
-//! the operation's arguments, borrowed from the buffer it was read into.
+//! One request from the kernel, parsed: its header, its operation (see
+//! `op.rs`) and the operation's arguments, borrowed from the buffer it was
+//! read into.
 //!
 //! The kernel is trusted to send well-formed requests, but a short or
 //! garbled one is still answered (`EINVAL` or `ENOSYS`), never a panic.
@@ -9,20 +10,24 @@ use std::os::unix::ffi::OsStrExt;
 
 use zerocopy::FromBytes;
 
-use super::abi::{self, opcode, InHeader};
+use super::abi::{self, InHeader};
+use super::Op;
 
 /// A parsed request.
 #[derive(Debug)]
 pub struct Request<'a> {
     pub header: InHeader,
-    pub op: Op<'a>,
+    /// The operation; `None` for an opcode foliofs does not know.
+    pub op: Option<Op>,
+    pub args: Args<'a>,
 }
 
-/// What the kernel asks, with its arguments (parsed in full; the server
-/// takes what it needs).
+/// The arguments of a request, by the operation that takes them (parsed
+/// in full; the server takes what it needs). RENAME and RENAME2 both give
+/// [`Args::Rename`].
 #[derive(Debug)]
 #[allow(dead_code)]
-pub enum Op<'a> {
+pub enum Args<'a> {
     Init(abi::InitIn),
     Destroy,
     Lookup {
@@ -99,12 +104,13 @@ pub enum Op<'a> {
     Interrupt(abi::InterruptIn),
     Fallocate(abi::FallocateIn),
     Lseek(abi::LseekIn),
-    /// Anything else: answered `ENOSYS`, which most opcodes take as "never
-    /// again" (locks, ioctls, polls, bmap, copy_file_range, statx, tmpfile,
-    /// syncfs ...).
-    Other(u32),
+    /// An operation whose arguments nobody reads (locks, ioctls, polls,
+    /// bmap, copy_file_range, statx, tmpfile, syncfs), or an opcode not
+    /// known: answered by its operation alone, mostly `ENOSYS`, which most
+    /// opcodes take as "never again".
+    Other,
     /// Too short for its opcode.
-    Malformed(u32),
+    Malformed,
 }
 
 /// Why a buffer is not a request at all.
@@ -136,8 +142,9 @@ impl<'a> Request<'a> {
         // Extensions (security contexts, supplementary groups) follow the
         // arguments only where INIT asked for them, which it never does.
         let body = &buf[size_of::<InHeader>()..len];
-        let op = Self::op(header.opcode, body).unwrap_or(Op::Malformed(header.opcode));
-        Ok(Request { header, op })
+        let op = Op::from_code(header.opcode);
+        let args = Self::args(op, body).unwrap_or(Args::Malformed);
+        Ok(Request { header, op, args })
     }
 
     /// Parses a request whose header and argument bytes come apart, as an
@@ -152,64 +159,73 @@ impl<'a> Request<'a> {
         // Names and data follow the fixed arguments; rejoin them so one
         // parser serves both transports (requests with a payload are
         // short, but for WRITE, whose data stays where it is).
-        let op = if header.opcode == opcode::WRITE {
-            arg::<abi::WriteIn>(fixed)
-                .map(|(arg, _)| {
-                    let n = (arg.size as usize).min(payload.len());
-                    Op::Write {
-                        arg,
-                        data: &payload[..n],
-                    }
-                })
-                .unwrap_or(Op::Malformed(header.opcode))
+        let op = Op::from_code(header.opcode);
+        let args = if op == Some(Op::Write) {
+            arg::<abi::WriteIn>(fixed).map(|(arg, _)| {
+                let n = (arg.size as usize).min(payload.len());
+                Args::Write {
+                    arg,
+                    data: &payload[..n],
+                }
+            })
         } else {
             scratch.clear();
             scratch.extend_from_slice(fixed);
             scratch.extend_from_slice(payload);
-            Self::op(header.opcode, scratch).unwrap_or(Op::Malformed(header.opcode))
+            Self::args(op, scratch)
         };
-        Request { header, op }
+        Request {
+            header,
+            op,
+            args: args.unwrap_or(Args::Malformed),
+        }
     }
 
     /// The bytes of an opcode's fixed arguments, as an io_uring entry's
     /// per-opcode area holds them (0 for opcodes whose arguments are all
     /// names or data).
-    pub fn fixed_size(op: u32) -> usize {
+    pub fn fixed_size(code: u32) -> usize {
+        let Some(op) = Op::from_code(code) else {
+            return 0;
+        };
         match op {
-            opcode::INIT => size_of::<abi::InitIn>(),
-            opcode::FORGET => size_of::<abi::ForgetIn>(),
-            opcode::BATCH_FORGET => size_of::<abi::BatchForgetIn>(),
-            opcode::GETATTR => size_of::<abi::GetattrIn>(),
-            opcode::SETATTR => size_of::<abi::SetattrIn>(),
-            opcode::MKNOD => size_of::<abi::MknodIn>(),
-            opcode::MKDIR => size_of::<abi::MkdirIn>(),
-            opcode::RENAME => size_of::<abi::RenameIn>(),
-            opcode::RENAME2 => size_of::<abi::Rename2In>(),
-            opcode::LINK => size_of::<abi::LinkIn>(),
-            opcode::OPEN | opcode::OPENDIR => size_of::<abi::OpenIn>(),
-            opcode::READ | opcode::READDIR | opcode::READDIRPLUS => size_of::<abi::ReadIn>(),
-            opcode::WRITE => size_of::<abi::WriteIn>(),
-            opcode::RELEASE | opcode::RELEASEDIR => size_of::<abi::ReleaseIn>(),
-            opcode::FSYNC | opcode::FSYNCDIR => size_of::<abi::FsyncIn>(),
-            opcode::SETXATTR => size_of::<abi::SetxattrIn>(),
-            opcode::GETXATTR | opcode::LISTXATTR => size_of::<abi::GetxattrIn>(),
-            opcode::FLUSH => size_of::<abi::FlushIn>(),
-            opcode::ACCESS => size_of::<abi::AccessIn>(),
-            opcode::CREATE => size_of::<abi::CreateIn>(),
-            opcode::INTERRUPT => size_of::<abi::InterruptIn>(),
-            opcode::FALLOCATE => size_of::<abi::FallocateIn>(),
-            opcode::LSEEK => size_of::<abi::LseekIn>(),
+            Op::Init => size_of::<abi::InitIn>(),
+            Op::Forget => size_of::<abi::ForgetIn>(),
+            Op::BatchForget => size_of::<abi::BatchForgetIn>(),
+            Op::Getattr => size_of::<abi::GetattrIn>(),
+            Op::Setattr => size_of::<abi::SetattrIn>(),
+            Op::Mknod => size_of::<abi::MknodIn>(),
+            Op::Mkdir => size_of::<abi::MkdirIn>(),
+            Op::Rename => size_of::<abi::RenameIn>(),
+            Op::Rename2 => size_of::<abi::Rename2In>(),
+            Op::Link => size_of::<abi::LinkIn>(),
+            Op::Open | Op::Opendir => size_of::<abi::OpenIn>(),
+            Op::Read | Op::Readdir | Op::Readdirplus => size_of::<abi::ReadIn>(),
+            Op::Write => size_of::<abi::WriteIn>(),
+            Op::Release | Op::Releasedir => size_of::<abi::ReleaseIn>(),
+            Op::Fsync | Op::Fsyncdir => size_of::<abi::FsyncIn>(),
+            Op::Setxattr => size_of::<abi::SetxattrIn>(),
+            Op::Getxattr | Op::Listxattr => size_of::<abi::GetxattrIn>(),
+            Op::Flush => size_of::<abi::FlushIn>(),
+            Op::Access => size_of::<abi::AccessIn>(),
+            Op::Create => size_of::<abi::CreateIn>(),
+            Op::Interrupt => size_of::<abi::InterruptIn>(),
+            Op::Fallocate => size_of::<abi::FallocateIn>(),
+            Op::Lseek => size_of::<abi::LseekIn>(),
             _ => 0,
         }
     }
 
-    fn op(code: u32, b: &'a [u8]) -> Option<Op<'a>> {
-        Some(match code {
-            opcode::INIT => Op::Init(arg(b)?.0),
-            opcode::DESTROY => Op::Destroy,
-            opcode::LOOKUP => Op::Lookup { name: name(b)?.0 },
-            opcode::FORGET => Op::Forget(arg::<abi::ForgetIn>(b)?.0.nlookup),
-            opcode::BATCH_FORGET => {
+    fn args(op: Option<Op>, b: &'a [u8]) -> Option<Args<'a>> {
+        let Some(op) = op else {
+            return Some(Args::Other);
+        };
+        Some(match op {
+            Op::Init => Args::Init(arg(b)?.0),
+            Op::Destroy => Args::Destroy,
+            Op::Lookup => Args::Lookup { name: name(b)?.0 },
+            Op::Forget => Args::Forget(arg::<abi::ForgetIn>(b)?.0.nlookup),
+            Op::BatchForget => {
                 let (head, mut rest) = arg::<abi::BatchForgetIn>(b)?;
                 let mut v = Vec::with_capacity((head.count as usize).min(rest.len() / 16));
                 for _ in 0..head.count {
@@ -217,112 +233,121 @@ impl<'a> Request<'a> {
                     v.push(one);
                     rest = r;
                 }
-                Op::BatchForget(v)
+                Args::BatchForget(v)
             }
-            opcode::GETATTR => Op::Getattr(arg(b)?.0),
-            opcode::SETATTR => Op::Setattr(arg(b)?.0),
-            opcode::READLINK => Op::Readlink,
-            opcode::SYMLINK => {
+            Op::Getattr => Args::Getattr(arg(b)?.0),
+            Op::Setattr => Args::Setattr(arg(b)?.0),
+            Op::Readlink => Args::Readlink,
+            Op::Symlink => {
                 let (name, rest) = name(b)?;
                 let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
-                Op::Symlink {
+                Args::Symlink {
                     name,
                     target: &rest[..end],
                 }
             }
-            opcode::MKNOD => {
+            Op::Mknod => {
                 let (arg, rest) = arg(b)?;
-                Op::Mknod {
+                Args::Mknod {
                     arg,
                     name: name(rest)?.0,
                 }
             }
-            opcode::MKDIR => {
+            Op::Mkdir => {
                 let (arg, rest) = arg(b)?;
-                Op::Mkdir {
+                Args::Mkdir {
                     arg,
                     name: name(rest)?.0,
                 }
             }
-            opcode::UNLINK => Op::Unlink { name: name(b)?.0 },
-            opcode::RMDIR => Op::Rmdir { name: name(b)?.0 },
-            opcode::RENAME => {
+            Op::Unlink => Args::Unlink { name: name(b)?.0 },
+            Op::Rmdir => Args::Rmdir { name: name(b)?.0 },
+            Op::Rename => {
                 let (a, rest) = arg::<abi::RenameIn>(b)?;
                 let (n, rest) = name(rest)?;
-                Op::Rename {
+                Args::Rename {
                     newdir: a.newdir,
                     flags: 0,
                     name: n,
                     newname: name(rest)?.0,
                 }
             }
-            opcode::RENAME2 => {
+            Op::Rename2 => {
                 let (a, rest) = arg::<abi::Rename2In>(b)?;
                 let (n, rest) = name(rest)?;
-                Op::Rename {
+                Args::Rename {
                     newdir: a.newdir,
                     flags: a.flags,
                     name: n,
                     newname: name(rest)?.0,
                 }
             }
-            opcode::LINK => {
+            Op::Link => {
                 let (a, rest) = arg::<abi::LinkIn>(b)?;
-                Op::Link {
+                Args::Link {
                     oldnodeid: a.oldnodeid,
                     newname: name(rest)?.0,
                 }
             }
-            opcode::OPEN => Op::Open(arg(b)?.0),
-            opcode::READ => Op::Read(arg(b)?.0),
-            opcode::WRITE => {
+            Op::Open => Args::Open(arg(b)?.0),
+            Op::Read => Args::Read(arg(b)?.0),
+            Op::Write => {
                 let (arg, rest) = arg::<abi::WriteIn>(b)?;
-                Op::Write {
+                Args::Write {
                     data: rest.get(..arg.size as usize)?,
                     arg,
                 }
             }
-            opcode::STATFS => Op::Statfs,
-            opcode::RELEASE => Op::Release(arg(b)?.0),
-            opcode::FSYNC => Op::Fsync(arg(b)?.0),
-            opcode::SETXATTR => {
+            Op::Statfs => Args::Statfs,
+            Op::Release => Args::Release(arg(b)?.0),
+            Op::Fsync => Args::Fsync(arg(b)?.0),
+            Op::Setxattr => {
                 let (arg, rest) = arg::<abi::SetxattrIn>(b)?;
                 let (name, rest) = name(rest)?;
-                Op::Setxattr {
+                Args::Setxattr {
                     value: rest.get(..arg.size as usize)?,
                     arg,
                     name,
                 }
             }
-            opcode::GETXATTR => {
+            Op::Getxattr => {
                 let (a, rest) = arg::<abi::GetxattrIn>(b)?;
-                Op::Getxattr {
+                Args::Getxattr {
                     size: a.size,
                     name: name(rest)?.0,
                 }
             }
-            opcode::LISTXATTR => Op::Listxattr {
+            Op::Listxattr => Args::Listxattr {
                 size: arg::<abi::GetxattrIn>(b)?.0.size,
             },
-            opcode::REMOVEXATTR => Op::Removexattr { name: name(b)?.0 },
-            opcode::FLUSH => Op::Flush(arg(b)?.0),
-            opcode::OPENDIR => Op::Opendir(arg(b)?.0),
-            opcode::READDIR => Op::Readdir(arg(b)?.0),
-            opcode::READDIRPLUS => Op::Readdirplus(arg(b)?.0),
-            opcode::RELEASEDIR => Op::Releasedir(arg(b)?.0),
-            opcode::FSYNCDIR => Op::Fsyncdir(arg(b)?.0),
-            opcode::ACCESS => Op::Access(arg(b)?.0),
-            opcode::CREATE => {
+            Op::Removexattr => Args::Removexattr { name: name(b)?.0 },
+            Op::Flush => Args::Flush(arg(b)?.0),
+            Op::Opendir => Args::Opendir(arg(b)?.0),
+            Op::Readdir => Args::Readdir(arg(b)?.0),
+            Op::Readdirplus => Args::Readdirplus(arg(b)?.0),
+            Op::Releasedir => Args::Releasedir(arg(b)?.0),
+            Op::Fsyncdir => Args::Fsyncdir(arg(b)?.0),
+            Op::Access => Args::Access(arg(b)?.0),
+            Op::Create => {
                 let (arg, rest) = arg(b)?;
-                Op::Create {
+                Args::Create {
                     arg,
                     name: name(rest)?.0,
                 }
             }
-            opcode::INTERRUPT => Op::Interrupt(arg(b)?.0),
-            opcode::FALLOCATE => Op::Fallocate(arg(b)?.0),
-            opcode::LSEEK => Op::Lseek(arg(b)?.0),
-            other => Op::Other(other),
+            Op::Interrupt => Args::Interrupt(arg(b)?.0),
+            Op::Fallocate => Args::Fallocate(arg(b)?.0),
+            Op::Lseek => Args::Lseek(arg(b)?.0),
+            Op::Getlk
+            | Op::Setlk
+            | Op::Setlkw
+            | Op::Ioctl
+            | Op::Bmap
+            | Op::Poll
+            | Op::CopyFileRange
+            | Op::Syncfs
+            | Op::Tmpfile
+            | Op::Statx => Args::Other,
         })
     }
 }
@@ -348,10 +373,10 @@ mod tests {
 
     #[test]
     fn names_and_arguments_are_split_as_the_kernel_lays_them_out() {
-        let buf = request(opcode::LOOKUP, b"hello\0");
+        let buf = request(Op::Lookup.code(), b"hello\0");
         let r = Request::parse(&buf).unwrap();
         assert_eq!(r.header.unique, 7);
-        assert!(matches!(r.op, Op::Lookup { name } if name == "hello"));
+        assert!(matches!(r.args, Args::Lookup { name } if name == "hello"));
 
         let mut body = abi::Rename2In {
             newdir: 9,
@@ -361,10 +386,10 @@ mod tests {
         .as_bytes()
         .to_vec();
         body.extend_from_slice(b"a\0bb\0");
-        let buf = request(opcode::RENAME2, &body);
+        let buf = request(Op::Rename2.code(), &body);
         let r = Request::parse(&buf).unwrap();
         assert!(
-            matches!(r.op, Op::Rename { newdir: 9, flags: 2, name, newname }
+            matches!(r.args, Args::Rename { newdir: 9, flags: 2, name, newname }
             if name == "a" && newname == "bb")
         );
 
@@ -376,38 +401,38 @@ mod tests {
         .as_bytes()
         .to_vec();
         body.extend_from_slice(b"xyz");
-        let buf = request(opcode::WRITE, &body);
+        let buf = request(Op::Write.code(), &body);
         let r = Request::parse(&buf).unwrap();
-        assert!(matches!(r.op, Op::Write { arg, data } if arg.offset == 100 && data == b"xyz"));
+        assert!(matches!(r.args, Args::Write { arg, data } if arg.offset == 100 && data == b"xyz"));
     }
 
     #[test]
     fn short_or_unknown_requests_are_answerable() {
         assert_eq!(Request::parse(&[0u8; 10]).unwrap_err(), ParseError::Short);
-        let mut buf = request(opcode::LOOKUP, b"x\0");
+        let mut buf = request(Op::Lookup.code(), b"x\0");
         buf[0] = 200; // longer than the buffer
         assert_eq!(Request::parse(&buf).unwrap_err(), ParseError::Short);
-        let buf = request(opcode::LOOKUP, b"no terminator");
+        let buf = request(Op::Lookup.code(), b"no terminator");
         assert!(matches!(
-            Request::parse(&buf).unwrap().op,
-            Op::Malformed(opcode::LOOKUP)
+            Request::parse(&buf).unwrap().args,
+            Args::Malformed
         ));
-        let buf = request(opcode::GETATTR, &[0u8; 4]);
+        let buf = request(Op::Getattr.code(), &[0u8; 4]);
         assert!(matches!(
-            Request::parse(&buf).unwrap().op,
-            Op::Malformed(opcode::GETATTR)
+            Request::parse(&buf).unwrap().args,
+            Args::Malformed
         ));
         let buf = request(31337, b"");
-        assert!(matches!(Request::parse(&buf).unwrap().op, Op::Other(31337)));
+        assert!(matches!(Request::parse(&buf).unwrap().args, Args::Other));
         // A write whose data is shorter than it says.
         let body = abi::WriteIn {
             size: 10,
             ..Default::default()
         };
-        let buf = request(opcode::WRITE, body.as_bytes());
+        let buf = request(Op::Write.code(), body.as_bytes());
         assert!(matches!(
-            Request::parse(&buf).unwrap().op,
-            Op::Malformed(opcode::WRITE)
+            Request::parse(&buf).unwrap().args,
+            Args::Malformed
         ));
     }
 
@@ -425,9 +450,9 @@ mod tests {
                 .as_bytes(),
             );
         }
-        let buf = request(opcode::BATCH_FORGET, &body);
-        match Request::parse(&buf).unwrap().op {
-            Op::BatchForget(v) => {
+        let buf = request(Op::BatchForget.code(), &body);
+        match Request::parse(&buf).unwrap().args {
+            Args::BatchForget(v) => {
                 assert_eq!(v.len(), 2);
                 assert_eq!((v[1].nodeid, v[1].nlookup), (6, 3));
             }
@@ -439,10 +464,10 @@ mod tests {
             count: u32::MAX,
             dummy: 0,
         };
-        let buf = request(opcode::BATCH_FORGET, body.as_bytes());
+        let buf = request(Op::BatchForget.code(), body.as_bytes());
         assert!(matches!(
-            Request::parse(&buf).unwrap().op,
-            Op::Malformed(opcode::BATCH_FORGET)
+            Request::parse(&buf).unwrap().args,
+            Args::Malformed
         ));
     }
 }

@@ -26,9 +26,8 @@ use io_uring::{opcode, squeue, types, IoUring};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::{InHeader, OutHeader, UringCmdReq, UringEntInOut, URING_HEADER_AREA};
-use super::conn::{Agreed, Handler};
 use super::reply::Sink;
-use super::{Dev, Reply, Request};
+use super::{Agreed, Dev, Handler, Reply, Request};
 
 /// Entries per queue: requests one CPU may have in flight at once (a
 /// caller waits for its own; readahead and async reads add a few).

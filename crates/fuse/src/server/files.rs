@@ -6,17 +6,16 @@ use std::ffi::OsStr;
 
 use foliofs_vfs::{self as vfs, Error, Ino};
 
-use super::{listing, Server, DIRBUF, SCRATCH};
-use crate::convert::ctx;
+use super::convert::ctx;
+use super::passthrough::PassedOpen;
+use super::{next_listing, Server, DIRBUF, SCRATCH};
 use crate::kernel::abi::{self, dirent_type, fopen, InHeader};
 use crate::kernel::DirBuf;
 use crate::kernel::Reply;
-use crate::passthrough::PassedOpen;
-use crate::stats::Op as Count;
 
 /// How long a READDIR waits for its reply being built ahead before it
 /// builds it itself (a bound only: a build takes well under a millisecond).
-const LISTING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+const NEXT_LISTING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Server {
     /// Flags for a file opened with open(2) flags `flags`.
@@ -56,7 +55,7 @@ impl Server {
         };
         let dev = self.dev.get()?;
         p.open(ino, !privileged, || {
-            crate::passthrough::BackingId::open(dev, &file)
+            super::passthrough::BackingId::open(dev, &file)
         })
     }
 
@@ -70,8 +69,6 @@ impl Server {
     }
 
     pub(super) fn open(&self, h: &InHeader, arg: &abi::OpenIn, reply: Reply<'_>) {
-        self.begin(Count::Open);
-        self.log(format_args!("open({}, {:#x})", h.nodeid, arg.flags));
         if self.cfg.read_only {
             // An image never changes under its mount, and the mount is
             // MS_RDONLY (the kernel refuses writable opens itself). ENOSYS
@@ -105,11 +102,6 @@ impl Server {
     }
 
     pub(super) fn create(&self, h: &InHeader, arg: &abi::CreateIn, name: &OsStr, reply: Reply<'_>) {
-        self.begin(Count::Create);
-        self.log(format_args!(
-            "create({}, {name:?}, {:o})",
-            h.nodeid, arg.mode
-        ));
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -149,11 +141,6 @@ impl Server {
     }
 
     pub(super) fn read(&self, h: &InHeader, arg: &abi::ReadIn, reply: Reply<'_>) {
-        self.begin(Count::Read);
-        self.log(format_args!(
-            "read({}, {}, {})",
-            h.nodeid, arg.offset, arg.size
-        ));
         let ino = self.ino(h.nodeid);
         if let Some(p) = &self.pusher {
             p.reading(ino);
@@ -178,13 +165,6 @@ impl Server {
     }
 
     pub(super) fn write(&self, h: &InHeader, arg: &abi::WriteIn, data: &[u8], reply: Reply<'_>) {
-        self.begin(Count::Write);
-        self.log(format_args!(
-            "write({}, {}, {})",
-            h.nodeid,
-            arg.offset,
-            data.len()
-        ));
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -232,7 +212,6 @@ impl Server {
     }
 
     pub(super) fn release(&self, h: &InHeader, arg: &abi::ReleaseIn, reply: Reply<'_>) {
-        self.begin(Count::Release);
         let ino = self.ino(h.nodeid);
         if let Some(p) = &self.cfg.passthrough {
             p.release(ino);
@@ -242,7 +221,6 @@ impl Server {
     }
 
     pub(super) fn fsync(&self, h: &InHeader, arg: &abi::FsyncIn, reply: Reply<'_>) {
-        self.begin(Count::Fsync);
         let r = self.fs.fsync(
             self.ino(h.nodeid),
             arg.fsync_flags & abi::FSYNC_FDATASYNC != 0,
@@ -251,7 +229,6 @@ impl Server {
     }
 
     pub(super) fn fallocate(&self, h: &InHeader, arg: &abi::FallocateIn, reply: Reply<'_>) {
-        self.begin(Count::Fallocate);
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -262,7 +239,6 @@ impl Server {
     }
 
     pub(super) fn lseek(&self, h: &InHeader, arg: &abi::LseekIn, reply: Reply<'_>) {
-        self.begin(Count::Lseek);
         match self
             .fs
             .lseek(self.ino(h.nodeid), arg.offset, arg.whence as i32)
@@ -272,9 +248,7 @@ impl Server {
         }
     }
 
-    pub(super) fn opendir(&self, h: &InHeader, reply: Reply<'_>) {
-        self.begin(Count::Opendir);
-        self.log(format_args!("opendir({})", h.nodeid));
+    pub(super) fn opendir(&self, reply: Reply<'_>) {
         // No format keeps anything per directory handle (listings resume
         // at cookies), so ENOSYS: the kernel stops sending OPENDIR and
         // RELEASEDIR, two round trips per directory read (`rm -rf` and
@@ -289,20 +263,18 @@ impl Server {
     }
 
     pub(super) fn readdir(&self, h: &InHeader, arg: &abi::ReadIn, reply: Reply<'_>) {
-        self.begin(Count::Readdir);
-        self.log(format_args!("readdir({}, {})", h.nodeid, arg.offset));
         let dir = self.ino(h.nodeid);
-        let key = listing::Key {
+        let key = next_listing::Key {
             node: h.nodeid,
             offset: arg.offset,
             size: arg.size,
         };
-        if let Some(l) = &self.listings {
-            if let Some(b) = l.take(key, LISTING_WAIT) {
-                self.requests.listed_ahead();
+        if let Some(l) = &self.next_listings {
+            if let Some(b) = l.take(key, NEXT_LISTING_WAIT) {
+                self.requests.sent_next_listing();
                 reply.parts(&[&b.bytes]);
                 if let Some(next) = b.resumes_at {
-                    self.list_ahead(dir, key, next);
+                    self.build_next_listing(dir, key, next);
                 }
                 return;
             }
@@ -322,7 +294,7 @@ impl Server {
             }
         });
         if let Some(next) = next {
-            self.list_ahead(dir, key, next);
+            self.build_next_listing(dir, key, next);
         }
     }
 
@@ -347,21 +319,21 @@ impl Server {
             }
             off = 2;
         }
-        listing::list_from(&*self.fs, self.lists_dots, dir, off, b)
+        next_listing::list_from(&*self.fs, self.lists_dots, dir, off, b)
     }
 
     /// Has the reply to the READDIR that will follow `asked` built from
     /// `next` while the kernel and the reader work through this one (see
-    /// `listing.rs`).
-    fn list_ahead(&self, dir: Ino, asked: listing::Key, next: u64) {
+    /// `next_listing.rs`).
+    fn build_next_listing(&self, dir: Ino, asked: next_listing::Key, next: u64) {
         // The dots the server lists itself are left to the request.
         if !self.lists_dots && next < 2 {
             return;
         }
-        if let Some(l) = &self.listings {
+        if let Some(l) = &self.next_listings {
             l.offer(
                 dir,
-                listing::Key {
+                next_listing::Key {
                     offset: next,
                     ..asked
                 },
@@ -370,8 +342,6 @@ impl Server {
     }
 
     pub(super) fn readdirplus(&self, h: &InHeader, arg: &abi::ReadIn, reply: Reply<'_>) {
-        self.begin(Count::Readdirplus);
-        self.log(format_args!("readdirplus({}, {})", h.nodeid, arg.offset));
         let dir = self.ino(h.nodeid);
         let ttl = self.cfg.ttl;
         let dt_dir = dirent_type(libc::S_IFDIR);
@@ -401,7 +371,7 @@ impl Server {
                     Ok(a) => a,
                     Err(e) => return reply.error(e.errno()),
                 };
-                let entry = crate::convert::entry_out(0, self.attr(a, a.ino), ttl);
+                let entry = super::convert::entry_out(0, self.attr(a, a.ino), ttl);
                 if !b.push_plus(&entry, a.ino, cookie, dt_dir, name) {
                     return reply.parts(&[b.bytes()]);
                 }
@@ -423,7 +393,7 @@ impl Server {
                 // The dots a format lists itself, as above, and the lean
                 // entries: a name, d_ino and d_type, and no inode.
                 if dots || (!full && e.kind != vfs::FileType::Directory) {
-                    let entry = crate::convert::entry_out(0, abi::Attr::default(), ttl);
+                    let entry = super::convert::entry_out(0, abi::Attr::default(), ttl);
                     let kind = dirent_type(e.kind.mode_bits());
                     let fits = b.push_plus(&entry, e.ino, e.next + shift, kind, name);
                     lean |= fits && !dots;
@@ -469,7 +439,7 @@ impl Server {
                     if self.pusher.is_some() {
                         known.push(a);
                     }
-                    if a.kind == vfs::FileType::Directory && self.ahead.is_some() {
+                    if a.kind == vfs::FileType::Directory && self.subdir_hints.is_some() {
                         subdirs.push(a.ino);
                     }
                 }
@@ -504,9 +474,9 @@ impl Server {
         for a in &known {
             self.known(a);
         }
-        if let Some(ahead) = &self.ahead {
+        if let Some(hints) = &self.subdir_hints {
             for d in subdirs {
-                ahead.offer(d, every);
+                hints.offer(d, every);
             }
         }
     }

@@ -15,13 +15,8 @@
 //!   listed, so for the next [`STAT_WINDOW`] every entry is full;
 //! - a listing counted as lean is remembered for [`LISTED_WINDOW`].
 //!
-//! A walker that lists a large directory whole before it stats each entry
-//! (`find -ls`, `ls -l` of one large directory) then sends a LOOKUP per
-//! entry, and each would search the directory again (in a large EROFS
-//! directory, a binary search over its blocks). Once [`INDEX_AFTER`]
-//! lookups in one directory of an image have gone to the format, the
-//! directory is listed once into an index of its names, and its later
-//! lookups are answered from that.
+//! The LOOKUPs a lean listing brings in a large directory are answered
+//! from the name index (`name_index.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,14 +35,6 @@ pub(super) const LISTED_WINDOW: Duration = Duration::from_secs(1);
 /// Directories remembered at most; older ones are dropped first.
 const REMEMBERED: usize = 4096;
 
-/// Bytes of names kept in indexes at most; past it every index is
-/// dropped, and lookups go to the format again.
-const NAME_BYTES: usize = 32 << 20;
-
-/// Lookups in one directory of an image answered by the format before
-/// the directory is indexed.
-pub(super) const INDEX_AFTER: u32 = 64;
-
 /// The policy's state for one mount.
 #[derive(Debug)]
 pub(super) struct Lean {
@@ -56,29 +43,6 @@ pub(super) struct Lean {
     listed: Mutex<HashMap<Ino, Duration>>,
     /// Until when every entry is full (nanoseconds since `epoch`).
     full_until: AtomicU64,
-    /// Indexes of image directories looked up often (see the module's
-    /// last paragraph).
-    names: Mutex<Names>,
-}
-
-/// Lookups counted per directory, the indexes built, and the bytes of
-/// their names.
-#[derive(Debug, Default)]
-struct Names {
-    lookups: HashMap<Ino, u32>,
-    indexes: HashMap<Ino, HashMap<Box<[u8]>, Ino>>,
-    bytes: usize,
-}
-
-/// What an index says of a name.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Indexed {
-    /// The directory has no index.
-    Unknown,
-    /// The name is not in the directory.
-    Missing,
-    /// The name is this inode.
-    Found(Ino),
 }
 
 impl Lean {
@@ -87,7 +51,6 @@ impl Lean {
             epoch: Instant::now(),
             listed: Mutex::new(HashMap::new()),
             full_until: AtomicU64::new(0),
-            names: Mutex::new(Names::default()),
         }
     }
 
@@ -111,50 +74,6 @@ impl Lean {
             }
         }
         l.insert(dir, now);
-    }
-
-    /// What the index of `dir`, if it has one, says of `name`.
-    pub(super) fn indexed(&self, dir: Ino, name: &[u8]) -> Indexed {
-        let n = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        match n.indexes.get(&dir) {
-            None => Indexed::Unknown,
-            Some(index) => index
-                .get(name)
-                .map_or(Indexed::Missing, |&i| Indexed::Found(i)),
-        }
-    }
-
-    /// A lookup in `dir` went to the format; true when `dir` should now
-    /// be indexed (once: the count starts again).
-    pub(super) fn looked_up_in_format(&self, dir: Ino) -> bool {
-        let mut n = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        if n.lookups.len() >= REMEMBERED && !n.lookups.contains_key(&dir) {
-            n.lookups.clear();
-        }
-        let count = n.lookups.entry(dir).or_default();
-        *count += 1;
-        if *count < INDEX_AFTER {
-            return false;
-        }
-        n.lookups.remove(&dir);
-        true
-    }
-
-    /// Keeps the index of `dir`: every name it holds, with its inode.
-    pub(super) fn index(&self, dir: Ino, names: Vec<(Box<[u8]>, Ino)>) {
-        let bytes: usize = names.iter().map(|(name, _)| name.len()).sum();
-        let mut n = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        if bytes > NAME_BYTES {
-            return;
-        }
-        if n.bytes + bytes > NAME_BYTES {
-            n.indexes.clear();
-            n.bytes = 0;
-        }
-        n.bytes += bytes;
-        if let Some(old) = n.indexes.insert(dir, names.into_iter().collect()) {
-            n.bytes -= old.keys().map(|k| k.len()).sum::<usize>();
-        }
     }
 
     /// A LOOKUP in `parent`: if its listing just went out lean, someone is
@@ -189,26 +108,6 @@ mod tests {
         assert!(!l.full());
         l.looked_up(5);
         assert!(l.full());
-    }
-
-    #[test]
-    fn a_directory_looked_up_often_is_indexed_within_the_bound() {
-        let l = Lean::new();
-        assert_eq!(l.indexed(5, b"a"), Indexed::Unknown);
-        for _ in 1..INDEX_AFTER {
-            assert!(!l.looked_up_in_format(5));
-        }
-        assert!(!l.looked_up_in_format(6));
-        assert!(l.looked_up_in_format(5));
-        l.index(5, vec![(b"a"[..].into(), 10), (b"b"[..].into(), 11)]);
-        assert_eq!(l.indexed(5, b"a"), Indexed::Found(10));
-        assert_eq!(l.indexed(5, b"c"), Indexed::Missing);
-        assert_eq!(l.indexed(6, b"a"), Indexed::Unknown);
-        let name: Box<[u8]> = vec![b'x'; 255].into();
-        for d in 0..(2 * NAME_BYTES / 255 / 1000) as u64 {
-            l.index(100 + d, (0..1000).map(|i| (name.clone(), i)).collect());
-        }
-        assert!(l.names.lock().unwrap().bytes <= NAME_BYTES);
     }
 
     #[test]

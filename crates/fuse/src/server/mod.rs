@@ -1,13 +1,32 @@
 //! The server: answers the kernel's FUSE requests from a
-//! [`foliofs_vfs::FileSystem`]. This file holds its state, INIT, and the
-//! dispatch of each request to its handler: the name space and attributes
-//! (`names.rs`), file data and listings (`files.rs`).
+//! [`foliofs_vfs::FileSystem`]. This file holds its state and INIT;
+//! `dispatch.rs` counts and logs each request and hands it to its handler:
+//! the name space and attributes (`names.rs`), file data and listings
+//! (`files.rs`).
+//!
+//! Beside the handlers sit what only the server uses, kept here rather
+//! than at the crate's root so the root says what the crate does: how
+//! node ids and attributes become the kernel's (`ids.rs`, `convert.rs`),
+//! and what the server does beyond answering, each to spare the kernel a
+//! round trip or a wake-up: [`push`]es data before it is asked for (from a
+//! [`profile`] where one was recorded), hands opens to the kernel
+//! ([`passthrough`]), keeps a thread polling for the next request
+//! ([`spin`]), and works ahead of a walker on listings (`subdir_hints.rs`,
+//! `next_listing.rs`, `lean.rs`, `name_index.rs`).
 
-mod ahead;
+pub(crate) mod convert;
+mod dispatch;
 mod files;
+mod ids;
 mod lean;
-mod listing;
+mod name_index;
 mod names;
+mod next_listing;
+pub mod passthrough;
+pub mod profile;
+pub mod push;
+pub mod spin;
+mod subdir_hints;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -16,16 +35,15 @@ use std::time::Duration;
 
 use foliofs_vfs::{self as vfs, Attr, FileSystem, Ino, Scratch};
 
-use crate::convert::{entry_out, fuse_attr, Overrides};
-use crate::ids::IdMap;
 use crate::kernel::abi::{self, init, InitIn};
-use crate::kernel::conn::{Handler, Init};
-use crate::kernel::{Dev, DirBuf, Op, Reply, Request};
-use crate::passthrough::Passthrough;
-use crate::profile::{ImageKey, Profile, Recorder};
-use crate::push::{PushSetup, Pusher};
-use crate::spin::SpinSlot;
-use crate::stats::{Op as Count, RequestCounts};
+use crate::kernel::{Dev, DirBuf, Handler, Init, Reply, Request};
+use crate::records::RequestCounts;
+use convert::{entry_out, fuse_attr, Overrides};
+use ids::IdMap;
+use passthrough::Passthrough;
+use profile::{ImageKey, Profile, Recorder};
+use push::{PushSetup, Pusher};
+use spin::SpinSlot;
 
 thread_local! {
     /// One read buffer per server thread: reads reply with a slice of it, so
@@ -54,10 +72,10 @@ pub struct ServerConfig {
     pub requests: Arc<RequestCounts>,
     /// Bytes the mount may push into the kernel's page cache before they
     /// are asked for (`push=`); 0 pushes nothing. Only read-only mounts
-    /// push (see [`crate::push`]).
+    /// push (see [`push`]).
     pub push_budget: u64,
     /// Pusher threads, each reading one file at a time (see
-    /// [`crate::push::PushSetup::readers`]).
+    /// [`push::PushSetup::readers`]).
     pub push_readers: usize,
     /// `record=FILE`: the file the start-up profile is written to at
     /// unmount, and the key of the image it is recorded on.
@@ -65,7 +83,7 @@ pub struct ServerConfig {
     /// `prefetch=FILE`: a profile of this image to replay.
     pub profile: Option<Arc<Profile>>,
     /// Pass opens of backed files through to the kernel (see
-    /// [`crate::passthrough`]), if INIT allows it; `None` never does.
+    /// [`passthrough`]), if INIT allows it; `None` never does.
     pub passthrough: Option<Arc<Passthrough>>,
     /// Take FUSE over io_uring if the kernel offers it (see
     /// `kernel/uring.rs`).
@@ -124,12 +142,15 @@ pub(crate) struct Server {
     agreed: OnceLock<u64>,
     /// Which listing entries link an inode (see `lean.rs`).
     lean: lean::Lean,
-    /// Hints listed subdirectories off the request path (images only; see
-    /// `ahead.rs`).
-    ahead: Option<ahead::Ahead>,
-    /// Plain listings built one reply ahead (images only; see
-    /// `listing.rs`).
-    listings: Option<listing::Listings>,
+    /// The names of image directories looked up often (see
+    /// `name_index.rs`).
+    name_index: name_index::NameIndex,
+    /// Hints listed subdirectories' own listings off the request path
+    /// (images only; see `subdir_hints.rs`).
+    subdir_hints: Option<subdir_hints::SubdirHints>,
+    /// Plain listings' next replies, built while the kernel takes in the
+    /// last (images only; see `next_listing.rs`).
+    next_listings: Option<next_listing::NextListings>,
 }
 
 /// The longest request the server asks for, in pages: the kernel's own
@@ -149,7 +170,7 @@ impl Server {
         // pages of the range in place (stale reads, and dirty mmap pages
         // written back over the newer data later).
         let direct_writes =
-            !cfg.read_only && !cfg.writeback && crate::privilege::kernel_at_least(6, 6);
+            !cfg.read_only && !cfg.writeback && crate::mount::privilege::kernel_at_least(6, 6);
         let dev = Arc::new(OnceLock::new());
         let recorder = cfg
             .record
@@ -172,10 +193,13 @@ impl Server {
             .flatten();
         let immutable = fs.info().read_only;
         let lists_dots = fs.lists_dots();
-        let ahead = immutable.then(|| ahead::Ahead::start(fs.clone())).flatten();
-        let listings = immutable.then(|| listing::Listings::start(fs.clone(), lists_dots));
+        let subdir_hints = immutable
+            .then(|| subdir_hints::SubdirHints::start(fs.clone()))
+            .flatten();
+        let next_listings =
+            immutable.then(|| next_listing::NextListings::start(fs.clone(), lists_dots));
         Server {
-            ahead,
+            subdir_hints,
             immutable,
             lists_dots,
             fs,
@@ -189,7 +213,8 @@ impl Server {
             spin: SpinSlot::default(),
             agreed: OnceLock::new(),
             lean: lean::Lean::new(),
-            listings,
+            name_index: name_index::NameIndex::default(),
+            next_listings,
         }
     }
 
@@ -201,15 +226,6 @@ impl Server {
     /// Where the session puts the connection once it exists.
     pub(crate) fn dev_slot(&self) -> Arc<OnceLock<Arc<Dev>>> {
         self.dev.clone()
-    }
-
-    /// Every request starts here: it is counted, and it keeps the polling
-    /// thread awake for the next one.
-    fn begin(&self, op: Count) {
-        self.requests.bump(op);
-        if let Some(s) = self.spin.get() {
-            s.touch();
-        }
     }
 
     /// The reply giving the kernel inode `a` has been sent: a small file's
@@ -260,15 +276,6 @@ impl Server {
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e.errno()),
-        }
-    }
-
-    /// With `debug`, one line per request on stderr (the foreground
-    /// terminal, or the log file a background server was given), whatever
-    /// the log filter says: asking for it is the filter.
-    fn log(&self, what: std::fmt::Arguments<'_>) {
-        if self.cfg.debug {
-            eprintln!("foliofs: {what}");
         }
     }
 
@@ -349,102 +356,7 @@ impl Handler for Server {
     }
 
     fn handle(&self, req: Request<'_>, reply: Reply<'_>) {
-        let h = &req.header;
-        if h.unique & abi::UNIQUE_RESEND != 0 {
-            self.requests.resent();
-        }
-        match req.op {
-            Op::Lookup { name } => self.lookup(h, name, reply),
-            Op::Forget(n) => {
-                self.begin(Count::Forget);
-                self.fs.forget(self.ino(h.nodeid), n);
-                reply.none();
-            }
-            Op::BatchForget(list) => {
-                for f in list {
-                    self.begin(Count::Forget);
-                    self.fs.forget(self.ino(f.nodeid), f.nlookup);
-                }
-                reply.none();
-            }
-            Op::Getattr(_) => self.getattr(h, reply),
-            Op::Setattr(arg) => self.setattr(h, &arg, reply),
-            Op::Readlink => self.readlink(h, reply),
-            Op::Symlink { name, target } => self.symlink(h, name, target, reply),
-            Op::Mknod { arg, name } => self.mknod(h, &arg, name, reply),
-            Op::Mkdir { arg, name } => self.mkdir(h, &arg, name, reply),
-            Op::Unlink { name } => self.unlink(h, name, reply),
-            Op::Rmdir { name } => self.rmdir(h, name, reply),
-            Op::Rename {
-                newdir,
-                flags,
-                name,
-                newname,
-            } => self.rename(h, newdir, flags, name, newname, reply),
-            Op::Link { oldnodeid, newname } => self.link(h, oldnodeid, newname, reply),
-            Op::Open(arg) => self.open(h, &arg, reply),
-            Op::Read(arg) => self.read(h, &arg, reply),
-            Op::Write { arg, data } => self.write(h, &arg, data, reply),
-            Op::Statfs => self.statfs(reply),
-            Op::Release(arg) => self.release(h, &arg, reply),
-            Op::Fsync(arg) => self.fsync(h, &arg, reply),
-            Op::Setxattr { arg, name, value } => self.setxattr(h, &arg, name, value, reply),
-            Op::Getxattr { size, name } => self.getxattr(h, size, name, reply),
-            Op::Listxattr { size } => self.listxattr(h, size, reply),
-            Op::Removexattr { name } => self.removexattr(h, name, reply),
-            Op::Flush(_) => {
-                self.begin(Count::Flush);
-                // Nothing is buffered here between write(2) and close(2),
-                // and the kernel writes its own dirty pages back before it
-                // would ask. ENOSYS makes it stop sending a FLUSH round
-                // trip on every close.
-                reply.error(libc::ENOSYS)
-            }
-            Op::Opendir(_) => self.opendir(h, reply),
-            Op::Readdir(arg) => self.readdir(h, &arg, reply),
-            Op::Readdirplus(arg) => self.readdirplus(h, &arg, reply),
-            Op::Releasedir(_) => {
-                self.begin(Count::Releasedir);
-                reply.ok()
-            }
-            Op::Fsyncdir(_) => {
-                // ENOSYS, so the kernel stops asking (nothing of a
-                // directory is buffered between it and here).
-                self.begin(Count::Fsyncdir);
-                reply.error(libc::ENOSYS)
-            }
-            Op::Access(arg) => self.access(h, arg.mask, reply),
-            Op::Create { arg, name } => self.create(h, &arg, name, reply),
-            // Nothing here blocks long enough to be worth interrupting.
-            Op::Interrupt(_) => reply.none(),
-            Op::Fallocate(arg) => self.fallocate(h, &arg, reply),
-            Op::Lseek(arg) => self.lseek(h, &arg, reply),
-            Op::Init(_) => reply.error(libc::EPROTO),
-            Op::Destroy => reply.ok(),
-            Op::Other(code) => {
-                // Locks (the kernel keeps POSIX locks itself, local to this
-                // mount), ioctls (no file here has any: programs probe
-                // with them, Python asks every file whether it is a
-                // terminal, and ENOTTY is what a plain file answers), and
-                // what no format offers: ENOSYS, which most opcodes take as
-                // "never again".
-                match code {
-                    abi::opcode::IOCTL => {
-                        self.begin(Count::Ioctl);
-                        reply.error(libc::ENOTTY)
-                    }
-                    abi::opcode::GETLK | abi::opcode::SETLK | abi::opcode::SETLKW => {
-                        self.begin(Count::Other);
-                        reply.error(libc::ENOSYS)
-                    }
-                    _ => reply.error(libc::ENOSYS),
-                }
-            }
-            Op::Malformed(code) => {
-                log::warn!("a malformed request (opcode {code}): EINVAL");
-                reply.error(libc::EINVAL)
-            }
-        }
+        self.dispatch(req, reply);
     }
 
     fn destroy(&self) {

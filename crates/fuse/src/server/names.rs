@@ -5,17 +5,14 @@ use std::ffi::OsStr;
 
 use foliofs_vfs::{self as vfs, Attr, Error, SetAttr};
 
-use super::lean::Indexed;
+use super::convert::{attr_out, ctx, entry_out, time_set, timespec};
+use super::name_index::Indexed;
 use super::Server;
-use crate::convert::{attr_out, ctx, entry_out, time_set, timespec};
 use crate::kernel::abi::{self, fattr, InHeader};
 use crate::kernel::Reply;
-use crate::stats::Op as Count;
 
 impl Server {
     pub(super) fn lookup(&self, h: &InHeader, name: &OsStr, reply: Reply<'_>) {
-        self.begin(Count::Lookup);
-        self.log(format_args!("lookup({}, {name:?}) pid {}", h.nodeid, h.pid));
         let parent = self.ino(h.nodeid);
         self.lean.looked_up(parent);
         let found = if self.immutable {
@@ -44,19 +41,19 @@ impl Server {
     }
 
     /// A lookup in an image, through the index of `parent` where it has
-    /// one, and making one once it is looked up often (see `lean.rs`).
+    /// one, and making one once it is looked up often (see `name_index.rs`).
     fn lookup_image(&self, parent: vfs::Ino, name: &OsStr) -> vfs::Result<vfs::Attr> {
         let bytes = std::os::unix::ffi::OsStrExt::as_bytes(name);
         if bytes == b"." || bytes == b".." {
             return self.fs.lookup(parent, name);
         }
-        match self.lean.indexed(parent, bytes) {
+        match self.name_index.indexed(parent, bytes) {
             Indexed::Found(ino) => return self.fs.getattr(ino),
             Indexed::Missing => return Err(Error::NotFound),
             Indexed::Unknown => {}
         }
         let found = self.fs.lookup(parent, name);
-        if found.is_ok() && self.lean.looked_up_in_format(parent) {
+        if found.is_ok() && self.name_index.looked_up_in_format(parent) {
             self.index_dir(parent);
         }
         found
@@ -79,14 +76,12 @@ impl Server {
             self.fs.readdir(dir, 0, &mut sink)
         };
         match listed {
-            Ok(()) => self.lean.index(dir, names),
+            Ok(()) => self.name_index.index(dir, names),
             Err(e) => log::debug!("no index of directory {dir}: {e}"),
         }
     }
 
     pub(super) fn getattr(&self, h: &InHeader, reply: Reply<'_>) {
-        self.begin(Count::Getattr);
-        self.log(format_args!("getattr({})", h.nodeid));
         match self.fs.getattr(self.ino(h.nodeid)) {
             Ok(a) => reply.record(&attr_out(self.attr(a, a.ino), self.cfg.ttl)),
             Err(e) => reply.error(e.errno()),
@@ -94,13 +89,8 @@ impl Server {
     }
 
     pub(super) fn setattr(&self, h: &InHeader, arg: &abi::SetattrIn, reply: Reply<'_>) {
-        self.begin(Count::Setattr);
         let v = arg.valid;
         let has = |bit: u32| v & bit != 0;
-        self.log(format_args!(
-            "setattr({}, valid {v:#x}, mode {:o}, size {})",
-            h.nodeid, arg.mode, arg.size
-        ));
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -133,8 +123,6 @@ impl Server {
     }
 
     pub(super) fn readlink(&self, h: &InHeader, reply: Reply<'_>) {
-        self.begin(Count::Readlink);
-        self.log(format_args!("readlink({})", h.nodeid));
         match self.fs.readlink(self.ino(h.nodeid)) {
             Ok(t) => reply.parts(&[&t]),
             Err(e) => reply.error(e.errno()),
@@ -142,11 +130,6 @@ impl Server {
     }
 
     pub(super) fn mknod(&self, h: &InHeader, arg: &abi::MknodIn, name: &OsStr, reply: Reply<'_>) {
-        self.begin(Count::Mknod);
-        self.log(format_args!(
-            "mknod({}, {name:?}, {:o})",
-            h.nodeid, arg.mode
-        ));
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -165,11 +148,6 @@ impl Server {
     }
 
     pub(super) fn mkdir(&self, h: &InHeader, arg: &abi::MkdirIn, name: &OsStr, reply: Reply<'_>) {
-        self.begin(Count::Mkdir);
-        self.log(format_args!(
-            "mkdir({}, {name:?}, {:o})",
-            h.nodeid, arg.mode
-        ));
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -183,8 +161,6 @@ impl Server {
     }
 
     pub(super) fn unlink(&self, h: &InHeader, name: &OsStr, reply: Reply<'_>) {
-        self.begin(Count::Unlink);
-        self.log(format_args!("unlink({}, {name:?})", h.nodeid));
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -193,8 +169,6 @@ impl Server {
     }
 
     pub(super) fn rmdir(&self, h: &InHeader, name: &OsStr, reply: Reply<'_>) {
-        self.begin(Count::Rmdir);
-        self.log(format_args!("rmdir({}, {name:?})", h.nodeid));
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -203,12 +177,6 @@ impl Server {
     }
 
     pub(super) fn symlink(&self, h: &InHeader, name: &OsStr, target: &[u8], reply: Reply<'_>) {
-        self.begin(Count::Symlink);
-        self.log(format_args!(
-            "symlink({}, {name:?}, {:?})",
-            h.nodeid,
-            String::from_utf8_lossy(target)
-        ));
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -227,11 +195,6 @@ impl Server {
         newname: &OsStr,
         reply: Reply<'_>,
     ) {
-        self.begin(Count::Rename);
-        self.log(format_args!(
-            "rename({}, {name:?}, {newdir}, {newname:?}, {flags:#x})",
-            h.nodeid
-        ));
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -247,8 +210,6 @@ impl Server {
     }
 
     pub(super) fn link(&self, h: &InHeader, old: u64, newname: &OsStr, reply: Reply<'_>) {
-        self.begin(Count::Link);
-        self.log(format_args!("link({old}, {}, {newname:?})", h.nodeid));
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -259,7 +220,6 @@ impl Server {
     }
 
     pub(super) fn statfs(&self, reply: Reply<'_>) {
-        self.begin(Count::Statfs);
         match self.fs.statfs() {
             Ok(s) => reply.record(&abi::Kstatfs {
                 blocks: s.blocks,
@@ -285,7 +245,6 @@ impl Server {
         value: &[u8],
         reply: Reply<'_>,
     ) {
-        self.begin(Count::Setxattr);
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -300,14 +259,11 @@ impl Server {
     }
 
     pub(super) fn getxattr(&self, h: &InHeader, size: u32, name: &OsStr, reply: Reply<'_>) {
-        self.begin(Count::Getxattr);
-        self.log(format_args!("getxattr({}, {name:?})", h.nodeid));
         let r = self.fs.getxattr(self.ino(h.nodeid), name);
         reply_xattr(r, size, reply);
     }
 
     pub(super) fn listxattr(&self, h: &InHeader, size: u32, reply: Reply<'_>) {
-        self.begin(Count::Listxattr);
         let r = self.fs.listxattr(self.ino(h.nodeid)).map(|names| {
             let mut out = Vec::new();
             for n in names {
@@ -320,7 +276,6 @@ impl Server {
     }
 
     pub(super) fn removexattr(&self, h: &InHeader, name: &OsStr, reply: Reply<'_>) {
-        self.begin(Count::Removexattr);
         let Some(reply) = self.writable(reply) else {
             return;
         };
@@ -331,7 +286,6 @@ impl Server {
     /// Only reached without default_permissions; checks as the kernel's
     /// generic_permission would, on the attributes the kernel sees.
     pub(super) fn access(&self, h: &InHeader, mask: u32, reply: Reply<'_>) {
-        self.begin(Count::Access);
         let a = match self.fs.getattr(self.ino(h.nodeid)) {
             Ok(a) => a,
             Err(e) => return reply.error(e.errno()),

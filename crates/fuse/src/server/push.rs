@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 
 use foliofs_vfs::{FileSystem, Ino, Scratch};
 
-use crate::ids::IdMap;
-use crate::profile::{Preload, Profile};
-use crate::stats::RequestCounts;
+use super::ids::IdMap;
+use super::profile::{Preload, Profile};
+use crate::records::RequestCounts;
 
 /// Largest file pushed whole without a profile: most of a program's files
 /// (scripts, configuration, small libraries) are below it, and the kernel

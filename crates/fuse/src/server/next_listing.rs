@@ -95,20 +95,20 @@ struct Job {
 }
 
 /// The replies built ahead of one mount, and the thread that builds them.
-pub(super) struct Listings {
+pub(super) struct NextListings {
     built: Arc<Replies>,
     jobs: Option<SyncSender<Job>>,
 }
 
-impl Listings {
+impl NextListings {
     /// Starts the builder for `fs`. Where no thread can be started, no
     /// reply is built ahead.
-    pub fn start(fs: Arc<dyn FileSystem>, lists_dots: bool) -> Listings {
+    pub fn start(fs: Arc<dyn FileSystem>, lists_dots: bool) -> NextListings {
         let built = Arc::new(Replies::default());
         let (jobs, queue) = sync_channel::<Job>(KEPT);
         let b = built.clone();
         let started = std::thread::Builder::new()
-            .name("foliofs-list".into())
+            .name("foliofs-nextls".into())
             // Ends when the server, and with it the sender, is dropped.
             .spawn(move || {
                 let mut buf = DirBuf::default();
@@ -130,7 +130,7 @@ impl Listings {
                 None
             }
         };
-        Listings { built, jobs }
+        NextListings { built, jobs }
     }
 
     /// The reply to the READDIR that will follow one for `key`'s directory

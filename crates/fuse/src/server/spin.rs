@@ -110,7 +110,7 @@ pub fn measure() -> Option<Wakeups> {
     let mut runs: [Vec<f64>; 2] = Default::default();
     for _ in 0..RUNS {
         for (i, poll) in [false, true].into_iter().enumerate() {
-            runs[i].push(ping_pong(poll)?);
+            runs[i].push(ping_pong(0, 1, poll, TRIPS)?);
         }
     }
     let [sleeping_us, polling_us] = runs.map(median);
@@ -132,16 +132,21 @@ fn pin(cpu: usize) -> bool {
         && nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).is_ok()
 }
 
-/// µs per round trip, the answer polling or not; both threads are new, so
-/// no caller's affinity changes.
-fn ping_pong(poll: bool) -> Option<f64> {
+/// µs per round trip of a ping-pong over a socket pair between a thread
+/// pinned to CPU `asker` and one pinned to CPU `answerer` (the same CPU
+/// or two), the answer polling a non-blocking socket or asleep in
+/// `read(2)`: `trips` round trips after a warm-up of a tenth as many.
+/// `None` where a thread cannot be pinned or the socket fails. Both
+/// threads are new, so no caller's affinity changes. The bench measures
+/// a host's wake-up with it too (`crates/bench/src/wakeup.rs`).
+pub fn ping_pong(asker: usize, answerer: usize, poll: bool, trips: u32) -> Option<f64> {
     use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;
     let (mut ping, mut pong) = UnixStream::pair().ok()?;
     pong.set_nonblocking(poll).ok()?;
-    let total = TRIPS + TRIPS / 10;
+    let total = trips + trips / 10;
     let answer = thread::spawn(move || -> Option<()> {
-        if !pin(1) {
+        if !pin(answerer) {
             return None;
         }
         let mut b = [0u8; 1];
@@ -164,23 +169,23 @@ fn ping_pong(poll: bool) -> Option<f64> {
         }
         Some(())
     });
-    let asker = thread::spawn(move || -> Option<f64> {
-        if !pin(0) {
+    let asking = thread::spawn(move || -> Option<f64> {
+        if !pin(asker) {
             return None;
         }
         ping.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
         let mut b = [1u8; 1];
         let mut start = Instant::now();
         for i in 0..total {
-            if i == TRIPS / 10 {
+            if i == trips / 10 {
                 start = Instant::now();
             }
             ping.write_all(&b).ok()?;
             ping.read_exact(&mut b).ok()?;
         }
-        Some(start.elapsed().as_secs_f64() * 1e6 / f64::from(TRIPS))
+        Some(start.elapsed().as_secs_f64() * 1e6 / f64::from(trips))
     });
-    let r = asker.join().ok()?;
+    let r = asking.join().ok()?;
     answer.join().ok()??;
     r
 }

@@ -1,6 +1,6 @@
 //! A live mount's request counts, published for `foliofs mounts --stats`
 //! and `foliofs bench` in `stats/<mount id>` of the mounting user's record
-//! directory (`/run/foliofs` for root; see [`crate::records`]). A mount
+//! directory (`/run/foliofs` for root; see [`super`]). A mount
 //! of an image in object storage adds its server's remote counters
 //! (`foliofs_block::remote::stats`) as `remote.NAME=N` lines: one mount is
 //! one process, so the process's counters are the mount's.
@@ -21,8 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::records as mount_state;
-use crate::{MountInfo, RequestCounts};
+use super as mount_state;
+use super::RequestCounts;
+use crate::MountInfo;
 
 /// How often the server looks for changed counts.
 pub const INTERVAL: Duration = Duration::from_millis(100);

@@ -20,7 +20,7 @@ use std::process::{Child, Command, Stdio};
 
 use nix::mount::MntFlags;
 
-use crate::{fusermount, privilege, session};
+use super::{fusermount, privilege};
 
 /// Starts `cmd` (a program that calls [`wait_and_detach`] on the
 /// descriptor whose number is appended to its arguments) as the watcher of
@@ -52,7 +52,7 @@ pub fn wait_and_detach(pipe: OwnedFd, mount_id: u64, mountpoint: &Path) -> io::R
     // Nothing is ever written: this returns at end-of-file, retrying
     // interrupted reads.
     io::copy(&mut File::from(pipe), &mut io::sink())?;
-    match session::find_mount(mountpoint)? {
+    match super::find_mount(mountpoint)? {
         Some(m) if m.mount_id == mount_id => {}
         _ => return Ok(false),
     }

@@ -38,11 +38,11 @@ use std::sync::Arc;
 use foliofs_vfs::FileSystem;
 
 use crate::kernel::abi::init;
-use crate::kernel::conn::{self, Agreed};
-use crate::kernel::Dev;
+use crate::kernel::{conn, Agreed, Dev};
+use crate::mount::{
+    self, attach, Attached, MountConfig, MountError, MountInfo, MountMethod, Mounted,
+};
 use crate::server::Server;
-use crate::session::{self, attach, Attached, MountConfig, MountInfo, MountMethod, Mounted};
-use crate::MountError;
 
 /// A live mount whose INIT is answered and whose open files are held
 /// here, served by other processes.
@@ -70,8 +70,8 @@ pub fn hold(cfg: &MountConfig) -> Result<Held, MountError> {
         method,
     } = attach(cfg)?;
     let main = Dev::new(fd);
-    let others = session::clones(&main, cfg.threads).map_err(|e| {
-        let _ = session::detach(&mountpoint, method);
+    let others = mount::clones(&main, cfg.threads).map_err(|e| {
+        let _ = mount::detach(&mountpoint, method);
         MountError::Handshake(e)
     })?;
     Ok(Held {
@@ -120,7 +120,7 @@ impl Held {
     /// Takes the mount out of the name space (lazily: open files stay
     /// served while servers run).
     pub fn detach(&self) -> io::Result<()> {
-        session::detach(&self.mountpoint, self.method)
+        mount::detach(&self.mountpoint, self.method)
     }
 
     /// Duplicates of the connection's open files for a new server, which
@@ -256,12 +256,20 @@ fn describe_agreed(a: &Agreed) -> String {
 /// The ready report a server sends its holder: what INIT agreed, then
 /// `extra` (anything the caller's own servers say of themselves, on the
 /// same line).
-pub(crate) fn ready_report(a: &Agreed, extra: &str) -> String {
+fn ready_report(a: &Agreed, extra: &str) -> String {
     format!(
         "ready {}\t{}\n",
         describe_agreed(a),
         extra.replace(['\n', '\t'], " ")
     )
+}
+
+impl Mounted {
+    /// The line a server under a holder reports ready with: what INIT
+    /// agreed, then `extra` (see [`Held::learn`]).
+    pub fn ready_report(&self, extra: &str) -> String {
+        ready_report(self.agreed(), extra)
+    }
 }
 
 fn parse_report(report: &str) -> Result<(Agreed, &str), HandoffError> {
@@ -343,10 +351,10 @@ pub fn resume(
             a
         }
     };
-    session::start_spin(cfg, &dev, &server);
+    mount::start_spin(cfg, &dev, &server);
     // After a lazy unmount the mount is gone from the table while its open
     // files are still served: the id is what is known for sure.
-    let info = session::mount_table()
+    let info = mount::mount_table()
         .ok()
         .and_then(|t| t.into_iter().find(|m| m.mount_id == handoff.mount_id))
         .unwrap_or_else(|| MountInfo {
@@ -354,13 +362,13 @@ pub fn resume(
             major: 0,
             minor: 0,
             mountpoint: handoff.mountpoint.clone(),
-            fs_type: session::FS_TYPE.to_owned(),
+            fs_type: mount::FS_TYPE.to_owned(),
             source: String::new(),
             mount_options: String::new(),
             super_options: String::new(),
         });
     if handoff.agreed.is_none() {
-        session::tune_bdi(cfg, &info);
+        mount::tune_bdi(cfg, &info);
     }
     Ok(Mounted::from_parts(
         dev,

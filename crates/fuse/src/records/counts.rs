@@ -1,69 +1,17 @@
-//! Requests counted by opcode: what a workload costs in round trips, which
-//! is what decides small-file speed over FUSE.
+//! Requests counted by operation: what a workload costs in round trips,
+//! which is what decides small-file speed over FUSE. Which operation counts
+//! under which name is the operations' table's to say (`kernel/op.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-macro_rules! ops {
-    ($($op:ident => $name:literal,)*) => {
-        /// The requests counted, one per FUSE opcode the server answers.
-        /// `Forget` counts inodes forgotten (a BATCH_FORGET counts each of
-        /// its inodes); `Other` gathers the lock requests, which are
-        /// refused. INIT, DESTROY, INTERRUPT and what the protocol layer answers
-        /// itself (bmap, poll, copy_file_range: ENOSYS) are not counted.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        #[allow(missing_docs)]
-        pub enum Op { $($op,)* }
+use crate::kernel::{Op, COUNTER_NAMES};
 
-        impl Op {
-            /// Every opcode, in the order [`RequestCounts::snapshot`] lists them.
-            pub const ALL: &'static [Op] = &[$(Op::$op,)*];
-
-            /// The opcode's name as the FUSE protocol spells it, in lower case.
-            pub fn name(self) -> &'static str {
-                match self { $(Op::$op => $name,)* }
-            }
-        }
-    };
-}
-
-ops! {
-    Lookup => "lookup",
-    Forget => "forget",
-    Getattr => "getattr",
-    Setattr => "setattr",
-    Readlink => "readlink",
-    Mknod => "mknod",
-    Mkdir => "mkdir",
-    Unlink => "unlink",
-    Rmdir => "rmdir",
-    Symlink => "symlink",
-    Rename => "rename",
-    Link => "link",
-    Open => "open",
-    Read => "read",
-    Write => "write",
-    Flush => "flush",
-    Release => "release",
-    Fsync => "fsync",
-    Opendir => "opendir",
-    Readdir => "readdir",
-    Readdirplus => "readdirplus",
-    Releasedir => "releasedir",
-    Fsyncdir => "fsyncdir",
-    Statfs => "statfs",
-    Setxattr => "setxattr",
-    Getxattr => "getxattr",
-    Listxattr => "listxattr",
-    Removexattr => "removexattr",
-    Access => "access",
-    Create => "create",
-    Ioctl => "ioctl",
-    Fallocate => "fallocate",
-    Lseek => "lseek",
-    Other => "other",
-}
-
-/// One counter per opcode, bumped once per request as it arrives.
+/// One counter per counted operation (see [`Op::counter`]), bumped once
+/// per request as it is dispatched. `forget` counts inodes forgotten (a
+/// BATCH_FORGET counts each of its inodes); `other` gathers the lock
+/// requests, which are refused. INIT, DESTROY, INTERRUPT and what the
+/// protocol layer refuses for good (bmap, poll, copy_file_range: ENOSYS)
+/// are not counted.
 ///
 /// Relaxed atomic adds: a few nanoseconds beside a round trip of tens of
 /// microseconds, so they stay on in every mount. Share it (`Arc`) with
@@ -74,21 +22,21 @@ ops! {
 /// bytes in whole pages (what the kernel holds for them).
 #[derive(Debug)]
 pub struct RequestCounts {
-    counts: Box<[AtomicU64]>,
+    counts: [AtomicU64; COUNTER_NAMES.len()],
     pushes: AtomicU64,
     pushed_bytes: AtomicU64,
     resent: AtomicU64,
-    listed_ahead: AtomicU64,
+    next_listings: AtomicU64,
 }
 
 impl Default for RequestCounts {
     fn default() -> Self {
         RequestCounts {
-            counts: Op::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
             pushes: AtomicU64::new(0),
             pushed_bytes: AtomicU64::new(0),
             resent: AtomicU64::new(0),
-            listed_ahead: AtomicU64::new(0),
+            next_listings: AtomicU64::new(0),
         }
     }
 }
@@ -101,14 +49,23 @@ impl Default for RequestCounts {
 pub const EXTRA_NAMES: [&str; 4] = ["push", "push_bytes", "resent", "listed_ahead"];
 
 impl RequestCounts {
-    /// Counts one request of `op`.
+    /// Counts one request of `op` (nothing for an operation not counted).
     pub fn bump(&self, op: Op) {
-        self.counts[op as usize].fetch_add(1, Ordering::Relaxed);
+        self.bump_by(op, 1);
     }
 
-    /// Requests of `op` so far.
+    /// Counts `n` requests of `op` at once (a BATCH_FORGET's inodes).
+    pub fn bump_by(&self, op: Op, n: u64) {
+        if let Some(i) = op.counter() {
+            self.counts[i].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Requests counted under `op`'s counter so far (0 for an operation
+    /// not counted).
     pub fn get(&self, op: Op) -> u64 {
-        self.counts[op as usize].load(Ordering::Relaxed)
+        op.counter()
+            .map_or(0, |i| self.counts[i].load(Ordering::Relaxed))
     }
 
     /// Counts one store of `bytes` (whole pages) pushed into the kernel.
@@ -123,8 +80,8 @@ impl RequestCounts {
     }
 
     /// Counts one READDIR answered with a reply built ahead.
-    pub fn listed_ahead(&self) {
-        self.listed_ahead.fetch_add(1, Ordering::Relaxed);
+    pub fn sent_next_listing(&self) {
+        self.next_listings.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Stores pushed so far, and their bytes in whole pages.
@@ -135,26 +92,27 @@ impl RequestCounts {
         )
     }
 
-    /// Every opcode's count so far, in [`Op::ALL`] order (zeros included),
+    /// Every counter so far, in [`COUNTER_NAMES`] order (zeros included),
     /// then the counts named [`EXTRA_NAMES`].
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
         let (n, bytes) = self.pushes();
         let resent = self.resent.load(Ordering::Relaxed);
-        Op::ALL
+        COUNTER_NAMES
             .iter()
-            .map(|&op| (op.name(), self.get(op)))
+            .zip(&self.counts)
+            .map(|(&name, n)| (name, n.load(Ordering::Relaxed)))
             .chain([
                 (EXTRA_NAMES[0], n),
                 (EXTRA_NAMES[1], bytes),
                 (EXTRA_NAMES[2], resent),
-                (EXTRA_NAMES[3], self.listed_ahead.load(Ordering::Relaxed)),
+                (EXTRA_NAMES[3], self.next_listings.load(Ordering::Relaxed)),
             ])
             .collect()
     }
 
     /// All requests so far (pushes are not requests).
     pub fn total(&self) -> u64 {
-        Op::ALL.iter().map(|&op| self.get(op)).sum()
+        self.counts.iter().map(|n| n.load(Ordering::Relaxed)).sum()
     }
 
     /// The non-zero counts as `name=N name=N ...` (empty when none).
@@ -178,7 +136,9 @@ mod tests {
         c.bump(Op::Lookup);
         c.bump(Op::Lookup);
         c.bump(Op::Create);
-        c.bump(Op::Other);
+        c.bump(Op::Setlk);
+        c.bump(Op::Init);
+        c.bump_by(Op::BatchForget, 0);
         assert_eq!(c.get(Op::Lookup), 2);
         assert_eq!(c.get(Op::Create), 1);
         assert_eq!(c.get(Op::Write), 0);
@@ -191,19 +151,15 @@ mod tests {
             "lookup=2 create=1 other=1 push=1 push_bytes=8192"
         );
         let snap = c.snapshot();
-        assert_eq!(snap.len(), Op::ALL.len() + EXTRA_NAMES.len());
+        assert_eq!(snap.len(), COUNTER_NAMES.len() + EXTRA_NAMES.len());
         assert_eq!(snap[0], ("lookup", 2));
     }
 
     #[test]
     fn names_are_unique() {
-        let mut names: Vec<_> = Op::ALL
-            .iter()
-            .map(|o| o.name())
-            .chain(EXTRA_NAMES)
-            .collect();
+        let mut names: Vec<_> = COUNTER_NAMES.into_iter().chain(EXTRA_NAMES).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), Op::ALL.len() + EXTRA_NAMES.len());
+        assert_eq!(names.len(), COUNTER_NAMES.len() + EXTRA_NAMES.len());
     }
 }

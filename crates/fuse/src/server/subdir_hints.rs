@@ -1,4 +1,5 @@
-//! Reading ahead of a walker, off the request path. A READDIRPLUS hints
+//! Hints for the listings of the subdirectories a listing sent, given off
+//! the request path so a walker finds their blocks on the way. A READDIRPLUS hints
 //! what its own lookups and the next listings need
 //! (`FileSystem::prefetch_dir`), but a hint for a subdirectory's own
 //! subdirectories needs that subdirectory's blocks first, so the request
@@ -19,17 +20,17 @@ use foliofs_vfs::{FileSystem, Ino};
 /// dropped (the walker is behind, and their own listings hint them).
 const QUEUED: usize = 1024;
 
-pub(super) struct Ahead {
+pub(super) struct SubdirHints {
     queue: SyncSender<(Ino, bool)>,
 }
 
-impl Ahead {
+impl SubdirHints {
     /// Starts the thread; `None` if it could not be started (the hints
     /// are then left to the listings themselves).
-    pub(super) fn start(fs: Arc<dyn FileSystem>) -> Option<Ahead> {
+    pub(super) fn start(fs: Arc<dyn FileSystem>) -> Option<SubdirHints> {
         let (queue, hints) = sync_channel::<(Ino, bool)>(QUEUED);
         let started = std::thread::Builder::new()
-            .name("foliofs-ahead".into())
+            .name("foliofs-hints".into())
             // Ends when the server, and with it the sender, is dropped.
             .spawn(move || {
                 for (dir, every) in hints {
@@ -37,9 +38,9 @@ impl Ahead {
                 }
             });
         match started {
-            Ok(_) => Some(Ahead { queue }),
+            Ok(_) => Some(SubdirHints { queue }),
             Err(e) => {
-                log::warn!("no read-ahead thread for listings: {e}");
+                log::warn!("no thread to hint subdirectories' listings: {e}");
                 None
             }
         }
@@ -51,14 +52,14 @@ impl Ahead {
         // A full queue drops the hint: the walker is behind, and the
         // listing of `dir` hints it itself.
         if let Err(TrySendError::Disconnected(_)) = self.queue.try_send((dir, every)) {
-            log::debug!("the read-ahead thread for listings is gone");
+            log::debug!("the thread hinting subdirectories' listings is gone");
         }
     }
 }
 
-impl std::fmt::Debug for Ahead {
+impl std::fmt::Debug for SubdirHints {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Ahead")
+        f.write_str("SubdirHints")
     }
 }
 
@@ -114,14 +115,14 @@ mod tests {
     #[test]
     fn each_subdirectory_offered_is_hinted_from_its_start_off_the_callers_thread() {
         let (tx, rx) = channel();
-        let ahead = Ahead::start(Arc::new(Hinted(Mutex::new(tx)))).unwrap();
-        ahead.offer(7, false);
-        ahead.offer(9, true);
+        let hints = SubdirHints::start(Arc::new(Hinted(Mutex::new(tx)))).unwrap();
+        hints.offer(7, false);
+        hints.offer(9, true);
         let wait = Duration::from_secs(10);
         assert_eq!(rx.recv_timeout(wait).unwrap(), (7, 0, false));
         assert_eq!(rx.recv_timeout(wait).unwrap(), (9, 0, true));
         // The thread ends with the server: its hints stop, and nothing hangs.
-        drop(ahead);
+        drop(hints);
         assert!(rx.recv_timeout(wait).is_err());
     }
 }

@@ -7,6 +7,15 @@
 //! a login session has), else `/run/user/UID/foliofs` where that exists,
 //! else a `foliofs-UID` directory of the user's own (mode 0700) in the
 //! temporary directory.
+//!
+//! Beside each record, the mount's request counts: counted by the server
+//! ([`RequestCounts`]) and published for other processes ([`published`]),
+//! read the same way and from the same directories as the records.
+
+mod counts;
+pub mod published;
+
+pub use counts::{RequestCounts, EXTRA_NAMES};
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -25,7 +34,7 @@ pub struct MountState {
     /// The kernel's id of the mount (`/proc/self/mountinfo`).
     pub mount_id: u64,
     /// The mount's process: the one serving it, or the supervisor that
-    /// holds its connection (see [`crate::held`]).
+    /// holds its connection (see [`crate::supervise::held`]).
     pub pid: u32,
     /// Under a supervisor: the process serving the mount now.
     pub server: Option<u32>,
@@ -158,7 +167,7 @@ pub fn dirs_for(m: &MountInfo) -> Vec<PathBuf> {
 impl MountState {
     /// The record of a mount just made, served by `pid`, before any
     /// server has been restarted.
-    pub fn new(info: &crate::session::MountInfo, pid: u32, format: &str, options: String) -> Self {
+    pub fn new(info: &MountInfo, pid: u32, format: &str, options: String) -> Self {
         MountState {
             mount_id: info.mount_id,
             pid,

@@ -2,7 +2,7 @@
 //! read, in the order it first touched them (`record=FILE`), replayed on a
 //! later mount of the same image (`prefetch=FILE`): its data is read ahead
 //! in that order and pushed into the kernel as soon as the kernel holds
-//! each inode (see [`crate::push`]).
+//! each inode (see [`super::push`]).
 //!
 //! The file is text, one inode a line:
 //!
@@ -38,7 +38,7 @@ const MAX_INODES: usize = 1 << 20;
 const MAX_RANGES: usize = 64;
 /// Most bytes of profile data read ahead and not yet pushed.
 const STASH_MAX: u64 = 32 << 20;
-/// The unit of reading ahead (and of a store, see [`crate::push`]).
+/// The unit of reading ahead (and of a store, see [`super::push`]).
 const CHUNK: u64 = 1 << 20;
 /// How much of each end of the image the key hashes.
 const KEY_SPAN: u64 = 64 << 10;
@@ -342,7 +342,7 @@ impl Recorder {
 }
 
 /// Reads a profile's data ahead in its order, into a bounded stash the
-/// pusher takes from (see [`crate::push`]).
+/// pusher takes from (see [`super::push`]).
 pub(crate) struct Preload {
     profile: Arc<Profile>,
     /// Next inode of `profile.order`, and the next offset in its ranges.

@@ -10,7 +10,7 @@
 //! the mount as root, which a mount without `allow_other` refuses, so it
 //! never unmounts; and it unmounts only where opening the root directory
 //! fails, which on a read-only mount (whose `opendir` the kernel no longer
-//! sends) succeeds even with the server dead. [`crate::watch`] does that
+//! sends) succeeds even with the server dead. [`super::watch`] does that
 //! job instead.
 
 use std::ffi::OsString;

@@ -1,4 +1,4 @@
-//! The supervisor of a held connection (see [`crate::held`]): it starts a
+//! The supervisor of a held connection (see [`held`]): it starts a
 //! server process on it, starts another when that one dies and has the
 //! kernel resend what the dead one was working on, replaces a live server
 //! with a new one on request (an upgrade in place), and gives up on a
@@ -7,6 +7,8 @@
 //! Its own signals: SIGTERM, SIGINT and SIGHUP detach the mount (the
 //! servers answer the files still open in it, then exit); SIGUSR1 starts
 //! a new server and retires the old one once the new one is ready.
+
+pub mod held;
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -20,7 +22,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-use crate::held::Held;
+use held::Held;
 
 /// When a server that keeps dying is given up on.
 #[derive(Clone, Copy, Debug)]
