@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
-use foliofs_fuse::published::Counts;
+use foliofs_fuse::records::published::Counts;
 
 use crate::env::{have, BenchEnv};
 use crate::mount::How;

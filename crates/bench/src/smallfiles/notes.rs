@@ -3,7 +3,7 @@
 //! against the host's wake-up, the requests per workload and the polling
 //! each mount settled on.
 
-use foliofs_fuse::published::{self as mount_stats, Counts};
+use foliofs_fuse::records::published::{self as mount_stats, Counts};
 
 use super::{Load, Rounds, Trips};
 use crate::report::{Column, Row};

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::Result;
-use foliofs_fuse::published as mount_stats;
+use foliofs_fuse::records::published as mount_stats;
 use foliofs_vfs::chain_line;
 
 use super::workloads::{create_files, missing_xattr_reads, one_byte_writes, unlink_half};

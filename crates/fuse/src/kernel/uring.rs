@@ -22,6 +22,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::Arc;
 
+use foliofs_vfs::AlignedBuf;
 use io_uring::{opcode, squeue, types, IoUring};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -62,34 +63,12 @@ fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
     (!v.is_empty()).then_some(v)
 }
 
-/// A page-aligned buffer that does not move while the kernel holds its
-/// address: cut from an over-allocated vector, so no unsafe allocation.
-struct Aligned {
-    raw: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl Aligned {
-    fn new(len: usize) -> Aligned {
-        let raw = vec![0u8; len + 4096];
-        let start = raw.as_ptr().align_offset(4096);
-        Aligned { raw, start, len }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        &self.raw[self.start..self.start + self.len]
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.raw[self.start..self.start + self.len]
-    }
-}
-
 /// One request slot of a queue.
 struct Entry {
-    header: Aligned,
-    payload: Aligned,
+    /// Page-aligned, and never resized, so that they do not move while
+    /// the kernel holds their addresses.
+    header: AlignedBuf,
+    payload: AlignedBuf,
     /// The two buffers as the kernel reads them at REGISTER.
     iov: [libc::iovec; 2],
 }
@@ -178,8 +157,8 @@ impl Queues {
                 .build(DEPTH as u32)?;
             let mut entries: Vec<Entry> = (0..DEPTH)
                 .map(|_| Entry {
-                    header: Aligned::new(HEADER_BYTES),
-                    payload: Aligned::new(payload_size),
+                    header: AlignedBuf::new(HEADER_BYTES, 4096),
+                    payload: AlignedBuf::new(payload_size, 4096),
                     iov: [libc::iovec {
                         iov_base: std::ptr::null_mut(),
                         iov_len: 0,
@@ -187,12 +166,12 @@ impl Queues {
                 })
                 .collect();
             for e in &mut entries {
-                let h = e.header.bytes_mut();
+                let h = e.header.as_mut_slice();
                 e.iov[0] = libc::iovec {
                     iov_base: h.as_mut_ptr().cast(),
                     iov_len: h.len(),
                 };
-                let p = e.payload.bytes_mut();
+                let p = e.payload.as_mut_slice();
                 e.iov[1] = libc::iovec {
                     iov_base: p.as_mut_ptr().cast(),
                     iov_len: p.len(),
@@ -328,7 +307,7 @@ impl Queue {
     ) -> u64 {
         let payload_size = self.payload_size;
         let ent = &mut self.entries[idx];
-        let h = ent.header.bytes();
+        let h = ent.header.as_slice();
         let header = InHeader::read_from_prefix(h)
             .map(|(x, _)| x)
             .unwrap_or_default();
@@ -341,9 +320,9 @@ impl Queue {
         let sent;
         {
             let (payload, out) = if in_len == 0 {
-                (&[][..], Out::Direct(ent.payload.bytes_mut()))
+                (&[][..], Out::Direct(ent.payload.as_mut_slice()))
             } else {
-                (&ent.payload.bytes()[..in_len], Out::Staged(staged))
+                (&ent.payload.as_slice()[..in_len], Out::Staged(staged))
             };
             let sink = RingSink {
                 out: RefCell::new(out),
@@ -355,7 +334,7 @@ impl Queue {
         }
         let (errno, mut len) = sent;
         if in_len > 0 {
-            let p = ent.payload.bytes_mut();
+            let p = ent.payload.as_mut_slice();
             len = len.min(p.len());
             p[..len].copy_from_slice(&staged[..len]);
         }
@@ -364,7 +343,7 @@ impl Queue {
             error: -errno,
             unique: header.unique,
         };
-        let h = ent.header.bytes_mut();
+        let h = ent.header.as_mut_slice();
         h[..size_of::<OutHeader>()].copy_from_slice(out.as_bytes());
         let reply_ent = UringEntInOut {
             payload_sz: len as u32,
@@ -439,8 +418,8 @@ mod tests {
 
     #[test]
     fn aligned_buffers_start_on_a_page() {
-        let b = Aligned::new(5000);
-        assert_eq!(b.bytes().as_ptr() as usize % 4096, 0);
-        assert_eq!(b.bytes().len(), 5000);
+        let b = AlignedBuf::new(5000, 4096);
+        assert_eq!(b.as_slice().as_ptr() as usize % 4096, 0);
+        assert_eq!(b.as_slice().len(), 5000);
     }
 }
