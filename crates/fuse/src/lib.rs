@@ -40,7 +40,7 @@ pub mod records;
 pub mod server;
 pub mod supervise;
 
-pub use kernel::{Op, COUNTER_NAMES};
+pub use kernel::{kernel_at_least, Op, COUNTER_NAMES};
 pub use mount::{
     find_mount, mount, mount_table, unmount, MountConfig, MountError, MountInfo, MountMethod,
     Mounted, FS_TYPE, IMAGE_READ_AHEAD_KB,

@@ -333,7 +333,7 @@ fn ramfs_with_data_path(
         return Ok(foliofs_ramfs::RamFs::new(ro));
     } else if opts.fuse.writeback {
         Some("the kernel passes no file through while it caches writes (`writeback`)".to_owned())
-    } else if !foliofs_fuse::mount::privilege::kernel_at_least(6, 9) {
+    } else if !foliofs_fuse::kernel_at_least(6, 9) {
         Some("FUSE passthrough needs Linux 6.9 or later".to_owned())
     } else if !foliofs_fuse::mount::privilege::is_machine_root() {
         Some(

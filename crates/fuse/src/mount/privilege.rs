@@ -55,23 +55,6 @@ pub fn user_allow_other() -> bool {
     fs::read_to_string(FUSE_CONF).is_ok_and(|t| conf_allows_other(&t))
 }
 
-/// Whether the running kernel's release is at least `major.minor`.
-pub fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    release_at_least(&release, major, minor)
-}
-
-/// Whether a release string ("6.18.44-fc", "5.15.0-91-generic") names
-/// `major.minor` or later; an unreadable one does not.
-fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
-    let mut parts = release
-        .trim()
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let have = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    have >= (major, minor)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,15 +67,5 @@ mod tests {
         assert!(!conf_allows_other("user_allow_other=1\n"));
         assert!(!conf_allows_other("mount_max = 1000\n"));
         assert!(!conf_allows_other("user_allow_other"));
-    }
-
-    #[test]
-    fn kernel_releases_compare_by_major_and_minor() {
-        assert!(release_at_least("6.18.44-fc-v595\n", 6, 6));
-        assert!(release_at_least("6.6.0", 6, 6));
-        assert!(release_at_least("7.0-rc1", 6, 6));
-        assert!(!release_at_least("6.5.13-1-pve", 6, 6));
-        assert!(!release_at_least("5.15.0-91-generic", 6, 6));
-        assert!(!release_at_least("", 6, 6));
     }
 }

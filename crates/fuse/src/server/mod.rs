@@ -170,7 +170,7 @@ impl Server {
         // pages of the range in place (stale reads, and dirty mmap pages
         // written back over the newer data later).
         let direct_writes =
-            !cfg.read_only && !cfg.writeback && crate::mount::privilege::kernel_at_least(6, 6);
+            !cfg.read_only && !cfg.writeback && crate::kernel::kernel_at_least(6, 6);
         let dev = Arc::new(OnceLock::new());
         let recorder = cfg
             .record
