@@ -20,7 +20,7 @@
 //! kernel holds its own reference to a registered one, and the server opens
 //! it by name for the few operations it does itself (a new file's first
 //! open takes the descriptor it was made with, and a few files are kept
-//! made ahead, see `ahead.rs`). The names go with the detached mount when
+//! made ahead, see `premade.rs`). The names go with the detached mount when
 //! the server exits, so a crash leaves nothing behind.
 
 use std::fs::File;
@@ -63,7 +63,7 @@ pub(crate) struct Pool {
     /// removes its name when dropped).
     root: Arc<OwnedFd>,
     /// New files, made ahead.
-    ahead: ahead::Ahead,
+    premade: premade::Premade,
 }
 
 impl Pool {
@@ -95,7 +95,7 @@ impl Pool {
         )?;
         let root = Arc::new(root);
         Ok(Pool {
-            ahead: ahead::Ahead::new(root.clone()),
+            premade: premade::Premade::new(root.clone()),
             root,
         })
     }
@@ -106,7 +106,7 @@ impl Pool {
     /// no descriptor (see the module's note); the one returned is for the
     /// caller to hand on ([`Backed::hand_out`]) or close.
     pub fn create(&self) -> io::Result<(Backed, File)> {
-        let (name, file) = self.ahead.take()?;
+        let (name, file) = self.premade.take()?;
         let body = Backed {
             name: Arc::new(Name {
                 root: self.root.clone(),
@@ -333,7 +333,7 @@ fn seek(file: &File, offset: u64, whence: i32) -> io::Result<u64> {
     Ok(rustix::fs::seek(file.as_fd(), to)?)
 }
 
-mod ahead;
+mod premade;
 
 #[cfg(test)]
 mod tests;

@@ -62,15 +62,15 @@ impl Shared {
 
 /// The queue of made files and the thread that fills it.
 #[derive(Debug)]
-pub(super) struct Ahead {
+pub(super) struct Premade {
     shared: Arc<Shared>,
     maker: Option<JoinHandle<()>>,
 }
 
-impl Ahead {
+impl Premade {
     /// Starts the maker for files in `root`. Where no thread can be
     /// started, every file is made on the caller's thread.
-    pub fn new(root: Arc<OwnedFd>) -> Ahead {
+    pub fn new(root: Arc<OwnedFd>) -> Premade {
         let shared = Arc::new(Shared {
             root,
             next: AtomicU64::new(0),
@@ -83,7 +83,7 @@ impl Ahead {
             .spawn(move || fill(&s))
             .map_err(|e| log::warn!("ramfs: no thread to make backing files ahead: {e}"))
             .ok();
-        Ahead { shared, maker }
+        Premade { shared, maker }
     }
 
     /// A made file: one from the queue, or one made now where it is empty.
@@ -109,7 +109,7 @@ impl Ahead {
     }
 }
 
-impl Drop for Ahead {
+impl Drop for Premade {
     fn drop(&mut self) {
         self.shared.lock().stop = true;
         self.shared.wake.notify_one();
@@ -183,13 +183,13 @@ mod tests {
             Mode::empty(),
         )
         .unwrap();
-        let ahead = Ahead::new(Arc::new(root));
-        wait_until("the queue to fill", WAIT, || ahead.kept() == KEPT);
+        let premade = Premade::new(Arc::new(root));
+        wait_until("the queue to fill", WAIT, || premade.kept() == KEPT);
         // More than the queue holds: the rest are made on this thread or
         // by the refill.
         let mut names = std::collections::HashSet::new();
         for _ in 0..KEPT + 10 {
-            let (name, file) = ahead.take().unwrap();
+            let (name, file) = premade.take().unwrap();
             assert_eq!(file.metadata().unwrap().len(), 0);
             let on_disk = std::fs::metadata(dir.path().join(&name)).unwrap();
             assert_eq!(
@@ -199,10 +199,10 @@ mod tests {
             );
             assert!(names.insert(name), "a name given twice");
         }
-        wait_until("the refill", WAIT, || ahead.kept() == KEPT);
+        wait_until("the refill", WAIT, || premade.kept() == KEPT);
         let on_disk = std::fs::read_dir(dir.path()).unwrap().count();
         assert_eq!(on_disk, KEPT + 10 + KEPT);
         // Dropping it stops the maker (the join returns).
-        drop(ahead);
+        drop(premade);
     }
 }
