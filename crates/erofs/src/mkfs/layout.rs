@@ -7,10 +7,12 @@
 
 use std::collections::HashMap;
 
+use zerocopy::IntoBytes;
+
 use crate::format::{
-    Layout, CHUNK_FORMAT_BLKBITS_MASK, CHUNK_FORMAT_INDEXES, DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV,
-    FT_DIR, FT_FIFO, FT_REG_FILE, FT_SOCK, FT_SYMLINK, INODE_COMPACT_SIZE, I_FORMAT_EXTENDED,
-    MAX_INODE_SIZE,
+    erofs_inode_compact, erofs_inode_extended, Layout, CHUNK_FORMAT_BLKBITS_MASK,
+    CHUNK_FORMAT_INDEXES, DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV, FT_DIR, FT_FIFO, FT_REG_FILE, FT_SOCK,
+    FT_SYMLINK, INODE_COMPACT_SIZE, I_FORMAT_EXTENDED, MAX_INODE_SIZE,
 };
 
 use super::data::{FileData, Writer};
@@ -552,31 +554,35 @@ fn put_inode(out: &mut Vec<u8>, tree: &Tree, plan: &Plan, ino: u32) {
     let layout = plan.layout as u16;
     let icount = icount(plan.xattrs.len());
     if plan.extended {
-        out.extend_from_slice(&(layout << 1 | I_FORMAT_EXTENDED).to_le_bytes());
-        out.extend_from_slice(&icount.to_le_bytes());
-        out.extend_from_slice(&(m.mode as u16).to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
-        out.extend_from_slice(&plan.size.to_le_bytes());
-        out.extend_from_slice(&plan.i_u.to_le_bytes());
-        out.extend_from_slice(&ino.to_le_bytes());
-        out.extend_from_slice(&m.uid.to_le_bytes());
-        out.extend_from_slice(&m.gid.to_le_bytes());
-        out.extend_from_slice(&(m.mtime as u64).to_le_bytes());
-        out.extend_from_slice(&m.nsec.to_le_bytes());
-        out.extend_from_slice(&plan.nlink.to_le_bytes());
-        out.extend_from_slice(&[0; 16]);
+        let die = erofs_inode_extended {
+            i_format: (layout << 1 | I_FORMAT_EXTENDED).into(),
+            i_xattr_icount: icount.into(),
+            i_mode: (m.mode as u16).into(),
+            i_size: plan.size.into(),
+            i_u: plan.i_u.into(),
+            i_ino: ino.into(),
+            i_uid: m.uid.into(),
+            i_gid: m.gid.into(),
+            i_mtime: (m.mtime as u64).into(),
+            i_mtime_nsec: m.nsec.into(),
+            i_nlink: plan.nlink.into(),
+            ..Default::default()
+        };
+        out.extend_from_slice(die.as_bytes());
     } else {
-        out.extend_from_slice(&(layout << 1).to_le_bytes());
-        out.extend_from_slice(&icount.to_le_bytes());
-        out.extend_from_slice(&(m.mode as u16).to_le_bytes());
-        out.extend_from_slice(&(plan.nlink as u16).to_le_bytes());
-        out.extend_from_slice(&(plan.size as u32).to_le_bytes());
-        // The mtime is the epoch's: no offset from it.
-        out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&plan.i_u.to_le_bytes());
-        out.extend_from_slice(&ino.to_le_bytes());
-        out.extend_from_slice(&(m.uid as u16).to_le_bytes());
-        out.extend_from_slice(&(m.gid as u16).to_le_bytes());
-        out.extend_from_slice(&[0; 4]);
+        // The mtime is the epoch's: no offset from it (`i_mtime` 0).
+        let dic = erofs_inode_compact {
+            i_format: (layout << 1).into(),
+            i_xattr_icount: icount.into(),
+            i_mode: (m.mode as u16).into(),
+            i_nb: (plan.nlink as u16).into(),
+            i_size: (plan.size as u32).into(),
+            i_u: plan.i_u.into(),
+            i_ino: ino.into(),
+            i_uid: (m.uid as u16).into(),
+            i_gid: (m.gid as u16).into(),
+            ..Default::default()
+        };
+        out.extend_from_slice(dic.as_bytes());
     }
 }
