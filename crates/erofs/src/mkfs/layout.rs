@@ -7,12 +7,14 @@
 
 use std::collections::HashMap;
 
+use zerocopy::little_endian::U32;
 use zerocopy::IntoBytes;
 
 use crate::format::{
-    erofs_inode_compact, erofs_inode_extended, Layout, CHUNK_FORMAT_BLKBITS_MASK,
-    CHUNK_FORMAT_INDEXES, DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV, FT_DIR, FT_FIFO, FT_REG_FILE, FT_SOCK,
-    FT_SYMLINK, INODE_COMPACT_SIZE, I_FORMAT_EXTENDED, MAX_INODE_SIZE,
+    erofs_dirent, erofs_inode_chunk_index, erofs_inode_compact, erofs_inode_extended, Layout,
+    CHUNK_FORMAT_BLKBITS_MASK, CHUNK_FORMAT_INDEXES, DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV, FT_DIR,
+    FT_FIFO, FT_REG_FILE, FT_SOCK, FT_SYMLINK, INODE_COMPACT_SIZE, I_FORMAT_EXTENDED,
+    MAX_INODE_SIZE,
 };
 
 use super::data::{FileData, Writer};
@@ -111,10 +113,13 @@ fn dir_bytes(entries: &[(&[u8], u64, u8)], blksz: u64) -> Vec<u8> {
         let start = out.len();
         let mut nameoff = DIRENT_SIZE * range.len();
         for (name, nid, ft) in &entries[range.clone()] {
-            out.extend_from_slice(&nid.to_le_bytes());
-            out.extend_from_slice(&(nameoff as u16).to_le_bytes());
-            out.push(*ft);
-            out.push(0);
+            let de = erofs_dirent {
+                nid: (*nid).into(),
+                nameoff: (nameoff as u16).into(),
+                file_type: *ft,
+                reserved: 0,
+            };
+            out.extend_from_slice(de.as_bytes());
             nameoff += name.len();
         }
         for (name, _, _) in &entries[range] {
@@ -139,9 +144,9 @@ fn entries_of(tree: &Tree, dir: NodeId, parent: NodeId) -> Vec<(&[u8], NodeId)> 
 }
 
 /// Bytes of a chunk index: advise, device id, block address.
-const CHUNK_INDEX_SIZE: u64 = 8;
+const CHUNK_INDEX_SIZE: u64 = size_of::<erofs_inode_chunk_index>() as u64;
 /// Bytes of a block map entry: a block address.
-const BLOCK_MAP_ENTRY_SIZE: u64 = 4;
+const BLOCK_MAP_ENTRY_SIZE: u64 = size_of::<U32>() as u64;
 
 /// log2 of the chunk size for a file that is one run of bytes in a tar:
 /// the file in one chunk, as far as the format's 5 bits of chunk size
@@ -402,9 +407,12 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
                 let bits = tar_chunkbits(*size, blkszbits);
                 for k in 0..size.div_ceil(1 << bits) {
                     let blk = (at + (k << bits)) >> blkszbits;
-                    buf.extend_from_slice(&0u16.to_le_bytes());
-                    buf.extend_from_slice(&1u16.to_le_bytes());
-                    buf.extend_from_slice(&(blk as u32).to_le_bytes());
+                    let index = erofs_inode_chunk_index {
+                        startblk_hi: 0.into(),
+                        device_id: 1.into(),
+                        startblk_lo: (blk as u32).into(),
+                    };
+                    buf.extend_from_slice(index.as_bytes());
                 }
             }
             Body::File(FileData {
