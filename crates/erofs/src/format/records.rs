@@ -401,3 +401,74 @@ impl z_erofs_extent {
         u64::from(self.lstart_lo.get()) | u64::from(self.lstart_hi.get()) << 32
     }
 }
+
+// ---- compact lcluster indexes: bit-packed, so no struct declares them
+
+/// Bytes from the map header to the first full lcluster index: the header
+/// and 8 reserved bytes (`Z_EROFS_FULL_INDEX_START`).
+pub const FULL_INDEX_START: u64 = size_of::<z_erofs_map_header>() as u64 + 8;
+
+/// Bits of a compact entry's `lo` (an offset in the lcluster or a
+/// distance), below its 2 type bits: the lcluster bits, but room for
+/// `Z_EROFS_LI_D0_CBLKCNT` at least.
+pub fn compact_lobits(lclusterbits: u32) -> u32 {
+    lclusterbits.max(super::LI_D0_CBLKCNT.trailing_zeros() + 1)
+}
+
+/// How `n` compact entries whose area starts `mpos` bytes from a 32-byte
+/// boundary split: 4-byte entries up to the boundary, then (with
+/// COMPACTED_2B) 2-byte ones in whole packs of 16, then 4-byte ones.
+pub fn compact_split(n: u64, mpos: u64, two_byte: bool) -> (u64, u64, u64) {
+    let ini = ((32 - mpos % 32) / 4) % 8;
+    if ini > n {
+        return (0, 0, n);
+    }
+    let two = if two_byte { (n - ini) / 16 * 16 } else { 0 };
+    (ini, two, n - ini - two)
+}
+
+/// Bytes at the end of a compact pack holding its base block address.
+const PACK_BASE: usize = 4;
+
+/// Bits of each of the `vcnt` entries of `pack`: they share what the base
+/// leaves of it, from its first byte on.
+fn encodebits(pack: &[u8], vcnt: usize) -> usize {
+    (pack.len() - PACK_BASE) * 8 / vcnt
+}
+
+/// Entry `i` of a compact pack of `vcnt` entries: its `lo` and its
+/// lcluster type.
+pub fn compact_entry(pack: &[u8], vcnt: usize, lobits: u32, i: usize) -> (u32, u8) {
+    let bit = encodebits(pack, vcnt) * i;
+    let entries = &pack[..pack.len() - PACK_BASE];
+    let mut w = [0u8; 4];
+    let src = &entries[bit / 8..];
+    let n = src.len().min(4);
+    w[..n].copy_from_slice(&src[..n]);
+    let v = u32::from_le_bytes(w) >> (bit % 8);
+    (v & ((1 << lobits) - 1), ((v >> lobits) & 3) as u8)
+}
+
+/// Sets entry `i` (still zero) of a compact pack of `vcnt` entries.
+pub fn put_compact_entry(pack: &mut [u8], vcnt: usize, lobits: u32, i: usize, lo: u32, kind: u8) {
+    let bit = encodebits(pack, vcnt) * i;
+    let end = pack.len() - PACK_BASE;
+    let v = (u32::from(kind) << lobits | lo) << (bit % 8);
+    for (k, b) in v.to_le_bytes().into_iter().enumerate() {
+        if bit / 8 + k < end {
+            pack[bit / 8 + k] |= b;
+        }
+    }
+}
+
+/// A compact pack's base block address.
+pub fn compact_base(pack: &[u8]) -> u32 {
+    let at = pack.len() - PACK_BASE;
+    u32::from_le_bytes(pack[at..].try_into().expect("4 bytes"))
+}
+
+/// Sets a compact pack's base block address.
+pub fn put_compact_base(pack: &mut [u8], base: u32) {
+    let at = pack.len() - PACK_BASE;
+    pack[at..].copy_from_slice(&base.to_le_bytes());
+}
