@@ -4,7 +4,7 @@
 //! and checking the configuration records.
 
 use super::*;
-use crate::format::{le32, INCOMPAT_COMPR_CFGS, MAGIC, SUPER_SIZE};
+use crate::format::{INCOMPAT_COMPR_CFGS, MAGIC, SUPER_SIZE};
 
 /// The configuration records of the images the clusters come from
 /// (mkfs.erofs defaults at 4 KiB clusters).
@@ -42,8 +42,8 @@ fn records(name: &str) -> Vec<Record> {
     let mut out = Vec::new();
     let mut p = 0;
     while p < d.len() {
-        let plen = le32(&d, p) as usize;
-        let llen = le32(&d, p + 4) as usize;
+        let word = |at: usize| u32::from_le_bytes(d[at..at + 4].try_into().unwrap()) as usize;
+        let (plen, llen) = (word(p), word(p + 4));
         p += 8;
         out.push(Record {
             cluster: d[p..p + plen].to_vec(),

@@ -338,30 +338,6 @@ pub fn xattr_prefix(index: u8) -> Option<&'static [u8]> {
     })
 }
 
-// ---- reading
-
-/// The `N` bytes at byte `at` of `b` (callers check the length).
-pub fn bytes<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
-    let mut out = [0u8; N];
-    out.copy_from_slice(&b[at..at + N]);
-    out
-}
-
-/// The little-endian u16 at byte `at` of `b` (callers check the length).
-pub fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes(bytes(b, at))
-}
-
-/// The little-endian u32 at byte `at` of `b` (callers check the length).
-pub fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(bytes(b, at))
-}
-
-/// The little-endian u64 at byte `at` of `b` (callers check the length).
-pub fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes(b, at))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,11 +353,20 @@ mod tests {
     }
 
     #[test]
-    fn little_endian_reads() {
-        let b = [1, 2, 3, 4, 5, 6, 7, 8, 9];
-        assert_eq!(le16(&b, 1), 0x0302);
-        assert_eq!(le32(&b, 0), 0x0403_0201);
-        assert_eq!(le64(&b, 1), 0x0908_0706_0504_0302);
-        assert_eq!(bytes::<2>(&b, 7), [8, 9]);
+    fn compact_entries_read_back_as_written() {
+        for (len, vcnt) in [(8, 2), (32, 16)] {
+            let lobits = compact_lobits(9);
+            let mut pack = vec![0u8; len];
+            for i in 0..vcnt {
+                let lo = (i as u32 * 37) & ((1 << lobits) - 1);
+                put_compact_entry(&mut pack, vcnt, lobits, i, lo, (i % 4) as u8);
+            }
+            put_compact_base(&mut pack, 0xDEAD_BEEF);
+            for i in 0..vcnt {
+                let lo = (i as u32 * 37) & ((1 << lobits) - 1);
+                assert_eq!(compact_entry(&pack, vcnt, lobits, i), (lo, (i % 4) as u8));
+            }
+            assert_eq!(compact_base(&pack), 0xDEAD_BEEF);
+        }
     }
 }
