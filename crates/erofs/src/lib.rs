@@ -67,4 +67,4 @@ pub use format::Layout;
 pub use fsck::FsckReport;
 pub use inode::Inode;
 pub use metabox::{ino_to_nid, nid_to_ino};
-pub use mount::{Erofs, NAME_MAX};
+pub use mount::Erofs;
