@@ -59,7 +59,6 @@ pub mod xattr;
 mod zcache;
 mod zdata;
 pub mod zmap;
-pub mod zmap_ext;
 
 pub use error::{ConfigProblem, Corrupt, Decode, Incompatible};
 pub use extent::Extent;

@@ -16,7 +16,7 @@ use crate::inode::Inode;
 use crate::superblock::{self, DeviceSlot, Superblock};
 use crate::xattr::LongPrefix;
 use crate::zcache::ExtentCache;
-use crate::zmap_ext::{self, RunningSums};
+use crate::zmap::{self, RunningSums};
 use crate::{Corrupt, Incompatible};
 
 /// An extra device: its table slot and, unless it lives inside the primary
@@ -93,7 +93,7 @@ impl Erofs {
             prefixes: Vec::new(),
             configs: CompressionConfigs::default(),
             zcache: Mutex::new(ExtentCache::for_files()),
-            ext_sums: Mutex::new(zmap_ext::running_sums()),
+            ext_sums: Mutex::new(zmap::running_sums()),
             metabox: None,
             mcache: Mutex::new(ExtentCache::for_metabox()),
             path: path.to_owned(),

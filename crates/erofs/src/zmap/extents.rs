@@ -24,12 +24,12 @@ use lru::LruCache;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
+use super::{ZExtent, ZFormat, ZInfo};
 use crate::format::{
     z_erofs_extent, z_erofs_map_header, Algorithm, ADVISE_FRAGMENT_PCLUSTER,
     ADVISE_INTERLACED_PCLUSTER, MAX_DECODED, MAX_PCLUSTER, PLEN_FMT_SHIFT, PLEN_MASK, PLEN_PARTIAL,
 };
 use crate::inode::Inode;
-use crate::zmap::{ZExtent, ZFormat, ZInfo};
 use crate::{Corrupt, Erofs, Incompatible};
 
 /// With 4-byte records an extent's address is the sum of the lengths

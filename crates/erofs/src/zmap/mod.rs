@@ -1,6 +1,8 @@
 //! Compressed files: the map header and the mapping from a file offset to
 //! its compressed extent, over logical-cluster indexes (full and compact,
-//! decoded in `zmap/lcluster.rs`) or extent records (`zmap_ext`).
+//! decoded in `lcluster.rs`) or extent records (`extents.rs`). Both are
+//! children of this module, which holds what they share (the header,
+//! [`ZInfo`], [`ZExtent`]), so neither imports a sibling.
 //!
 //! The walk follows the kernel's `zmap.c` rules so the same images map the
 //! same way; every step that follows a stored distance moves strictly in one
@@ -18,11 +20,13 @@ use crate::format::{
     MAP_FRAGMENT_INODE, MAX_DECODED, MAX_EXTENT, MAX_PCLUSTER,
 };
 use crate::inode::Inode;
-use crate::zmap_ext::ExtentMap;
 use crate::{Corrupt, Erofs, Incompatible};
 
+mod extents;
 mod lcluster;
 
+pub use extents::ExtentMap;
+pub(crate) use extents::{running_sums, RunningSums};
 use lcluster::Lcluster;
 
 /// Per-inode compression facts from the map header.
@@ -45,7 +49,7 @@ pub struct ZInfo {
     tail: Option<(u64, u64)>,
     /// The file's data from some extent on lives in the packed inode.
     pub fragment: Option<Fragment>,
-    /// Extent records instead of lcluster indexes (`zmap_ext`).
+    /// Extent records instead of lcluster indexes (`extents.rs`).
     pub extents: Option<ExtentMap>,
 }
 
