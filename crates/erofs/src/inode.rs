@@ -68,7 +68,8 @@ impl Inode {
             return None;
         }
         let base = u64::from(sb.meta_blkaddr) << sb.blkszbits;
-        nid.checked_mul(32)?.checked_add(base)
+        nid.checked_mul(INODE_COMPACT_SIZE as u64)?
+            .checked_add(base)
     }
 
     /// Parses inode `nid` from `raw` (32 bytes, or 64 for an extended one;
@@ -291,12 +292,15 @@ mod tests {
     use super::*;
 
     fn sb() -> Superblock {
-        let mut raw = vec![0u8; crate::format::SUPER_SIZE];
-        raw[..4].copy_from_slice(&crate::format::MAGIC.to_le_bytes());
-        raw[0x0C] = 12;
-        raw[0x18..0x20].copy_from_slice(&1_000u64.to_le_bytes());
-        raw[0x20..0x24].copy_from_slice(&5u32.to_le_bytes());
-        Superblock::parse(&raw).unwrap()
+        let d = crate::format::erofs_super_block {
+            magic: crate::format::MAGIC.into(),
+            blkszbits: 12,
+            epoch: 1_000.into(),
+            fixed_nsec: 5.into(),
+            ..Default::default()
+        };
+        let raw = zerocopy::IntoBytes::as_bytes(&d);
+        Superblock::parse(&raw[..crate::format::SUPER_SIZE]).unwrap()
     }
 
     /// A compact inode: format, mode, i_nb, size, mtime, i_u.

@@ -337,42 +337,54 @@ impl DeviceSlot {
 mod tests {
     use super::*;
 
-    fn minimal() -> Vec<u8> {
-        let mut raw = vec![0u8; SUPER_SIZE];
-        raw[..4].copy_from_slice(&MAGIC.to_le_bytes());
-        raw[0x0C] = 12;
-        raw
+    fn minimal() -> erofs_super_block {
+        erofs_super_block {
+            magic: MAGIC.into(),
+            blkszbits: 12,
+            ..Default::default()
+        }
+    }
+
+    /// The fixed 128 bytes of `d`.
+    fn fixed(d: &erofs_super_block) -> Vec<u8> {
+        d.as_bytes()[..SUPER_SIZE].to_vec()
+    }
+
+    fn with_incompat(bits: u32) -> erofs_super_block {
+        erofs_super_block {
+            feature_incompat: bits.into(),
+            ..minimal()
+        }
     }
 
     #[test]
     fn parses_minimal_and_refuses_unknown_features() {
-        let raw = minimal();
+        let raw = fixed(&minimal());
         assert_eq!(Superblock::parse(&raw).unwrap().block_size(), 4096);
         // The first bit past every feature EROFS has defined.
-        let mut next = raw.clone();
-        next[0x50..0x54].copy_from_slice(&(0x200 | INCOMPAT_LZ4_0PADDING).to_le_bytes());
+        let next = fixed(&with_incompat(0x200 | INCOMPAT_LZ4_0PADDING));
         let e = Superblock::parse(&next).unwrap_err();
         assert_eq!(
             e.incompatibility::<Incompatible>(),
             Some(&Incompatible::Features { bits: 0x200 })
         );
         // The metabox nid needs an extension slot.
-        let mut metabox = raw.clone();
-        metabox[0x50..0x54].copy_from_slice(&INCOMPAT_METABOX.to_le_bytes());
+        let metabox = fixed(&with_incompat(INCOMPAT_METABOX));
         let e = Superblock::parse(&metabox).unwrap_err();
         assert_eq!(
             e.corruption::<Corrupt>(),
             Some(&Corrupt::MetaboxWithoutSlot { sb_extslots: 0 })
         );
-        let mut future = raw.clone();
-        future[0x50..0x54].copy_from_slice(&0x8000u32.to_le_bytes());
+        let future = fixed(&with_incompat(0x8000));
         let e = Superblock::parse(&future).unwrap_err();
         assert_eq!(
             e.incompatibility::<Incompatible>(),
             Some(&Incompatible::Features { bits: 0x8000 })
         );
-        let mut big = raw;
-        big[0x0C] = 17;
+        let big = fixed(&erofs_super_block {
+            blkszbits: 17,
+            ..minimal()
+        });
         let e = Superblock::parse(&big).unwrap_err();
         assert_eq!(e.offset(), Some(SUPER_OFFSET + 0x0C));
         assert_eq!(
@@ -395,62 +407,69 @@ mod tests {
 
     #[test]
     fn the_48bit_fields_follow_the_kernel() {
-        let mut raw = minimal();
-        raw[0x50..0x54].copy_from_slice(&INCOMPAT_48BIT.to_le_bytes());
-        raw[0x0E..0x10].copy_from_slice(&0x0102u16.to_le_bytes());
-        raw[0x24..0x28].copy_from_slice(&7u32.to_le_bytes());
-        raw[0x18..0x20].copy_from_slice(&100u64.to_le_bytes());
-        raw[0x6C..0x70].copy_from_slice(&1_700_000_000u32.to_le_bytes());
+        let mut d = erofs_super_block {
+            rb: 0x0102.into(),
+            blocks_lo: 7.into(),
+            epoch: 100.into(),
+            build_time: 1_700_000_000.into(),
+            ..with_incompat(INCOMPAT_48BIT)
+        };
         // Without the 8-byte root nid, the 2-byte field is the root.
-        let sb = Superblock::parse(&raw).unwrap();
+        let sb = Superblock::parse(&fixed(&d)).unwrap();
         assert_eq!((sb.root_nid, sb.blocks), (0x0102, 7));
         assert_eq!(sb.build_time(), 1_700_000_100);
         // With it, the 2-byte field is the block count's high bits.
-        raw[0x70..0x78].copy_from_slice(&(1u64 << 40).to_le_bytes());
-        let sb = Superblock::parse(&raw).unwrap();
+        d.rootnid_8b = (1u64 << 40).into();
+        let sb = Superblock::parse(&fixed(&d)).unwrap();
         assert_eq!((sb.root_nid, sb.blocks), (1 << 40, 0x0102 << 32 | 7));
         // Without 48BIT the 8-byte field means nothing.
-        raw[0x50..0x54].fill(0);
-        let sb = Superblock::parse(&raw).unwrap();
+        d.feature_incompat = 0.into();
+        let sb = Superblock::parse(&fixed(&d)).unwrap();
         assert_eq!((sb.root_nid, sb.blocks), (0x0102, 7));
     }
 
     #[test]
     fn hostile_superblock_fields_are_refused() {
-        let mut raw = minimal();
-        raw[0x0D] = 250;
+        let raw = fixed(&erofs_super_block {
+            sb_extslots: 250,
+            ..minimal()
+        });
         let e = Superblock::parse(&raw).unwrap_err();
         assert_eq!(e.offset(), Some(SUPER_OFFSET + 0x0D));
         assert_eq!(
             e.corruption::<Corrupt>(),
             Some(&Corrupt::SuperblockExtSlots { sb_extslots: 250 })
         );
-        let mut raw = minimal();
-        raw[0x60..0x68].copy_from_slice(&(NID_METABOX | 5).to_le_bytes());
-        let e = Superblock::parse(&raw).unwrap_err();
+        let mut d = erofs_super_block {
+            packed_nid: (NID_METABOX | 5).into(),
+            ..minimal()
+        };
+        let e = Superblock::parse(&fixed(&d)).unwrap_err();
         assert_eq!(
             e.corruption::<Corrupt>(),
             Some(&Corrupt::PackedInMetabox {
                 nid: NID_METABOX | 5
             })
         );
-        assert_eq!(Superblock::read_size(&raw), SUPER_SIZE);
-        raw[0x0D] = 3;
-        assert_eq!(Superblock::read_size(&raw), SUPER_SIZE_EXT);
+        assert_eq!(Superblock::read_size(&fixed(&d)), SUPER_SIZE);
+        d.sb_extslots = 3;
+        assert_eq!(Superblock::read_size(&fixed(&d)), SUPER_SIZE_EXT);
     }
 
     #[test]
     fn device_slots_read_their_high_words_with_48bit() {
-        let mut raw = vec![0u8; DEVT_SLOT_SIZE as usize];
-        raw[..3].copy_from_slice(b"tag");
-        raw[64..68].copy_from_slice(&10u32.to_le_bytes());
-        raw[68..72].copy_from_slice(&20u32.to_le_bytes());
-        raw[72..74].copy_from_slice(&1u16.to_le_bytes());
-        raw[74..76].copy_from_slice(&2u16.to_le_bytes());
-        let narrow = DeviceSlot::parse(&raw, false);
+        let mut d = erofs_deviceslot {
+            blocks_lo: 10.into(),
+            uniaddr_lo: 20.into(),
+            blocks_hi: 1.into(),
+            uniaddr_hi: 2.into(),
+            ..Default::default()
+        };
+        d.tag[..3].copy_from_slice(b"tag");
+        let narrow = DeviceSlot::parse(d.as_bytes(), false);
         assert_eq!((narrow.blocks, narrow.mapped_blkaddr), (10, 20));
         assert_eq!(narrow.tag, b"tag");
-        let wide = DeviceSlot::parse(&raw, true);
+        let wide = DeviceSlot::parse(d.as_bytes(), true);
         assert_eq!(
             (wide.blocks, wide.mapped_blkaddr),
             (1 << 32 | 10, 2 << 32 | 20)
