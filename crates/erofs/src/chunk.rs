@@ -3,8 +3,14 @@
 
 use foliofs_vfs::{Error, Result};
 
+use std::mem::offset_of;
+
+use zerocopy::little_endian::U32;
+use zerocopy::FromBytes;
+
 use crate::format::{
-    le16, le32, CHUNK_FORMAT_48BIT, CHUNK_FORMAT_BLKBITS_MASK, CHUNK_FORMAT_INDEXES, NULL_ADDR,
+    erofs_inode_chunk_index, erofs_inode_compact, CHUNK_FORMAT_48BIT, CHUNK_FORMAT_BLKBITS_MASK,
+    CHUNK_FORMAT_INDEXES, NULL_ADDR,
 };
 use crate::inode::Inode;
 use crate::{Corrupt, Incompatible};
@@ -33,7 +39,8 @@ impl ChunkFormat {
         let chunkbits = u32::from(blkszbits) + u32::from(fmt & CHUNK_FORMAT_BLKBITS_MASK);
         if chunkbits > 47 {
             return Err(Error::corrupt(
-                inode.pos + 16,
+                // `i_u`, where both inode forms have it.
+                inode.pos + offset_of!(erofs_inode_compact, i_u) as u64,
                 Corrupt::ChunkSize {
                     nid: inode.nid,
                     chunkbits,
@@ -50,9 +57,9 @@ impl ChunkFormat {
     /// Bytes per table entry.
     pub fn entry_size(&self) -> u64 {
         if self.indexes {
-            8
+            size_of::<erofs_inode_chunk_index>() as u64
         } else {
-            4
+            size_of::<U32>() as u64
         }
     }
 
@@ -83,22 +90,24 @@ impl ChunkEntry {
     /// for the 48BIT chunk format, whose indexes keep the address's high
     /// 16 bits where older ones had an unused field).
     pub fn parse(raw: &[u8], device_id_mask: u16, wide: bool) -> ChunkEntry {
-        let lo = |at: usize| u64::from(le32(raw, at));
-        let (device_id, addr, mask) = if raw.len() == 8 {
-            let hi = u64::from(le16(raw, 0));
-            let mask = if wide {
-                (1u64 << 48) - 1
+        let (device_id, addr, mask) =
+            if let Ok(index) = erofs_inode_chunk_index::ref_from_bytes(raw) {
+                let hi = u64::from(index.startblk_hi.get());
+                let lo = u64::from(index.startblk_lo.get());
+                let mask = if wide {
+                    (1u64 << 48) - 1
+                } else {
+                    u64::from(NULL_ADDR)
+                };
+                (
+                    index.device_id.get() & device_id_mask,
+                    (hi << 32 | lo) & mask,
+                    mask,
+                )
             } else {
-                u64::from(NULL_ADDR)
+                let (addr, _) = U32::read_from_prefix(raw).expect("4 bytes or 8");
+                (0, u64::from(addr.get()), u64::from(NULL_ADDR))
             };
-            (
-                le16(raw, 2) & device_id_mask,
-                (hi << 32 | lo(4)) & mask,
-                mask,
-            )
-        } else {
-            (0, lo(0), u64::from(NULL_ADDR))
-        };
         ChunkEntry {
             device_id,
             blkaddr: (addr != mask).then_some(addr),

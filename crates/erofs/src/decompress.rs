@@ -23,7 +23,7 @@
 use foliofs_vfs::{Error, Result};
 
 use crate::error::{ConfigProblem, Decode};
-use crate::format::{le16, INCOMPAT_COMPR_CFGS, INCOMPAT_LZ4_0PADDING, SUPER_OFFSET};
+use crate::format::{INCOMPAT_COMPR_CFGS, INCOMPAT_LZ4_0PADDING, SUPER_OFFSET};
 use crate::superblock::Superblock;
 use crate::zmap::{ZExtent, ZFormat};
 use crate::{Corrupt, Erofs, Incompatible};
@@ -92,7 +92,7 @@ impl CompressionConfigs {
             let at = pos;
             let mut len = [0u8; 2];
             read(pos, &mut len)?;
-            let len = le16(&len, 0);
+            let len = u16::from_le_bytes(len);
             let mut rec = vec![0u8; usize::from(len)];
             read(pos + 2, &mut rec)?;
             pos += 2 + u64::from(len);
@@ -139,9 +139,10 @@ impl CompressionConfigs {
 
 /// Checks a record's length against the `expected` bytes its fields take:
 /// at least that many, or with `exact` no other.
-fn record_size(rec: &[u8], expected: u16, exact: bool) -> std::result::Result<(), ConfigProblem> {
+fn record_size(rec: &[u8], expected: usize, exact: bool) -> std::result::Result<(), ConfigProblem> {
     // The loader read `rec` from a u16 length.
     let len = rec.len() as u16;
+    let expected = expected as u16;
     if len < expected || (exact && len != expected) {
         return Err(ConfigProblem::Size { len, expected });
     }

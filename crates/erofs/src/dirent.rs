@@ -2,8 +2,10 @@
 
 use foliofs_vfs::{Error, FileType, Result};
 
+use zerocopy::FromBytes;
+
 use crate::format::{
-    le16, le64, DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV, FT_DIR, FT_FIFO, FT_REG_FILE, FT_SOCK,
+    erofs_dirent, DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV, FT_DIR, FT_FIFO, FT_REG_FILE, FT_SOCK,
     FT_SYMLINK,
 };
 use crate::Corrupt;
@@ -59,8 +61,8 @@ impl<'a> DirBlock<'a> {
         if data.len() < DIRENT_SIZE {
             return Err(bad(Corrupt::DirBlockTooSmall { len: data.len() }));
         }
-        let first = usize::from(le16(data, 8));
-        if first < DIRENT_SIZE || first % DIRENT_SIZE != 0 || first >= data.len() {
+        let first = nameoff(data, 0);
+        if first < DIRENT_SIZE || !first.is_multiple_of(DIRENT_SIZE) || first >= data.len() {
             return Err(bad(Corrupt::DirentFirstNameOffset {
                 nameoff: first,
                 len: data.len(),
@@ -127,7 +129,6 @@ impl<'a> DirBlock<'a> {
 
     /// Entry `i` (< `len()`).
     pub fn get(&self, i: usize) -> Dirent<'a> {
-        let at = i * DIRENT_SIZE;
         let d = self.data;
         let start = nameoff(d, i);
         let end = if i + 1 < self.count {
@@ -137,9 +138,10 @@ impl<'a> DirBlock<'a> {
             let tail = &d[start..];
             start + tail.iter().position(|&b| b == 0).unwrap_or(tail.len())
         };
+        let de = record(d, i);
         Dirent {
-            nid: le64(d, at),
-            file_type: d[at + 10],
+            nid: de.nid.get(),
+            file_type: de.file_type,
             name: &d[start..end],
         }
     }
@@ -164,9 +166,14 @@ impl<'a> DirBlock<'a> {
     }
 }
 
+/// Entry `i`'s record (the block holds it: callers check the length).
+fn record(data: &[u8], i: usize) -> &erofs_dirent {
+    let (de, _) = erofs_dirent::ref_from_prefix(&data[i * DIRENT_SIZE..]).expect("checked length");
+    de
+}
+
 fn nameoff(data: &[u8], i: usize) -> usize {
-    let at = i * DIRENT_SIZE + 8;
-    usize::from(le16(data, at))
+    usize::from(record(data, i).nameoff.get())
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use foliofs_vfs::Result;
 
 use crate::chunk::ChunkFormat;
 use crate::data::Phys;
+use crate::format::{z_erofs_lcluster_index, FULL_INDEX_START};
 use crate::inode::{Inode, Layout};
 use crate::zmap::ZFormat;
 use crate::Erofs;
@@ -110,7 +111,7 @@ impl Erofs {
                 }
                 let lclusters = inode.size.div_ceil(1u64 << z.lclusterbits);
                 let len = if inode.layout == Layout::CompressedFull {
-                    16 + 8 * lclusters
+                    FULL_INDEX_START + size_of::<z_erofs_lcluster_index>() as u64 * lclusters
                 } else {
                     // Compact indexes take 2 to 4 bytes per lcluster plus
                     // pack bases; 4 bytes each is an upper bound.

@@ -8,8 +8,9 @@ use foliofs_vfs::{
 };
 
 use crate::data::Phys;
+use crate::format::NAME_LEN_MAX;
 use crate::inode::Layout;
-use crate::{xattr, Corrupt, Erofs, NAME_MAX};
+use crate::{xattr, Corrupt, Erofs};
 
 /// Longest symlink target read (the kernel's `PATH_MAX` less the NUL).
 const SYMLINK_MAX: u64 = 4095;
@@ -23,7 +24,7 @@ impl FileSystem for Erofs {
         FsInfo {
             fs_type: "erofs",
             block_size: self.sb.block_size(),
-            name_max: NAME_MAX,
+            name_max: NAME_LEN_MAX as u32,
             read_only: true,
         }
     }
@@ -39,7 +40,7 @@ impl FileSystem for Erofs {
     fn lookup(&self, parent: Ino, name: &OsStr) -> Result<Attr> {
         let dir = self.dir_inode(parent)?;
         let name = name.as_bytes();
-        if name.len() > NAME_MAX as usize {
+        if name.len() > NAME_LEN_MAX {
             return Err(Error::NameTooLong);
         }
         match self.lookup_nid(&dir, name)? {

@@ -6,9 +6,11 @@ use foliofs_vfs::{Attr, Error, FileType, Rdev, Result, Timespec};
 // The layout ids are the format's; they stay reachable here, beside the
 // inodes they describe.
 pub use crate::format::Layout;
+use zerocopy::FromBytes;
+
 use crate::format::{
-    le16, le32, le64, INODE_COMPACT_SIZE, I_FORMAT_ALL, I_FORMAT_BIT4, I_FORMAT_EXTENDED,
-    MAX_INODE_SIZE, NID_METABOX, XATTR_IBODY_HEADER,
+    erofs_inode_compact, erofs_inode_extended, INODE_COMPACT_SIZE, I_FORMAT_ALL, I_FORMAT_BIT4,
+    I_FORMAT_EXTENDED, MAX_INODE_SIZE, NID_METABOX, XATTR_IBODY_HEADER,
 };
 use crate::superblock::Superblock;
 use crate::{Corrupt, Erofs, Incompatible};
@@ -66,13 +68,17 @@ impl Inode {
             return None;
         }
         let base = u64::from(sb.meta_blkaddr) << sb.blkszbits;
-        nid.checked_mul(32)?.checked_add(base)
+        nid.checked_mul(INODE_COMPACT_SIZE as u64)?
+            .checked_add(base)
     }
 
     /// Parses inode `nid` from `raw` (32 bytes, or 64 for an extended one;
     /// call with at least 32 and re-call with 64 when [`Inode::is_extended`]).
     pub fn parse(sb: &Superblock, nid: u64, pos: u64, raw: &[u8]) -> Result<Inode> {
-        let format = le16(raw, 0);
+        // The fields both forms share sit where the compact one has them,
+        // and the kernel reads them from it.
+        let (dic, _) = erofs_inode_compact::ref_from_prefix(raw).expect("32 bytes or more");
+        let format = dic.i_format.get();
         let bad = |kind: Corrupt| Error::corrupt(pos, kind);
         if format & !I_FORMAT_ALL != 0 {
             return Err(bad(Corrupt::BadInodeFormat { nid, format }));
@@ -88,25 +94,26 @@ impl Inode {
                 layout: layout_id,
             })
         })?;
-        let mode = le16(raw, 4);
+        let mode = dic.i_mode.get();
         let kind = FileType::from_mode(u32::from(mode))
             .ok_or_else(|| bad(Corrupt::BadFileType { nid, mode }))?;
         // Bit 4 is NLINK_1 on anything but a directory, DOT_OMITTED on one.
         let bit4 = format & I_FORMAT_BIT4 != 0;
         let is_dir = kind == FileType::Directory;
-        let i_nb = le16(raw, 6);
+        let i_nb = dic.i_nb.get();
         let (nlink, size, i_u, uid, gid, mtime) = if extended {
-            let nsec = le32(raw, 0x28);
+            let (die, _) = erofs_inode_extended::ref_from_prefix(raw).expect("checked above");
+            let nsec = die.i_mtime_nsec.get();
             if nsec >= 1_000_000_000 {
                 return Err(bad(Corrupt::BadNanoseconds { nid, nsec }));
             }
             (
-                le32(raw, 0x2C),
-                le64(raw, 0x08),
-                le32(raw, 0x10),
-                le32(raw, 0x18),
-                le32(raw, 0x1C),
-                Timespec::new(le64(raw, 0x20) as i64, nsec),
+                die.i_nlink.get(),
+                die.i_size.get(),
+                die.i_u.get(),
+                die.i_uid.get(),
+                die.i_gid.get(),
+                Timespec::new(die.i_mtime.get() as i64, nsec),
             )
         } else {
             let nsec = if sb.fixed_nsec < 1_000_000_000 {
@@ -116,12 +123,12 @@ impl Inode {
             };
             (
                 if bit4 && !is_dir { 1 } else { u32::from(i_nb) },
-                u64::from(le32(raw, 0x08)),
-                le32(raw, 0x10),
-                u32::from(le16(raw, 0x18)),
-                u32::from(le16(raw, 0x1A)),
+                u64::from(dic.i_size.get()),
+                dic.i_u.get(),
+                u32::from(dic.i_uid.get()),
+                u32::from(dic.i_gid.get()),
                 Timespec::new(
-                    sb.epoch.wrapping_add(u64::from(le32(raw, 0x0C))) as i64,
+                    sb.epoch.wrapping_add(u64::from(dic.i_mtime.get())) as i64,
                     nsec,
                 ),
             )
@@ -151,7 +158,7 @@ impl Inode {
             in_metabox: nid & NID_METABOX != 0,
             extended,
             layout,
-            xattr_icount: le16(raw, 2),
+            xattr_icount: dic.i_xattr_icount.get(),
             mode,
             kind,
             nlink,
@@ -185,7 +192,8 @@ impl Inode {
 
     /// True when `raw`'s first bytes announce the 64-byte form.
     pub fn is_extended(raw: &[u8]) -> bool {
-        le16(raw, 0) & I_FORMAT_EXTENDED != 0
+        let (dic, _) = erofs_inode_compact::ref_from_prefix(raw).expect("32 bytes or more");
+        dic.i_format.get() & I_FORMAT_EXTENDED != 0
     }
 
     /// Bytes of the inode core.
@@ -284,24 +292,29 @@ mod tests {
     use super::*;
 
     fn sb() -> Superblock {
-        let mut raw = vec![0u8; crate::format::SUPER_SIZE];
-        raw[..4].copy_from_slice(&crate::format::MAGIC.to_le_bytes());
-        raw[0x0C] = 12;
-        raw[0x18..0x20].copy_from_slice(&1_000u64.to_le_bytes());
-        raw[0x20..0x24].copy_from_slice(&5u32.to_le_bytes());
-        Superblock::parse(&raw).unwrap()
+        let d = crate::format::erofs_super_block {
+            magic: crate::format::MAGIC.into(),
+            blkszbits: 12,
+            epoch: 1_000.into(),
+            fixed_nsec: 5.into(),
+            ..Default::default()
+        };
+        let raw = zerocopy::IntoBytes::as_bytes(&d);
+        Superblock::parse(&raw[..crate::format::SUPER_SIZE]).unwrap()
     }
 
     /// A compact inode: format, mode, i_nb, size, mtime, i_u.
     fn compact(format: u16, mode: u16, i_nb: u16, size: u32, i_u: u32) -> Vec<u8> {
-        let mut raw = vec![0u8; 32];
-        raw[0..2].copy_from_slice(&format.to_le_bytes());
-        raw[4..6].copy_from_slice(&mode.to_le_bytes());
-        raw[6..8].copy_from_slice(&i_nb.to_le_bytes());
-        raw[8..12].copy_from_slice(&size.to_le_bytes());
-        raw[0x0C..0x10].copy_from_slice(&20u32.to_le_bytes());
-        raw[0x10..0x14].copy_from_slice(&i_u.to_le_bytes());
-        raw
+        let dic = erofs_inode_compact {
+            i_format: format.into(),
+            i_mode: mode.into(),
+            i_nb: i_nb.into(),
+            i_size: size.into(),
+            i_mtime: 20.into(),
+            i_u: i_u.into(),
+            ..Default::default()
+        };
+        zerocopy::IntoBytes::as_bytes(&dic).to_vec()
     }
 
     #[test]

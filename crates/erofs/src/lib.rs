@@ -23,18 +23,23 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-// The on-disk format's constants, ids and byte readers are one leaf
-// module (`format`) that imports nothing else of the crate, so that every
-// other module may use them without forming a cycle; the on-disk
-// structures have a public module each. Reading an image is split by job,
-// much as Linux splits its driver: opening the image and its devices
-// (`mount`), mapping and reading plain data (`data`), reading compressed
-// extents (`zdata`; `zmap` and `zmap_ext` map them, `decompress` decodes
-// them with one file per algorithm, `zcache` keeps them), fragments
-// in the packed inode (`fragment`), metadata in the metabox inode
-// (`metabox`), directories (`dir`), name lookup (`namei`), and the
-// `FileSystem` trait on top of them (`fs`). Building is its own module
-// tree (`mkfs`, named as romfs names its builder and as the command is), which shares the format's constants and nothing else.
+// The on-disk format is one leaf module (`format`) that imports nothing
+// else of the crate, so that every other module may use it without
+// forming a cycle. It declares each on-disk record once, as a
+// little-endian struct that the reader parses and the builder writes:
+// a field the two placed differently would be a bug no test of one side
+// alone could catch. The parsed forms of the records (superblock, inode,
+// dirent, chunk, xattr) have a public module each. Reading an image is
+// split by job, much as Linux splits its driver: opening the image and
+// its devices (`mount`), mapping and reading plain data (`data`), reading
+// compressed extents (`zdata`; `zmap` maps them, over lcluster indexes or
+// extent records, `decompress` decodes them with one file per algorithm,
+// `zcache` keeps them), fragments in the packed inode (`fragment`),
+// metadata in the metabox inode (`metabox`), directories (`dir`), name
+// lookup (`namei`), and the `FileSystem` trait on top of them (`fs`).
+// Building is its own module tree (`mkfs`, named as romfs names its
+// builder and as the command is), which shares the format and nothing
+// else.
 
 pub mod chunk;
 mod data;
@@ -59,7 +64,6 @@ pub mod xattr;
 mod zcache;
 mod zdata;
 pub mod zmap;
-pub mod zmap_ext;
 
 pub use error::{ConfigProblem, Corrupt, Decode, Incompatible};
 pub use extent::Extent;
@@ -67,4 +71,4 @@ pub use format::Layout;
 pub use fsck::FsckReport;
 pub use inode::Inode;
 pub use metabox::{ino_to_nid, nid_to_ino};
-pub use mount::{Erofs, NAME_MAX};
+pub use mount::Erofs;

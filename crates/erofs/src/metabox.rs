@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use foliofs_vfs::{Error, FileType, Ino, Result, Scratch};
 
 use crate::data::with_scratch;
-use crate::format::{INCOMPAT_METABOX, MAX_INODE_SIZE, NID_METABOX};
+use crate::format::{INCOMPAT_METABOX, INODE_COMPACT_SIZE, MAX_INODE_SIZE, NID_METABOX};
 use crate::inode::Inode;
 use crate::{Corrupt, Erofs};
 
@@ -137,9 +137,12 @@ impl Erofs {
             return Err(Error::corrupt(0, Corrupt::NoMetabox { nid }));
         };
         let pos = (nid & !NID_METABOX)
-            .checked_mul(32)
+            .checked_mul(INODE_COMPACT_SIZE as u64)
             .ok_or_else(|| Error::corrupt(0, Corrupt::NidOverflow { nid }))?;
-        if pos.checked_add(32).is_none_or(|end| end > metabox.size) {
+        if pos
+            .checked_add(INODE_COMPACT_SIZE as u64)
+            .is_none_or(|end| end > metabox.size)
+        {
             return Err(Error::corrupt(
                 pos,
                 Corrupt::InodeOutOfMetabox {
@@ -149,9 +152,10 @@ impl Erofs {
             ));
         }
         let mut raw = [0u8; MAX_INODE_SIZE];
-        self.metabox_bytes(nid, pos, &mut raw[..32])?;
+        let compact = INODE_COMPACT_SIZE;
+        self.metabox_bytes(nid, pos, &mut raw[..compact])?;
         if Inode::is_extended(&raw) {
-            self.metabox_bytes(nid, pos + 32, &mut raw[32..])?;
+            self.metabox_bytes(nid, pos + compact as u64, &mut raw[compact..])?;
         }
         Inode::parse(&self.sb, nid, pos, &raw)
     }

@@ -9,18 +9,15 @@ use foliofs_vfs::{Error, FileType, Result, StatFs};
 
 use crate::decompress::CompressionConfigs;
 use crate::format::{
-    COMPAT_SB_CHKSUM, DEVT_SLOT_SIZE, INCOMPAT_48BIT, INCOMPAT_DEVICE_TABLE, SUPER_OFFSET,
-    SUPER_SIZE, SUPER_SIZE_EXT,
+    COMPAT_SB_CHKSUM, DEVT_SLOT_SIZE, INCOMPAT_48BIT, INCOMPAT_DEVICE_TABLE, NAME_LEN_MAX,
+    SUPER_OFFSET, SUPER_SIZE, SUPER_SIZE_EXT,
 };
 use crate::inode::Inode;
 use crate::superblock::{self, DeviceSlot, Superblock};
 use crate::xattr::LongPrefix;
 use crate::zcache::ExtentCache;
-use crate::zmap_ext::{self, RunningSums};
+use crate::zmap::{self, RunningSums};
 use crate::{Corrupt, Incompatible};
-
-/// Longest name EROFS stores.
-pub const NAME_MAX: u32 = 255;
 
 /// An extra device: its table slot and, unless it lives inside the primary
 /// image (a flat layout), the opened device.
@@ -96,7 +93,7 @@ impl Erofs {
             prefixes: Vec::new(),
             configs: CompressionConfigs::default(),
             zcache: Mutex::new(ExtentCache::for_files()),
-            ext_sums: Mutex::new(zmap_ext::running_sums()),
+            ext_sums: Mutex::new(zmap::running_sums()),
             metabox: None,
             mcache: Mutex::new(ExtentCache::for_metabox()),
             path: path.to_owned(),
@@ -229,7 +226,7 @@ impl Erofs {
             ffree: u64::MAX - self.sb.inos,
             bsize: self.sb.block_size(),
             frsize: self.sb.block_size(),
-            namelen: NAME_MAX,
+            namelen: NAME_LEN_MAX as u32,
         }
     }
 }

@@ -3,9 +3,13 @@
 //! records that follow it are read in `decompress`, beside the decoders
 //! they configure.
 
-use foliofs_vfs::{Error, Result};
+use std::mem::offset_of;
 
-use crate::format::{bytes, le16, le32, le64, Algorithm};
+use foliofs_vfs::{Error, Result};
+use zerocopy::little_endian::U16;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+use crate::format::{erofs_deviceslot, erofs_super_block, Algorithm};
 use crate::{Corrupt, Incompatible};
 
 // The superblock's constants are the format's; they stay reachable here,
@@ -93,17 +97,26 @@ impl Superblock {
         if raw.len() < SUPER_SIZE {
             return Err(bad(0, Corrupt::SuperblockTruncated));
         }
-        let magic = le32(raw, 0);
+        // The record is the fixed part and the first extension slot; what
+        // `raw` lacks of the slot reads as zeros, and is only looked at
+        // below once it is known to have been read.
+        let mut d = erofs_super_block::new_zeroed();
+        let n = raw.len().min(SUPER_SIZE_EXT);
+        d.as_mut_bytes()[..n].copy_from_slice(&raw[..n]);
+        let magic = d.magic.get();
         if magic != MAGIC {
             return Err(bad(0, Corrupt::BadMagic { found: magic }));
         }
-        let blkszbits = raw[0x0C];
+        let blkszbits = d.blkszbits;
         if !(9..=16).contains(&blkszbits) {
-            return Err(bad(0x0C, Corrupt::BlockSize { blkszbits }));
+            return Err(bad(
+                offset_of!(erofs_super_block, blkszbits),
+                Corrupt::BlockSize { blkszbits },
+            ));
         }
         // What this reader cannot read is said before anything the feature
         // bits change the meaning of is looked at.
-        let feature_incompat = le32(raw, 0x50);
+        let feature_incompat = d.feature_incompat.get();
         let unknown = feature_incompat & !SUPPORTED_INCOMPAT;
         if unknown != 0 {
             return Err(Error::incompatible(Incompatible::Features {
@@ -111,56 +124,63 @@ impl Superblock {
             }));
         }
         let wide = feature_incompat & INCOMPAT_48BIT != 0;
-        let rootnid_8b = le64(raw, 0x70);
+        let rootnid_8b = d.rootnid_8b.get();
         // With 48BIT and a non-zero 8-byte root nid, the 2-byte root nid
         // field holds the high bits of the block count instead.
         let (root_nid, blocks_hi) = if wide && rootnid_8b != 0 {
-            (rootnid_8b, u64::from(le16(raw, 0x0E)))
+            (rootnid_8b, u64::from(d.rb.get()))
         } else {
-            (u64::from(le16(raw, 0x0E)), 0)
+            (u64::from(d.rb.get()), 0)
         };
-        let sb_extslots = raw[0x0D];
+        let sb_extslots = d.sb_extslots;
+        let at_extslots = offset_of!(erofs_super_block, sb_extslots);
         let size = SUPER_SIZE as u64 + 16 * u64::from(sb_extslots);
         if size > SUPER_MAX_SIZE {
-            return Err(bad(0x0D, Corrupt::SuperblockExtSlots { sb_extslots }));
+            return Err(bad(
+                at_extslots,
+                Corrupt::SuperblockExtSlots { sb_extslots },
+            ));
         }
         let metabox = feature_incompat & INCOMPAT_METABOX != 0;
         let metabox_nid = if metabox {
             // The nid sits in the first extension slot, which must exist
             // and have been read.
             if size < SUPER_SIZE_EXT as u64 {
-                return Err(bad(0x0D, Corrupt::MetaboxWithoutSlot { sb_extslots }));
+                return Err(bad(
+                    at_extslots,
+                    Corrupt::MetaboxWithoutSlot { sb_extslots },
+                ));
             }
             if raw.len() < SUPER_SIZE_EXT {
                 return Err(bad(0, Corrupt::SuperblockTruncated));
             }
-            le64(raw, 0x80)
+            d.metabox_nid.get()
         } else {
             0
         };
         let sb = Superblock {
-            checksum: le32(raw, 0x04),
-            feature_compat: le32(raw, 0x08),
+            checksum: d.checksum.get(),
+            feature_compat: d.feature_compat.get(),
             blkszbits,
             sb_extslots,
             root_nid,
-            inos: le64(raw, 0x10),
-            epoch: le64(raw, 0x18),
-            fixed_nsec: le32(raw, 0x20),
-            build_time: le32(raw, 0x6C),
-            blocks: u64::from(le32(raw, 0x24)) | blocks_hi << 32,
-            meta_blkaddr: le32(raw, 0x28),
-            xattr_blkaddr: le32(raw, 0x2C),
-            uuid: bytes(raw, 0x30),
-            volume_name: raw[0x40..0x50].to_vec(),
+            inos: d.inos.get(),
+            epoch: d.epoch.get(),
+            fixed_nsec: d.fixed_nsec.get(),
+            build_time: d.build_time.get(),
+            blocks: u64::from(d.blocks_lo.get()) | blocks_hi << 32,
+            meta_blkaddr: d.meta_blkaddr.get(),
+            xattr_blkaddr: d.xattr_blkaddr.get(),
+            uuid: d.uuid,
+            volume_name: d.volume_name.to_vec(),
             feature_incompat,
-            compr_u16: le16(raw, 0x54),
-            extra_devices: le16(raw, 0x56),
-            devt_slotoff: le16(raw, 0x58),
-            dirblkbits: raw[0x5A],
-            xattr_prefix_count: raw[0x5B],
-            xattr_prefix_start: le32(raw, 0x5C),
-            packed_nid: le64(raw, 0x60),
+            compr_u16: d.u1.get(),
+            extra_devices: d.extra_devices.get(),
+            devt_slotoff: d.devt_slotoff.get(),
+            dirblkbits: d.dirblkbits,
+            xattr_prefix_count: d.xattr_prefix_count,
+            xattr_prefix_start: d.xattr_prefix_start.get(),
+            packed_nid: d.packed_nid.get(),
             metabox_nid,
         };
         if sb.dirblkbits != 0 {
@@ -169,16 +189,22 @@ impl Superblock {
             }));
         }
         if !sb.volume_name.contains(&0) {
-            return Err(bad(0x40, Corrupt::VolumeNameNotTerminated));
+            return Err(bad(
+                offset_of!(erofs_super_block, volume_name),
+                Corrupt::VolumeNameNotTerminated,
+            ));
         }
         // Bit 63 of a nid says "in the metabox": the packed inode may not
         // be there, and the metabox inode may not be inside itself.
         if sb.packed_nid & NID_METABOX != 0 {
-            return Err(bad(0x60, Corrupt::PackedInMetabox { nid: sb.packed_nid }));
+            return Err(bad(
+                offset_of!(erofs_super_block, packed_nid),
+                Corrupt::PackedInMetabox { nid: sb.packed_nid },
+            ));
         }
         if sb.metabox_nid & NID_METABOX != 0 {
             return Err(bad(
-                0x80,
+                offset_of!(erofs_super_block, metabox_nid),
                 Corrupt::MetaboxInMetabox {
                     nid: sb.metabox_nid,
                 },
@@ -191,7 +217,10 @@ impl Superblock {
     /// fixed 128 (which say how many extension slots follow): the whole
     /// superblock, but no more than the fields this reader knows.
     pub fn read_size(fixed: &[u8]) -> usize {
-        let slots = fixed.get(0x0D).copied().unwrap_or(0);
+        let slots = fixed
+            .get(offset_of!(erofs_super_block, sb_extslots))
+            .copied()
+            .unwrap_or(0);
         (SUPER_SIZE + 16 * usize::from(slots)).min(SUPER_SIZE_EXT)
     }
 
@@ -245,13 +274,14 @@ impl Superblock {
 /// the superblock to the end of its block (at least 128 bytes), as read.
 pub fn verify_checksum(sb: &Superblock, block: &[u8]) -> Result<()> {
     let mut data = block.to_vec();
-    data[4..8].fill(0);
+    let at = offset_of!(erofs_super_block, checksum);
+    data[at..at + 4].fill(0);
     // The on-disk value is the raw CRC register (seed ~0, no final xor),
     // which is the bitwise complement of the standard CRC-32C.
     let crc = !crc32c::crc32c(&data);
     if crc != sb.checksum {
         return Err(Error::corrupt(
-            SUPER_OFFSET + 4,
+            SUPER_OFFSET + offset_of!(erofs_super_block, checksum) as u64,
             Corrupt::SuperblockChecksum {
                 stored: sb.checksum,
                 computed: crc,
@@ -286,19 +316,19 @@ impl DeviceSlot {
     /// Parses one 128-byte slot; `wide` (48BIT) adds the high 16 bits of
     /// both block numbers, which older images leave as reserved zeros.
     pub fn parse(raw: &[u8], wide: bool) -> DeviceSlot {
-        let tag = &raw[..64];
-        let end = tag.iter().position(|&b| b == 0).unwrap_or(64);
-        let hi = |at: usize| {
+        let (d, _) = erofs_deviceslot::read_from_prefix(raw).expect("callers pass a whole slot");
+        let end = d.tag.iter().position(|&b| b == 0).unwrap_or(d.tag.len());
+        let hi = |v: U16| {
             if wide {
-                u64::from(le16(raw, at)) << 32
+                u64::from(v.get()) << 32
             } else {
                 0
             }
         };
         DeviceSlot {
-            tag: tag[..end].to_vec(),
-            blocks: u64::from(le32(raw, 64)) | hi(72),
-            mapped_blkaddr: u64::from(le32(raw, 68)) | hi(74),
+            tag: d.tag[..end].to_vec(),
+            blocks: u64::from(d.blocks_lo.get()) | hi(d.blocks_hi),
+            mapped_blkaddr: u64::from(d.uniaddr_lo.get()) | hi(d.uniaddr_hi),
         }
     }
 }
@@ -307,42 +337,54 @@ impl DeviceSlot {
 mod tests {
     use super::*;
 
-    fn minimal() -> Vec<u8> {
-        let mut raw = vec![0u8; SUPER_SIZE];
-        raw[..4].copy_from_slice(&MAGIC.to_le_bytes());
-        raw[0x0C] = 12;
-        raw
+    fn minimal() -> erofs_super_block {
+        erofs_super_block {
+            magic: MAGIC.into(),
+            blkszbits: 12,
+            ..Default::default()
+        }
+    }
+
+    /// The fixed 128 bytes of `d`.
+    fn fixed(d: &erofs_super_block) -> Vec<u8> {
+        d.as_bytes()[..SUPER_SIZE].to_vec()
+    }
+
+    fn with_incompat(bits: u32) -> erofs_super_block {
+        erofs_super_block {
+            feature_incompat: bits.into(),
+            ..minimal()
+        }
     }
 
     #[test]
     fn parses_minimal_and_refuses_unknown_features() {
-        let raw = minimal();
+        let raw = fixed(&minimal());
         assert_eq!(Superblock::parse(&raw).unwrap().block_size(), 4096);
         // The first bit past every feature EROFS has defined.
-        let mut next = raw.clone();
-        next[0x50..0x54].copy_from_slice(&(0x200 | INCOMPAT_LZ4_0PADDING).to_le_bytes());
+        let next = fixed(&with_incompat(0x200 | INCOMPAT_LZ4_0PADDING));
         let e = Superblock::parse(&next).unwrap_err();
         assert_eq!(
             e.incompatibility::<Incompatible>(),
             Some(&Incompatible::Features { bits: 0x200 })
         );
         // The metabox nid needs an extension slot.
-        let mut metabox = raw.clone();
-        metabox[0x50..0x54].copy_from_slice(&INCOMPAT_METABOX.to_le_bytes());
+        let metabox = fixed(&with_incompat(INCOMPAT_METABOX));
         let e = Superblock::parse(&metabox).unwrap_err();
         assert_eq!(
             e.corruption::<Corrupt>(),
             Some(&Corrupt::MetaboxWithoutSlot { sb_extslots: 0 })
         );
-        let mut future = raw.clone();
-        future[0x50..0x54].copy_from_slice(&0x8000u32.to_le_bytes());
+        let future = fixed(&with_incompat(0x8000));
         let e = Superblock::parse(&future).unwrap_err();
         assert_eq!(
             e.incompatibility::<Incompatible>(),
             Some(&Incompatible::Features { bits: 0x8000 })
         );
-        let mut big = raw;
-        big[0x0C] = 17;
+        let big = fixed(&erofs_super_block {
+            blkszbits: 17,
+            ..minimal()
+        });
         let e = Superblock::parse(&big).unwrap_err();
         assert_eq!(e.offset(), Some(SUPER_OFFSET + 0x0C));
         assert_eq!(
@@ -365,62 +407,69 @@ mod tests {
 
     #[test]
     fn the_48bit_fields_follow_the_kernel() {
-        let mut raw = minimal();
-        raw[0x50..0x54].copy_from_slice(&INCOMPAT_48BIT.to_le_bytes());
-        raw[0x0E..0x10].copy_from_slice(&0x0102u16.to_le_bytes());
-        raw[0x24..0x28].copy_from_slice(&7u32.to_le_bytes());
-        raw[0x18..0x20].copy_from_slice(&100u64.to_le_bytes());
-        raw[0x6C..0x70].copy_from_slice(&1_700_000_000u32.to_le_bytes());
+        let mut d = erofs_super_block {
+            rb: 0x0102.into(),
+            blocks_lo: 7.into(),
+            epoch: 100.into(),
+            build_time: 1_700_000_000.into(),
+            ..with_incompat(INCOMPAT_48BIT)
+        };
         // Without the 8-byte root nid, the 2-byte field is the root.
-        let sb = Superblock::parse(&raw).unwrap();
+        let sb = Superblock::parse(&fixed(&d)).unwrap();
         assert_eq!((sb.root_nid, sb.blocks), (0x0102, 7));
         assert_eq!(sb.build_time(), 1_700_000_100);
         // With it, the 2-byte field is the block count's high bits.
-        raw[0x70..0x78].copy_from_slice(&(1u64 << 40).to_le_bytes());
-        let sb = Superblock::parse(&raw).unwrap();
+        d.rootnid_8b = (1u64 << 40).into();
+        let sb = Superblock::parse(&fixed(&d)).unwrap();
         assert_eq!((sb.root_nid, sb.blocks), (1 << 40, 0x0102 << 32 | 7));
         // Without 48BIT the 8-byte field means nothing.
-        raw[0x50..0x54].fill(0);
-        let sb = Superblock::parse(&raw).unwrap();
+        d.feature_incompat = 0.into();
+        let sb = Superblock::parse(&fixed(&d)).unwrap();
         assert_eq!((sb.root_nid, sb.blocks), (0x0102, 7));
     }
 
     #[test]
     fn hostile_superblock_fields_are_refused() {
-        let mut raw = minimal();
-        raw[0x0D] = 250;
+        let raw = fixed(&erofs_super_block {
+            sb_extslots: 250,
+            ..minimal()
+        });
         let e = Superblock::parse(&raw).unwrap_err();
         assert_eq!(e.offset(), Some(SUPER_OFFSET + 0x0D));
         assert_eq!(
             e.corruption::<Corrupt>(),
             Some(&Corrupt::SuperblockExtSlots { sb_extslots: 250 })
         );
-        let mut raw = minimal();
-        raw[0x60..0x68].copy_from_slice(&(NID_METABOX | 5).to_le_bytes());
-        let e = Superblock::parse(&raw).unwrap_err();
+        let mut d = erofs_super_block {
+            packed_nid: (NID_METABOX | 5).into(),
+            ..minimal()
+        };
+        let e = Superblock::parse(&fixed(&d)).unwrap_err();
         assert_eq!(
             e.corruption::<Corrupt>(),
             Some(&Corrupt::PackedInMetabox {
                 nid: NID_METABOX | 5
             })
         );
-        assert_eq!(Superblock::read_size(&raw), SUPER_SIZE);
-        raw[0x0D] = 3;
-        assert_eq!(Superblock::read_size(&raw), SUPER_SIZE_EXT);
+        assert_eq!(Superblock::read_size(&fixed(&d)), SUPER_SIZE);
+        d.sb_extslots = 3;
+        assert_eq!(Superblock::read_size(&fixed(&d)), SUPER_SIZE_EXT);
     }
 
     #[test]
     fn device_slots_read_their_high_words_with_48bit() {
-        let mut raw = vec![0u8; DEVT_SLOT_SIZE as usize];
-        raw[..3].copy_from_slice(b"tag");
-        raw[64..68].copy_from_slice(&10u32.to_le_bytes());
-        raw[68..72].copy_from_slice(&20u32.to_le_bytes());
-        raw[72..74].copy_from_slice(&1u16.to_le_bytes());
-        raw[74..76].copy_from_slice(&2u16.to_le_bytes());
-        let narrow = DeviceSlot::parse(&raw, false);
+        let mut d = erofs_deviceslot {
+            blocks_lo: 10.into(),
+            uniaddr_lo: 20.into(),
+            blocks_hi: 1.into(),
+            uniaddr_hi: 2.into(),
+            ..Default::default()
+        };
+        d.tag[..3].copy_from_slice(b"tag");
+        let narrow = DeviceSlot::parse(d.as_bytes(), false);
         assert_eq!((narrow.blocks, narrow.mapped_blkaddr), (10, 20));
         assert_eq!(narrow.tag, b"tag");
-        let wide = DeviceSlot::parse(&raw, true);
+        let wide = DeviceSlot::parse(d.as_bytes(), true);
         assert_eq!(
             (wide.blocks, wide.mapped_blkaddr),
             (1 << 32 | 10, 2 << 32 | 20)

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use foliofs_block::OpenOptions;
 
-use crate::format::{MAGIC, SUPER_OFFSET};
+use zerocopy::IntoBytes;
+
+use crate::format::{erofs_dirent, erofs_inode_compact, MAGIC, SUPER_OFFSET};
 use crate::Erofs;
 
 /// Block size of every test image.
@@ -70,13 +72,15 @@ impl TestImage {
     /// A compact inode: `format` (layout bits), `mode`, size, `i_u`, one
     /// link, mtime 0.
     pub(crate) fn inode_bytes(format: u16, mode: u16, size: u32, i_u: u32) -> [u8; 32] {
-        let mut raw = [0u8; 32];
-        raw[0..2].copy_from_slice(&format.to_le_bytes());
-        raw[4..6].copy_from_slice(&mode.to_le_bytes());
-        raw[6..8].copy_from_slice(&1u16.to_le_bytes());
-        raw[8..12].copy_from_slice(&size.to_le_bytes());
-        raw[0x10..0x14].copy_from_slice(&i_u.to_le_bytes());
-        raw
+        let dic = erofs_inode_compact {
+            i_format: format.into(),
+            i_mode: mode.into(),
+            i_nb: 1.into(),
+            i_size: size.into(),
+            i_u: i_u.into(),
+            ..Default::default()
+        };
+        zerocopy::transmute!(dic)
     }
 
     /// [`TestImage::inode_bytes`] written at `nid`'s place in the image.
@@ -100,10 +104,13 @@ impl TestImage {
         let mut block = Vec::new();
         let mut nameoff = 12 * all.len();
         for (name, nid, ft) in all.iter() {
-            block.extend_from_slice(&nid.to_le_bytes());
-            block.extend_from_slice(&(nameoff as u16).to_le_bytes());
-            block.push(*ft);
-            block.push(0);
+            let d = erofs_dirent {
+                nid: (*nid).into(),
+                nameoff: (nameoff as u16).into(),
+                file_type: *ft,
+                reserved: 0,
+            };
+            block.extend_from_slice(d.as_bytes());
             nameoff += name.len();
         }
         for (name, _, _) in all.iter() {

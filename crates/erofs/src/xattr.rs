@@ -3,9 +3,12 @@
 
 use foliofs_vfs::{Error, Result};
 
+use zerocopy::little_endian::U32;
+use zerocopy::{FromZeros, IntoBytes};
+
 use crate::format::{
-    le16, le32, xattr_prefix, COMPAT_PLAIN_XATTR_PFX, COMPAT_SHARED_EA_IN_METABOX,
-    XATTR_IBODY_HEADER, XATTR_LONG_PREFIX,
+    erofs_xattr_entry, erofs_xattr_ibody_header, xattr_prefix, COMPAT_PLAIN_XATTR_PFX,
+    COMPAT_SHARED_EA_IN_METABOX, XATTR_ENTRY_HEADER, XATTR_IBODY_HEADER, XATTR_LONG_PREFIX,
 };
 use crate::inode::Inode;
 use crate::{Corrupt, Erofs};
@@ -84,7 +87,7 @@ impl Erofs {
             pos = pos.div_ceil(4) * 4;
             let mut len = [0u8; 2];
             self.prefix_bytes(holder.as_ref(), pos, &mut len)?;
-            let len = usize::from(le16(&len, 0));
+            let len = usize::from(u16::from_le_bytes(len));
             // The kernel's limit: a base index byte and an infix no longer
             // than a name.
             if len == 0 || len > 256 {
@@ -160,20 +163,23 @@ impl Erofs {
         in_metabox: bool,
         pos: u64,
     ) -> Result<(Option<XattrEntry>, u64)> {
-        let mut h = [0u8; 4];
-        self.xattr_bytes(nid, in_metabox, pos, &mut h)?;
-        let name_len = usize::from(h[0]);
-        let value_len = le16(&h, 2);
+        let mut h = erofs_xattr_entry::new_zeroed();
+        self.xattr_bytes(nid, in_metabox, pos, h.as_mut_bytes())?;
+        let name_len = usize::from(h.e_name_len);
+        let value_len = h.e_value_size.get();
+        let head = XATTR_ENTRY_HEADER as u64;
         let mut suffix = vec![0u8; name_len];
-        self.xattr_bytes(nid, in_metabox, pos + 4, &mut suffix)?;
-        let size = (4 + name_len as u64 + u64::from(value_len)).div_ceil(4) * 4;
-        let entry = self.full_name(h[1], &suffix).map(|name| XattrEntry {
-            name,
-            value_pos: pos + 4 + name_len as u64,
-            value_len,
-            in_metabox,
-            nid,
-        });
+        self.xattr_bytes(nid, in_metabox, pos + head, &mut suffix)?;
+        let size = (head + name_len as u64 + u64::from(value_len)).div_ceil(4) * 4;
+        let entry = self
+            .full_name(h.e_name_index, &suffix)
+            .map(|name| XattrEntry {
+                name,
+                value_pos: pos + head + name_len as u64,
+                value_len,
+                in_metabox,
+                nid,
+            });
         Ok((entry, size))
     }
 
@@ -187,9 +193,9 @@ impl Erofs {
         }
         let body = inode.pos + inode.inode_size();
         let total = inode.xattr_size();
-        let mut h = [0u8; 12];
-        self.meta_of(inode, body, &mut h)?;
-        let shared = u64::from(h[4]);
+        let mut h = erofs_xattr_ibody_header::new_zeroed();
+        self.meta_of(inode, body, h.as_mut_bytes())?;
+        let shared = u64::from(h.h_shared_count);
         if XATTR_IBODY_HEADER + 4 * shared > total {
             return Err(Error::corrupt(
                 body,
@@ -219,9 +225,9 @@ impl Erofs {
         let shared_in_metabox =
             self.metabox.is_some() && self.sb.has_compat(COMPAT_SHARED_EA_IN_METABOX);
         for k in 0..shared {
-            let mut id = [0u8; 4];
-            self.meta_of(inode, body + XATTR_IBODY_HEADER + 4 * k, &mut id)?;
-            let pos = shared_base + 4 * u64::from(le32(&id, 0));
+            let mut id = U32::new_zeroed();
+            self.meta_of(inode, body + XATTR_IBODY_HEADER + 4 * k, id.as_mut_bytes())?;
+            let pos = shared_base + 4 * u64::from(id.get());
             let (e, _) = self.xattr_entry(inode.nid, shared_in_metabox, pos)?;
             out.extend(e);
         }

@@ -1,7 +1,9 @@
 //! Raw DEFLATE: its configuration record and its decoder (`flate2`).
 
 use crate::error::{ConfigProblem, Decode};
-use crate::format::Algorithm;
+use zerocopy::FromBytes;
+
+use crate::format::{z_erofs_deflate_cfgs, Algorithm};
 
 /// Largest DEFLATE window (log2) the kernel takes.
 const MAX_WINDOWBITS: u8 = 15;
@@ -16,8 +18,9 @@ pub struct DeflateConfig {
 impl DeflateConfig {
     /// Parses the record's bytes, validated as the kernel validates them.
     pub(crate) fn parse(rec: &[u8]) -> Result<DeflateConfig, ConfigProblem> {
-        super::record_size(rec, 6, false)?;
-        let windowbits = rec[0];
+        super::record_size(rec, size_of::<z_erofs_deflate_cfgs>(), false)?;
+        let (r, _) = z_erofs_deflate_cfgs::read_from_prefix(rec).expect("the size was checked");
+        let windowbits = r.windowbits;
         if windowbits > MAX_WINDOWBITS {
             return Err(ConfigProblem::DeflateWindowBits { windowbits });
         }

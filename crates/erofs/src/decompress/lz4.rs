@@ -5,7 +5,9 @@
 //! byte and has no end of its own but where a decode yields the extent.
 
 use crate::error::{ConfigProblem, Decode};
-use crate::format::{le16, Algorithm, MAX_DECODED, MAX_PCLUSTER};
+use zerocopy::FromBytes;
+
+use crate::format::{z_erofs_lz4_cfgs, Algorithm, MAX_DECODED, MAX_PCLUSTER};
 
 /// How many trailing-zero trims are tried on an LZ4 cluster written without
 /// 0PADDING before it is declared corrupt.
@@ -26,10 +28,11 @@ impl Lz4Config {
     /// physical clusters of at most 1 MiB at the image's block size.
     pub(crate) fn parse(rec: &[u8], blkszbits: u8) -> Result<Lz4Config, ConfigProblem> {
         // A longer record is taken: room for fields to come.
-        super::record_size(rec, 14, false)?;
+        super::record_size(rec, size_of::<z_erofs_lz4_cfgs>(), false)?;
+        let (r, _) = z_erofs_lz4_cfgs::read_from_prefix(rec).expect("the size was checked");
         let c = Lz4Config {
-            max_distance: le16(rec, 0),
-            max_pclusterblks: le16(rec, 2),
+            max_distance: r.max_distance.get(),
+            max_pclusterblks: r.max_pclusterblks.get(),
         };
         if u64::from(c.max_pclusterblks) > MAX_PCLUSTER >> blkszbits {
             return Err(ConfigProblem::Lz4PclusterBlocks {

@@ -3,7 +3,9 @@
 use std::io::Read;
 
 use crate::error::{ConfigProblem, Decode};
-use crate::format::{le16, le32, Algorithm};
+use zerocopy::FromBytes;
+
+use crate::format::{z_erofs_lzma_cfgs, Algorithm};
 
 /// Smallest MicroLZMA dictionary the kernel takes.
 const MIN_DICT: u32 = 4 << 10;
@@ -22,9 +24,9 @@ impl LzmaConfig {
     pub(crate) fn parse(rec: &[u8]) -> Result<LzmaConfig, ConfigProblem> {
         // Unlike the other records, the kernel takes this one only at its
         // exact size.
-        super::record_size(rec, 14, true)?;
-        let dict_size = le32(rec, 0);
-        let format = le16(rec, 4);
+        super::record_size(rec, size_of::<z_erofs_lzma_cfgs>(), true)?;
+        let (r, _) = z_erofs_lzma_cfgs::read_from_prefix(rec).expect("the size was checked");
+        let (dict_size, format) = (r.dict_size.get(), r.format.get());
         if format != 0 {
             return Err(ConfigProblem::LzmaFormat { format });
         }

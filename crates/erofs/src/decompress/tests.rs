@@ -4,7 +4,9 @@
 //! and checking the configuration records.
 
 use super::*;
-use crate::format::{le32, INCOMPAT_COMPR_CFGS, MAGIC, SUPER_SIZE};
+use zerocopy::IntoBytes;
+
+use crate::format::{erofs_super_block, INCOMPAT_COMPR_CFGS, MAGIC, SUPER_SIZE};
 
 /// The configuration records of the images the clusters come from
 /// (mkfs.erofs defaults at 4 KiB clusters).
@@ -42,8 +44,8 @@ fn records(name: &str) -> Vec<Record> {
     let mut out = Vec::new();
     let mut p = 0;
     while p < d.len() {
-        let plen = le32(&d, p) as usize;
-        let llen = le32(&d, p + 4) as usize;
+        let word = |at: usize| u32::from_le_bytes(d[at..at + 4].try_into().unwrap()) as usize;
+        let (plen, llen) = (word(p), word(p + 4));
         p += 8;
         out.push(Record {
             cluster: d[p..p + plen].to_vec(),
@@ -302,18 +304,28 @@ fn zstd_frame_windows_from_the_header() {
 
 /// The fixed superblock of a 4 KiB-block image, features to be added.
 fn minimal() -> Vec<u8> {
-    let mut raw = vec![0u8; SUPER_SIZE];
-    raw[..4].copy_from_slice(&MAGIC.to_le_bytes());
-    raw[0x0C] = 12;
-    raw
+    fixed(&erofs_super_block {
+        magic: MAGIC.into(),
+        blkszbits: 12,
+        ..Default::default()
+    })
+}
+
+/// The fixed 128 bytes of `d`.
+fn fixed(d: &erofs_super_block) -> Vec<u8> {
+    d.as_bytes()[..SUPER_SIZE].to_vec()
 }
 
 /// A superblock with COMPR_CFGS listing `algs`, followed by `records`
 /// (each as its payload; lengths and alignment are added here).
 fn with_configs(algs: u16, records: &[&[u8]]) -> (Superblock, Vec<u8>) {
-    let mut raw = minimal();
-    raw[0x50..0x54].copy_from_slice(&INCOMPAT_COMPR_CFGS.to_le_bytes());
-    raw[0x54..0x56].copy_from_slice(&algs.to_le_bytes());
+    let raw = fixed(&erofs_super_block {
+        magic: MAGIC.into(),
+        blkszbits: 12,
+        feature_incompat: INCOMPAT_COMPR_CFGS.into(),
+        u1: algs.into(),
+        ..Default::default()
+    });
     let sb = Superblock::parse(&raw).unwrap();
     let mut image = vec![0u8; SUPER_OFFSET as usize];
     image.extend_from_slice(&raw);

@@ -2,7 +2,9 @@
 //! the zstd crate).
 
 use crate::error::{ConfigProblem, Decode};
-use crate::format::{le64, Algorithm};
+use zerocopy::FromBytes;
+
+use crate::format::{z_erofs_zstd_cfgs, Algorithm};
 
 /// Largest Zstd window log above 1 KiB the kernel takes (1 MiB windows).
 const MAX_WINDOWLOG: u8 = 10;
@@ -17,8 +19,9 @@ pub struct ZstdConfig {
 impl ZstdConfig {
     /// Parses the record's bytes, validated as the kernel validates them.
     pub(crate) fn parse(rec: &[u8]) -> Result<ZstdConfig, ConfigProblem> {
-        super::record_size(rec, 6, false)?;
-        let (format, windowlog) = (rec[0], rec[1]);
+        super::record_size(rec, size_of::<z_erofs_zstd_cfgs>(), false)?;
+        let (r, _) = z_erofs_zstd_cfgs::read_from_prefix(rec).expect("the size was checked");
+        let (format, windowlog) = (r.format, r.windowlog);
         if format != 0 {
             return Err(ConfigProblem::ZstdFormat { format });
         }
@@ -124,7 +127,7 @@ pub(super) fn frame_window(frame: &[u8]) -> Result<u64, &'static str> {
         .ok_or("the frame header is cut short")?;
     let mut le = [0u8; 8];
     le[..fcs].copy_from_slice(bytes);
-    let size = le64(&le, 0);
+    let size = u64::from_le_bytes(le);
     // A 2-byte size counts from 256.
     Ok(if fcs == 2 { size + 256 } else { size })
 }

@@ -7,9 +7,13 @@
 
 use std::collections::HashMap;
 
+use zerocopy::little_endian::U32;
+use zerocopy::IntoBytes;
+
 use crate::format::{
-    Layout, CHUNK_FORMAT_BLKBITS_MASK, CHUNK_FORMAT_INDEXES, DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV,
-    FT_DIR, FT_FIFO, FT_REG_FILE, FT_SOCK, FT_SYMLINK, INODE_COMPACT_SIZE, I_FORMAT_EXTENDED,
+    erofs_dirent, erofs_inode_chunk_index, erofs_inode_compact, erofs_inode_extended, Layout,
+    CHUNK_FORMAT_BLKBITS_MASK, CHUNK_FORMAT_INDEXES, DIRENT_SIZE, FT_BLKDEV, FT_CHRDEV, FT_DIR,
+    FT_FIFO, FT_REG_FILE, FT_SOCK, FT_SYMLINK, INODE_COMPACT_SIZE, I_FORMAT_EXTENDED,
     MAX_INODE_SIZE,
 };
 
@@ -18,6 +22,10 @@ use super::tree::{Body, NodeId, Tree, ROOT};
 use super::xattr::{icount, Shared};
 use super::zindex;
 use super::BuildError;
+
+mod packer;
+
+use packer::Packer;
 
 /// Where the metadata went, for the superblock.
 pub(crate) struct Placed {
@@ -109,10 +117,13 @@ fn dir_bytes(entries: &[(&[u8], u64, u8)], blksz: u64) -> Vec<u8> {
         let start = out.len();
         let mut nameoff = DIRENT_SIZE * range.len();
         for (name, nid, ft) in &entries[range.clone()] {
-            out.extend_from_slice(&nid.to_le_bytes());
-            out.extend_from_slice(&(nameoff as u16).to_le_bytes());
-            out.push(*ft);
-            out.push(0);
+            let de = erofs_dirent {
+                nid: (*nid).into(),
+                nameoff: (nameoff as u16).into(),
+                file_type: *ft,
+                reserved: 0,
+            };
+            out.extend_from_slice(de.as_bytes());
             nameoff += name.len();
         }
         for (name, _, _) in &entries[range] {
@@ -137,9 +148,9 @@ fn entries_of(tree: &Tree, dir: NodeId, parent: NodeId) -> Vec<(&[u8], NodeId)> 
 }
 
 /// Bytes of a chunk index: advise, device id, block address.
-const CHUNK_INDEX_SIZE: u64 = 8;
+const CHUNK_INDEX_SIZE: u64 = size_of::<erofs_inode_chunk_index>() as u64;
 /// Bytes of a block map entry: a block address.
-const BLOCK_MAP_ENTRY_SIZE: u64 = 4;
+const BLOCK_MAP_ENTRY_SIZE: u64 = size_of::<U32>() as u64;
 
 /// log2 of the chunk size for a file that is one run of bytes in a tar:
 /// the file in one chunk, as far as the format's 5 bits of chunk size
@@ -156,45 +167,117 @@ pub(crate) struct Params {
     pub zindex: zindex::Shape,
 }
 
-/// Lays out and writes every block after the file data: directory and
-/// symlink blocks, the shared xattrs, the inodes.
+/// Lays out and writes every block after the file data: the inodes'
+/// order, each one's plan, their places in the metadata area, then the
+/// directory and symlink blocks, the shared xattrs and the inodes.
 pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, BuildError> {
     let blksz = w.blksz;
-    let blkszbits = blksz.trailing_zeros() as u8;
-    // Breadth first: the order inodes are placed in.
-    let mut order: Vec<NodeId> = vec![ROOT];
-    let mut slot: HashMap<NodeId, usize> = HashMap::from([(ROOT, 0)]);
-    let mut parent_of: Vec<usize> = vec![0];
-    let mut nlink: Vec<u32> = vec![2];
-    let mut i = 0;
-    while i < order.len() {
-        if let Body::Dir(children) = &tree.nodes[order[i]].body {
-            for &c in children.values() {
-                let is_dir = matches!(tree.nodes[c].body, Body::Dir(_));
-                if is_dir {
-                    nlink[i] += 1;
-                }
-                match slot.get(&c) {
-                    Some(&s) => nlink[s] += 1,
-                    None => {
-                        slot.insert(c, order.len());
-                        order.push(c);
-                        parent_of.push(i);
-                        nlink.push(if is_dir { 2 } else { 1 });
+    let too_big = |blocks: u64| BuildError::ImageTooBig {
+        blocks,
+        block_size: blksz as u32,
+    };
+    let order = Order::breadth_first(tree);
+    let shared = Shared::new(order.nodes.iter().map(|&n| &tree.nodes[n].meta.xattrs));
+    // Directory and symlink blocks go right after the file data.
+    let mut planned = plan(tree, &order, &shared, w.next_block, blksz, p);
+    if planned.next_block > u64::from(u32::MAX) {
+        return Err(too_big(planned.next_block));
+    }
+    let xattr_blkaddr = planned.next_block;
+    let meta_blkaddr = xattr_blkaddr + (shared.bytes.len() as u64).div_ceil(blksz);
+    let meta_end = meta_blkaddr + place(&mut planned.plans, blksz) / blksz;
+    if meta_end > u64::from(u32::MAX) {
+        return Err(too_big(meta_end));
+    }
+    let plans = &planned.plans;
+    let dir_tails = write_dir_blocks(tree, w, &order, plans)?;
+    debug_assert_eq!(w.next_block, xattr_blkaddr);
+    if !shared.bytes.is_empty() {
+        w.blocks(&shared.bytes)
+            .map_err(BuildError::io("writing the image"))?;
+    }
+    write_inodes(tree, w, plans, &dir_tails, p)?;
+    debug_assert_eq!(w.next_block, meta_end);
+    Ok(Placed {
+        root_nid: plans[0].nid,
+        inos: plans.len() as u64,
+        meta_blkaddr,
+        xattr_blkaddr,
+        xattr_filter: planned.filter,
+        compressed: planned.compressed,
+    })
+}
+
+/// The order inodes are placed in: breadth first, the root first, so
+/// that a directory's entries sit side by side.
+struct Order {
+    nodes: Vec<NodeId>,
+    /// Each node's position in `nodes`.
+    slot: HashMap<NodeId, usize>,
+    /// Each node's parent directory's position (the first reaching it).
+    parent_of: Vec<usize>,
+    /// Link counts, from the entries reached.
+    nlink: Vec<u32>,
+}
+
+impl Order {
+    fn breadth_first(tree: &Tree) -> Order {
+        let mut o = Order {
+            nodes: vec![ROOT],
+            slot: HashMap::from([(ROOT, 0)]),
+            parent_of: vec![0],
+            nlink: vec![2],
+        };
+        let mut i = 0;
+        while i < o.nodes.len() {
+            if let Body::Dir(children) = &tree.nodes[o.nodes[i]].body {
+                for &c in children.values() {
+                    let is_dir = matches!(tree.nodes[c].body, Body::Dir(_));
+                    if is_dir {
+                        o.nlink[i] += 1;
+                    }
+                    match o.slot.get(&c) {
+                        Some(&s) => o.nlink[s] += 1,
+                        None => {
+                            o.slot.insert(c, o.nodes.len());
+                            o.nodes.push(c);
+                            o.parent_of.push(i);
+                            o.nlink.push(if is_dir { 2 } else { 1 });
+                        }
                     }
                 }
             }
+            i += 1;
         }
-        i += 1;
+        o
     }
+}
 
-    let shared = Shared::new(order.iter().map(|&n| &tree.nodes[n].meta.xattrs));
+/// Every inode's plan, in the order, and what planning found.
+struct Planned {
+    plans: Vec<Plan>,
+    /// The first block after the directory and symlink blocks.
+    next_block: u64,
+    /// Some inode's name filter excludes a name.
+    filter: bool,
+    compressed: bool,
+}
+
+/// Plans each inode: its size, layout, `i_u`, form and what follows it,
+/// giving directory and symlink data blocks from `next_block` on.
+fn plan(
+    tree: &Tree,
+    order: &Order,
+    shared: &Shared,
+    mut next_block: u64,
+    blksz: u64,
+    p: &Params,
+) -> Planned {
+    let blkszbits = blksz.trailing_zeros() as u8;
     let mut filter = false;
     let mut compressed = false;
-    // Directory and symlink blocks go right after the file data.
-    let mut next_block = w.next_block;
-    let mut plans = Vec::with_capacity(order.len());
-    for (k, &n) in order.iter().enumerate() {
+    let mut plans = Vec::with_capacity(order.nodes.len());
+    for (k, &n) in order.nodes.iter().enumerate() {
         let node = &tree.nodes[n];
         let m = &node.meta;
         let (xattrs, f) = shared.body(&m.xattrs);
@@ -202,8 +285,8 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
         let mut plan = Plan {
             node: n,
             nid: 0,
-            nlink: nlink[k],
-            parent: parent_of[k],
+            nlink: order.nlink[k],
+            parent: order.parent_of[k],
             size: 0,
             layout: Layout::FlatPlain,
             extended: false,
@@ -301,18 +384,19 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
         }
         plans.push(plan);
     }
-    if next_block > u64::from(u32::MAX) {
-        return Err(BuildError::ImageTooBig {
-            blocks: next_block,
-            block_size: blksz as u32,
-        });
+    Planned {
+        plans,
+        next_block,
+        filter,
+        compressed,
     }
-    let xattr_blkaddr = next_block;
-    next_block += (shared.bytes.len() as u64).div_ceil(blksz);
-    let meta_blkaddr = next_block;
+}
 
+/// Gives each inode its nid, packing the inodes into the metadata area;
+/// returns the area's bytes.
+fn place(plans: &mut [Plan], blksz: u64) -> u64 {
     let mut packer = Packer::new(blksz);
-    for plan in &mut plans {
+    for plan in plans {
         let isize = if plan.extended {
             MAX_INODE_SIZE
         } else {
@@ -321,18 +405,20 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
         let at = packer.place(isize + plan.xattrs.len() as u64 + plan.tail);
         plan.nid = at / INODE_COMPACT_SIZE as u64;
     }
-    let meta_end = meta_blkaddr + packer.len() / blksz;
-    if meta_end > u64::from(u32::MAX) {
-        return Err(BuildError::ImageTooBig {
-            blocks: meta_end,
-            block_size: blksz as u32,
-        });
-    }
+    packer.len()
+}
 
-    // Directory and symlink blocks, in the order they were given. Only
-    // directory tails are kept for the inodes (there are far fewer
-    // directories than files); file tails are read back from the spill
-    // file and symlink tails taken from the tree as each inode is written.
+/// Writes directory and symlink blocks, in the order they were given.
+/// Only directory tails are kept for the inodes (there are far fewer
+/// directories than files); file tails are read back from the spill file
+/// and symlink tails taken from the tree as each inode is written.
+fn write_dir_blocks(
+    tree: &Tree,
+    w: &mut Writer,
+    order: &Order,
+    plans: &[Plan],
+) -> Result<HashMap<usize, Vec<u8>>, BuildError> {
+    let blksz = w.blksz;
     let wio = |e| BuildError::io("writing the image")(e);
     let mut dir_tails: HashMap<usize, Vec<u8>> = HashMap::new();
     for (k, plan) in plans.iter().enumerate() {
@@ -340,11 +426,11 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
         let dir;
         let bytes: &[u8] = match &node.body {
             Body::Dir(_) => {
-                let parent = order[plan.parent];
+                let parent = order.nodes[plan.parent];
                 let entries: Vec<(&[u8], u64, u8)> = entries_of(tree, plan.node, parent)
                     .into_iter()
                     .map(|(name, c)| {
-                        let cp = &plans[slot[&c]];
+                        let cp = &plans[order.slot[&c]];
                         (name, cp.nid, file_type(tree.nodes[c].meta.mode))
                     })
                     .collect();
@@ -363,12 +449,22 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
             dir_tails.insert(k, bytes[in_blocks..].to_vec());
         }
     }
-    debug_assert_eq!(w.next_block, xattr_blkaddr);
-    if !shared.bytes.is_empty() {
-        w.blocks(&shared.bytes).map_err(wio)?;
-    }
+    Ok(dir_tails)
+}
 
-    // The inodes, streamed out a few MiB at a time.
+/// Writes the inodes, each with its xattrs and what follows it (inline
+/// tail, chunk table or compressed indexes), by nid, streamed out a few
+/// MiB at a time.
+fn write_inodes(
+    tree: &Tree,
+    w: &mut Writer,
+    plans: &[Plan],
+    dir_tails: &HashMap<usize, Vec<u8>>,
+    p: &Params,
+) -> Result<(), BuildError> {
+    let blksz = w.blksz;
+    let blkszbits = blksz.trailing_zeros() as u8;
+    let wio = |e| BuildError::io("writing the image")(e);
     let mut buf: Vec<u8> = Vec::new();
     let mut base = 0u64;
     let mut by_nid: Vec<usize> = (0..plans.len()).collect();
@@ -400,9 +496,12 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
                 let bits = tar_chunkbits(*size, blkszbits);
                 for k in 0..size.div_ceil(1 << bits) {
                     let blk = (at + (k << bits)) >> blkszbits;
-                    buf.extend_from_slice(&0u16.to_le_bytes());
-                    buf.extend_from_slice(&1u16.to_le_bytes());
-                    buf.extend_from_slice(&(blk as u32).to_le_bytes());
+                    let index = erofs_inode_chunk_index {
+                        startblk_hi: 0.into(),
+                        device_id: 1.into(),
+                        startblk_lo: (blk as u32).into(),
+                    };
+                    buf.extend_from_slice(index.as_bytes());
                 }
             }
             Body::File(FileData {
@@ -439,112 +538,7 @@ pub(crate) fn write(tree: &Tree, w: &mut Writer, p: &Params) -> Result<Placed, B
         }
     }
     w.blocks(&buf).map_err(wio)?;
-    debug_assert_eq!(w.next_block, meta_end);
-    Ok(Placed {
-        root_nid: plans[0].nid,
-        inos: plans.len() as u64,
-        meta_blkaddr,
-        xattr_blkaddr,
-        xattr_filter: filter,
-        compressed,
-    })
-}
-
-/// Where inodes go in the metadata area. An inode with its xattrs and
-/// inline tail must sit in one block, so placing them one after another
-/// would leave the end of a block empty whenever the next one does not
-/// fit; instead each goes into the fullest block that still has room for
-/// it (best fit, as blocks are kept by free space), and only a block that
-/// has room for none of them is left with a gap. Inodes that span blocks
-/// anyway (compressed files' long indexes, large xattrs) go at the end.
-struct Packer {
-    blksz: u64,
-    /// Bytes used in each block of the area.
-    used: Vec<u64>,
-    /// Blocks with free space, by that space in 32-byte slots: the
-    /// latest block last, so a fit stays near its neighbours. An entry
-    /// may be stale (see `fit`).
-    by_free: Vec<Vec<u64>>,
-}
-
-impl Packer {
-    fn new(blksz: u64) -> Self {
-        let slot = INODE_COMPACT_SIZE as u64;
-        // Slot 0 stays empty: a directory entry naming inode 0 is
-        // skipped by some readers of getdents.
-        let mut p = Packer {
-            blksz,
-            used: vec![slot],
-            by_free: vec![Vec::new(); (blksz / slot) as usize + 1],
-        };
-        p.file(0);
-        p
-    }
-
-    fn slots_free(&self, b: u64) -> usize {
-        ((self.blksz - self.used[b as usize]) / INODE_COMPACT_SIZE as u64) as usize
-    }
-
-    /// Files block `b` under its free space.
-    fn file(&mut self, b: u64) {
-        let f = self.slots_free(b);
-        if f > 0 {
-            self.by_free[f].push(b);
-        }
-    }
-
-    /// A block with room for `slots` slots, the fullest such. A block an
-    /// inode across blocks has taken from since it was filed is still
-    /// listed under its old space; such entries are dropped here, as
-    /// they come up, rather than searched for when the space changes.
-    fn fit(&mut self, slots: usize) -> Option<u64> {
-        for f in slots..self.by_free.len() {
-            while let Some(&b) = self.by_free[f].last() {
-                self.by_free[f].pop();
-                if self.slots_free(b) == f {
-                    return Some(b);
-                }
-            }
-        }
-        None
-    }
-
-    /// The byte offset in the area of `need` bytes placed.
-    fn place(&mut self, need: u64) -> u64 {
-        let slot = INODE_COMPACT_SIZE as u64;
-        let need = need.next_multiple_of(slot);
-        if need <= self.blksz {
-            let want = (need / slot) as usize;
-            let b = match self.fit(want) {
-                Some(b) => b,
-                None => {
-                    self.used.push(0);
-                    self.used.len() as u64 - 1
-                }
-            };
-            let at = b * self.blksz + self.used[b as usize];
-            self.used[b as usize] += need;
-            self.file(b);
-            return at;
-        }
-        // Across blocks: from the end of the last block on.
-        let last = self.used.len() as u64 - 1;
-        let at = last * self.blksz + self.used[last as usize];
-        let end = at + need;
-        self.used[last as usize] = self.blksz;
-        while (self.used.len() as u64) * self.blksz < end {
-            self.used.push(self.blksz);
-        }
-        let tail = end - (self.used.len() as u64 - 1) * self.blksz;
-        *self.used.last_mut().expect("a block") = tail;
-        self.file(self.used.len() as u64 - 1);
-        at
-    }
-
-    /// Bytes the area takes, whole blocks.
-    fn len(&self) -> u64 {
-        self.used.len() as u64 * self.blksz
-    }
+    Ok(())
 }
 
 fn put_inode(out: &mut Vec<u8>, tree: &Tree, plan: &Plan, ino: u32) {
@@ -552,31 +546,35 @@ fn put_inode(out: &mut Vec<u8>, tree: &Tree, plan: &Plan, ino: u32) {
     let layout = plan.layout as u16;
     let icount = icount(plan.xattrs.len());
     if plan.extended {
-        out.extend_from_slice(&(layout << 1 | I_FORMAT_EXTENDED).to_le_bytes());
-        out.extend_from_slice(&icount.to_le_bytes());
-        out.extend_from_slice(&(m.mode as u16).to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
-        out.extend_from_slice(&plan.size.to_le_bytes());
-        out.extend_from_slice(&plan.i_u.to_le_bytes());
-        out.extend_from_slice(&ino.to_le_bytes());
-        out.extend_from_slice(&m.uid.to_le_bytes());
-        out.extend_from_slice(&m.gid.to_le_bytes());
-        out.extend_from_slice(&(m.mtime as u64).to_le_bytes());
-        out.extend_from_slice(&m.nsec.to_le_bytes());
-        out.extend_from_slice(&plan.nlink.to_le_bytes());
-        out.extend_from_slice(&[0; 16]);
+        let die = erofs_inode_extended {
+            i_format: (layout << 1 | I_FORMAT_EXTENDED).into(),
+            i_xattr_icount: icount.into(),
+            i_mode: (m.mode as u16).into(),
+            i_size: plan.size.into(),
+            i_u: plan.i_u.into(),
+            i_ino: ino.into(),
+            i_uid: m.uid.into(),
+            i_gid: m.gid.into(),
+            i_mtime: (m.mtime as u64).into(),
+            i_mtime_nsec: m.nsec.into(),
+            i_nlink: plan.nlink.into(),
+            ..Default::default()
+        };
+        out.extend_from_slice(die.as_bytes());
     } else {
-        out.extend_from_slice(&(layout << 1).to_le_bytes());
-        out.extend_from_slice(&icount.to_le_bytes());
-        out.extend_from_slice(&(m.mode as u16).to_le_bytes());
-        out.extend_from_slice(&(plan.nlink as u16).to_le_bytes());
-        out.extend_from_slice(&(plan.size as u32).to_le_bytes());
-        // The mtime is the epoch's: no offset from it.
-        out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&plan.i_u.to_le_bytes());
-        out.extend_from_slice(&ino.to_le_bytes());
-        out.extend_from_slice(&(m.uid as u16).to_le_bytes());
-        out.extend_from_slice(&(m.gid as u16).to_le_bytes());
-        out.extend_from_slice(&[0; 4]);
+        // The mtime is the epoch's: no offset from it (`i_mtime` 0).
+        let dic = erofs_inode_compact {
+            i_format: (layout << 1).into(),
+            i_xattr_icount: icount.into(),
+            i_mode: (m.mode as u16).into(),
+            i_nb: (plan.nlink as u16).into(),
+            i_size: (plan.size as u32).into(),
+            i_u: plan.i_u.into(),
+            i_ino: ino.into(),
+            i_uid: (m.uid as u16).into(),
+            i_gid: (m.gid as u16).into(),
+            ..Default::default()
+        };
+        out.extend_from_slice(dic.as_bytes());
     }
 }

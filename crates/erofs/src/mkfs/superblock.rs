@@ -1,9 +1,12 @@
 //! The superblock the builder writes last, over the zeros it left for it,
 //! and its crc32c.
 
+use zerocopy::{FromBytes, IntoBytes};
+
 use crate::format::{
-    Algorithm, COMPAT_MTIME, COMPAT_SB_CHKSUM, COMPAT_XATTR_FILTER, DEVT_SLOT_SIZE,
-    INCOMPAT_COMPR_CFGS, INCOMPAT_DEVICE_TABLE, INCOMPAT_LZ4_0PADDING, MAGIC, SUPER_OFFSET,
+    erofs_deviceslot, erofs_super_block, z_erofs_lz4_cfgs, z_erofs_zstd_cfgs, Algorithm,
+    COMPAT_MTIME, COMPAT_SB_CHKSUM, COMPAT_XATTR_FILTER, DEVT_SLOT_SIZE, INCOMPAT_COMPR_CFGS,
+    INCOMPAT_DEVICE_TABLE, INCOMPAT_LZ4_0PADDING, MAGIC, SUPER_OFFSET, SUPER_SIZE,
     VOLUME_NAME_SIZE,
 };
 
@@ -41,10 +44,6 @@ pub(crate) struct Compr {
 /// LZ4's largest match distance, which the kernel sizes its window by.
 const LZ4_MAX_DISTANCE: u16 = u16::MAX;
 
-/// Bytes of the superblock proper (no extension slots): the compression
-/// records follow it.
-const SB_SIZE: usize = 128;
-
 /// Bytes from the superblock's offset that its checksum covers, and that
 /// the builder therefore owns: the rest of the block, or the whole block
 /// when blocks are no larger than the offset.
@@ -70,59 +69,82 @@ pub(crate) fn encode(f: &Fields) -> Vec<u8> {
     if f.xattr_filter {
         compat |= COMPAT_XATTR_FILTER;
     }
-    b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-    b[0x08..0x0C].copy_from_slice(&compat.to_le_bytes());
-    b[0x0C] = f.blkszbits;
-    b[0x0E..0x10].copy_from_slice(&(f.root_nid as u16).to_le_bytes());
-    b[0x10..0x18].copy_from_slice(&f.inos.to_le_bytes());
-    b[0x18..0x20].copy_from_slice(&(f.epoch as u64).to_le_bytes());
-    b[0x20..0x24].copy_from_slice(&f.nsec.to_le_bytes());
-    b[0x24..0x28].copy_from_slice(&(f.blocks as u32).to_le_bytes());
-    b[0x28..0x2C].copy_from_slice(&(f.meta_blkaddr as u32).to_le_bytes());
-    b[0x2C..0x30].copy_from_slice(&(f.xattr_blkaddr as u32).to_le_bytes());
-    b[0x30..0x40].copy_from_slice(&f.uuid);
+    let mut sb = erofs_super_block {
+        magic: MAGIC.into(),
+        feature_compat: compat.into(),
+        blkszbits: f.blkszbits,
+        rb: (f.root_nid as u16).into(),
+        inos: f.inos.into(),
+        epoch: (f.epoch as u64).into(),
+        fixed_nsec: f.nsec.into(),
+        blocks_lo: (f.blocks as u32).into(),
+        meta_blkaddr: (f.meta_blkaddr as u32).into(),
+        xattr_blkaddr: (f.xattr_blkaddr as u32).into(),
+        uuid: f.uuid,
+        ..Default::default()
+    };
     let n = f.volume.len().min(VOLUME_NAME_SIZE - 1);
-    b[0x40..0x40 + n].copy_from_slice(&f.volume[..n]);
+    sb.volume_name[..n].copy_from_slice(&f.volume[..n]);
+    // Without extension slots, what follows the superblock proper is the
+    // compression records or the device slot.
+    let rec = SUPER_SIZE;
     if let Some(c) = &f.compression {
         let mut incompat = INCOMPAT_LZ4_0PADDING;
-        let rec = SB_SIZE;
         if let Some(log) = c.zstd_window_log {
             // Any algorithm but LZ4 needs the configuration records: the
             // field that held the LZ4 distance then holds the bitmap of
             // algorithms used, and each used one has a record, a 2-byte
             // size then the record, in the bitmap's order.
             incompat |= INCOMPAT_COMPR_CFGS;
-            b[0x54..0x56].copy_from_slice(&(1u16 << Algorithm::Zstd as u16).to_le_bytes());
-            b[rec..rec + 2].copy_from_slice(&6u16.to_le_bytes());
-            // format 0, then the window's log above 1 KiB.
-            b[rec + 3] = log - 10;
+            sb.u1 = (1u16 << Algorithm::Zstd as u16).into();
+            let cfg = z_erofs_zstd_cfgs {
+                windowlog: log - 10,
+                ..Default::default()
+            };
+            put_record(&mut b[rec..], cfg.as_bytes());
         } else if c.max_pclusterblks > 1 {
             // Big pclusters need the configuration records too.
             incompat |= INCOMPAT_COMPR_CFGS;
-            b[0x54..0x56].copy_from_slice(&(1u16 << Algorithm::Lz4 as u16).to_le_bytes());
-            b[rec..rec + 2].copy_from_slice(&14u16.to_le_bytes());
-            b[rec + 2..rec + 4].copy_from_slice(&LZ4_MAX_DISTANCE.to_le_bytes());
-            b[rec + 4] = c.max_pclusterblks;
+            sb.u1 = (1u16 << Algorithm::Lz4 as u16).into();
+            let cfg = z_erofs_lz4_cfgs {
+                max_distance: LZ4_MAX_DISTANCE.into(),
+                max_pclusterblks: u16::from(c.max_pclusterblks).into(),
+                ..Default::default()
+            };
+            put_record(&mut b[rec..], cfg.as_bytes());
         } else {
-            b[0x54..0x56].copy_from_slice(&LZ4_MAX_DISTANCE.to_le_bytes());
+            sb.u1 = LZ4_MAX_DISTANCE.into();
         }
-        b[0x50..0x54].copy_from_slice(&incompat.to_le_bytes());
+        sb.feature_incompat = incompat.into();
     }
     if let Some(blocks) = f.tar_blocks {
         // One device slot, right after the superblock proper: a tag
         // (none), the device's blocks, and where it sits in the unified
         // block space.
-        let slot = SB_SIZE;
-        b[0x50..0x54].copy_from_slice(&INCOMPAT_DEVICE_TABLE.to_le_bytes());
-        b[0x56..0x58].copy_from_slice(&1u16.to_le_bytes());
+        let slot = SUPER_SIZE;
+        sb.feature_incompat = INCOMPAT_DEVICE_TABLE.into();
+        sb.extra_devices = 1.into();
         let slotoff = (SUPER_OFFSET + slot as u64) / DEVT_SLOT_SIZE;
-        b[0x58..0x5A].copy_from_slice(&(slotoff as u16).to_le_bytes());
-        b[slot + 64..slot + 68].copy_from_slice(&(blocks as u32).to_le_bytes());
-        b[slot + 68..slot + 72].copy_from_slice(&(f.blocks as u32).to_le_bytes());
+        sb.devt_slotoff = (slotoff as u16).into();
+        let dev = erofs_deviceslot {
+            blocks_lo: (blocks as u32).into(),
+            uniaddr_lo: (f.blocks as u32).into(),
+            ..Default::default()
+        };
+        b[slot..slot + dev.as_bytes().len()].copy_from_slice(dev.as_bytes());
     }
+    b[..SUPER_SIZE].copy_from_slice(&sb.as_bytes()[..SUPER_SIZE]);
     // The stored value is the raw CRC register (seed ~0, no final xor),
     // the complement of the standard CRC-32C, as the reader checks it.
     let crc = !crc32c::crc32c(&b);
-    b[4..8].copy_from_slice(&crc.to_le_bytes());
+    let (sb, _) = erofs_super_block::mut_from_prefix(&mut b).expect("a block holds it");
+    sb.checksum = crc.into();
     b
+}
+
+/// Writes a compression configuration record at the start of `at`: its
+/// 2-byte size, then its bytes.
+fn put_record(at: &mut [u8], rec: &[u8]) {
+    at[..2].copy_from_slice(&(rec.len() as u16).to_le_bytes());
+    at[2..2 + rec.len()].copy_from_slice(rec);
 }

@@ -7,9 +7,11 @@ use std::collections::BTreeMap;
 
 use xxhash_rust::xxh32::xxh32;
 
+use zerocopy::IntoBytes;
+
 use crate::format::{
-    xattr_prefix, XATTR_ENTRY_HEADER, XATTR_FILTER_BITS, XATTR_FILTER_SEED, XATTR_IBODY_HEADER,
-    XATTR_NAME_MAX, XATTR_VALUE_MAX,
+    erofs_xattr_entry, erofs_xattr_ibody_header, xattr_prefix, XATTR_ENTRY_HEADER,
+    XATTR_FILTER_BITS, XATTR_FILTER_SEED, XATTR_IBODY_HEADER, XATTR_NAME_MAX, XATTR_VALUE_MAX,
 };
 
 /// Most shared ids one inode's header counts (`h_shared_count` is a byte).
@@ -68,9 +70,12 @@ pub(crate) fn entry_size(name: &[u8], value: &[u8]) -> usize {
 fn put_entry(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     let (index, suffix) = split(name).expect("checked when the entry was read");
     let start = out.len();
-    out.push(suffix.len() as u8);
-    out.push(index);
-    out.extend_from_slice(&(value.len() as u16).to_le_bytes());
+    let e = erofs_xattr_entry {
+        e_name_len: suffix.len() as u8,
+        e_name_index: index,
+        e_value_size: (value.len() as u16).into(),
+    };
+    out.extend_from_slice(e.as_bytes());
     out.extend_from_slice(suffix);
     out.extend_from_slice(value);
     out.resize(start + (out.len() - start).next_multiple_of(4), 0);
@@ -138,10 +143,12 @@ impl Shared {
             .filter_map(|(n, v)| self.ids.get(&(n.clone(), v.clone())).copied())
             .take(SHARED_MAX)
             .collect();
-        let mut out = Vec::new();
-        out.extend_from_slice(&filter.to_le_bytes());
-        out.push(shared.len() as u8);
-        out.extend_from_slice(&[0; 7]);
+        let h = erofs_xattr_ibody_header {
+            h_name_filter: filter.into(),
+            h_shared_count: shared.len() as u8,
+            ..Default::default()
+        };
+        let mut out = h.as_bytes().to_vec();
         for id in &shared {
             out.extend_from_slice(&id.to_le_bytes());
         }

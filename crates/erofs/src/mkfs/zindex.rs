@@ -14,9 +14,13 @@
 //! Non-head fields that do not fit are clamped as the kernel expects:
 //! it walks on from where a shortened distance lands.
 
+use zerocopy::IntoBytes;
+
 use crate::format::{
-    Algorithm, ADVISE_BIG_PCLUSTER_1, ADVISE_BIG_PCLUSTER_2, ADVISE_COMPACTED_2B, LCLUSTER_HEAD1,
-    LCLUSTER_NONHEAD, LCLUSTER_PLAIN, LI_D0_CBLKCNT,
+    compact_lobits, compact_split, put_compact_base, put_compact_entry, z_erofs_lcluster_index,
+    z_erofs_map_header, Algorithm, ADVISE_BIG_PCLUSTER_1, ADVISE_BIG_PCLUSTER_2,
+    ADVISE_COMPACTED_2B, FULL_INDEX_START, LCLUSTER_HEAD1, LCLUSTER_NONHEAD, LCLUSTER_PLAIN,
+    LI_D0_CBLKCNT,
 };
 
 use super::compress::Pcluster;
@@ -90,7 +94,7 @@ fn head_type(raw: bool) -> u8 {
 
 /// The map header: no inline data, the advise bits, the algorithm of
 /// HEAD1 extents (HEAD2 unused), lclusters of one block.
-fn header(s: &Shape) -> [u8; 8] {
+fn header(s: &Shape) -> z_erofs_map_header {
     let mut advise = 0;
     if s.big {
         advise |= ADVISE_BIG_PCLUSTER_1;
@@ -102,21 +106,24 @@ fn header(s: &Shape) -> [u8; 8] {
     if s.compact {
         advise |= ADVISE_COMPACTED_2B;
     }
-    let a = advise.to_le_bytes();
-    [0, 0, 0, 0, a[0], a[1], s.algorithm.number(), 0]
+    z_erofs_map_header {
+        h_advise: advise.into(),
+        h_algorithmtype: s.algorithm.number(),
+        ..Default::default()
+    }
 }
+
+/// Bytes of the map header, after which compact indexes start.
+const HEADER_SIZE: u64 = size_of::<z_erofs_map_header>() as u64;
+/// Bytes of a full index.
+const FULL_INDEX_SIZE: u64 = size_of::<z_erofs_lcluster_index>() as u64;
 
 /// How a compact index area splits into 4-byte entries before the first
 /// 32-byte boundary, 2-byte entries (in packs of 16) and 4-byte ones
 /// after, for `n` lclusters whose packs start `mpos` bytes (mod 32) from
-/// a 32-byte boundary.
+/// a 32-byte boundary: the builder always asks for 2-byte entries.
 fn split(n: u64, mpos: u64) -> (u64, u64, u64) {
-    let ini = ((32 - mpos % 32) / 4) % 8;
-    if ini > n {
-        return (0, 0, n);
-    }
-    let two = (n - ini) / 16 * 16;
-    (ini, two, n - ini - two)
+    compact_split(n, mpos, true)
 }
 
 /// Bytes of a compressed file's indexes, header included, for a file of
@@ -126,10 +133,10 @@ pub(crate) fn len(size: u64, head: u64, s: &Shape) -> u64 {
     let n = size.div_ceil(1 << s.blkszbits);
     if !s.compact {
         // The header, 8 reserved bytes, 8 an entry.
-        return 16 + 8 * n;
+        return FULL_INDEX_START + FULL_INDEX_SIZE * n;
     }
-    let (ini, two, tail) = split(n, head.next_multiple_of(8) + 8);
-    8 + 4 * ini + 2 * two + 4 * (tail + tail % 2)
+    let (ini, two, tail) = split(n, head.next_multiple_of(8) + HEADER_SIZE);
+    HEADER_SIZE + 4 * ini + 2 * two + 4 * (tail + tail % 2)
 }
 
 /// The indexes of a compressed file of `size` bytes whose pclusters
@@ -143,11 +150,17 @@ pub(crate) fn encode(
 ) -> Vec<u8> {
     let es = entries(size, extents, s.blkszbits);
     let mut out = Vec::with_capacity(len(size, head, s) as usize);
-    out.extend_from_slice(&header(s));
+    out.extend_from_slice(header(s).as_bytes());
     if s.compact {
-        compact(&mut out, &es, blkaddr, head.next_multiple_of(8) + 8, s);
+        compact(
+            &mut out,
+            &es,
+            blkaddr,
+            head.next_multiple_of(8) + HEADER_SIZE,
+            s,
+        );
     } else {
-        out.extend_from_slice(&[0; 8]);
+        out.resize(FULL_INDEX_START as usize, 0);
         full(&mut out, &es, blkaddr, s.big);
     }
     debug_assert_eq!(out.len() as u64, len(size, head, s));
@@ -159,9 +172,12 @@ fn full(out: &mut Vec<u8>, es: &[Entry], blkaddr: u64, big: bool) {
     for e in es {
         match *e {
             Entry::Head { raw, ofs, blocks } => {
-                out.extend_from_slice(&u16::from(head_type(raw)).to_le_bytes());
-                out.extend_from_slice(&ofs.to_le_bytes());
-                out.extend_from_slice(&(pblk as u32).to_le_bytes());
+                let di = z_erofs_lcluster_index {
+                    di_advise: u16::from(head_type(raw)).into(),
+                    di_clusterofs: ofs.into(),
+                    di_u: (pblk as u32).into(),
+                };
+                out.extend_from_slice(di.as_bytes());
                 pblk += u64::from(blocks);
             }
             Entry::NonHead { d0, d1, blocks } => {
@@ -172,10 +188,13 @@ fn full(out: &mut Vec<u8>, es: &[Entry], blkaddr: u64, big: bool) {
                     // shortened: the lookback goes on from where it lands.
                     d0.min(u64::from(LI_D0_CBLKCNT) - 1) as u32
                 };
-                out.extend_from_slice(&u16::from(LCLUSTER_NONHEAD).to_le_bytes());
-                out.extend_from_slice(&0u16.to_le_bytes());
-                out.extend_from_slice(&(delta0 as u16).to_le_bytes());
-                out.extend_from_slice(&(d1.min(u64::from(u16::MAX)) as u16).to_le_bytes());
+                let delta1 = d1.min(u64::from(u16::MAX)) as u16;
+                let di = z_erofs_lcluster_index {
+                    di_advise: u16::from(LCLUSTER_NONHEAD).into(),
+                    di_clusterofs: 0.into(),
+                    di_u: z_erofs_lcluster_index::di_u_delta([delta0 as u16, delta1]),
+                };
+                out.extend_from_slice(di.as_bytes());
             }
         }
     }
@@ -200,7 +219,7 @@ fn full(out: &mut Vec<u8>, es: &[Entry], blkaddr: u64, big: bool) {
 fn compact(out: &mut Vec<u8>, es: &[Entry], blkaddr: u64, mpos: u64, s: &Shape) {
     let n = es.len() as u64;
     let (ini, two, tail) = split(n, mpos);
-    let lobits = u32::from(s.blkszbits).max(LI_D0_CBLKCNT.trailing_zeros() + 1);
+    let lobits = compact_lobits(u32::from(s.blkszbits));
     let lo_max = (1u64 << lobits) - 1;
     // Heads (one-block) or ending pclusters' blocks (big) before each
     // entry.
@@ -219,7 +238,6 @@ fn compact(out: &mut Vec<u8>, es: &[Entry], blkaddr: u64, mpos: u64, s: &Shape) 
     for (count, vcnt) in runs {
         for first in (at..at + count).step_by(vcnt) {
             let bytes = if vcnt == 2 { 8 } else { 32 };
-            let encodebits = (bytes * 8 - 32) / vcnt;
             let base = if s.big {
                 blkaddr + counted
             } else {
@@ -256,15 +274,9 @@ fn compact(out: &mut Vec<u8>, es: &[Entry], blkaddr: u64, mpos: u64, s: &Shape) 
                     }
                 };
                 debug_assert!(lo <= lo_max);
-                let v = (u64::from(t) << lobits | lo) << ((encodebits * i) % 8);
-                let byte = encodebits * i / 8;
-                for (k, b) in v.to_le_bytes().iter().enumerate().take(4) {
-                    if byte + k < bytes - 4 {
-                        pack[byte + k] |= b;
-                    }
-                }
+                put_compact_entry(&mut pack, vcnt, lobits, i, lo as u32, t);
             }
-            pack[bytes - 4..].copy_from_slice(&(base as u32).to_le_bytes());
+            put_compact_base(&mut pack, base as u32);
             out.extend_from_slice(&pack);
         }
         at += count;

@@ -6,9 +6,12 @@
 use foliofs_vfs::{Error, Result};
 
 use super::ZInfo;
+use zerocopy::{FromZeros, IntoBytes};
+
 use crate::format::{
-    le16, le32, ADVISE_BIG_PCLUSTER_1, ADVISE_BIG_PCLUSTER_2, ADVISE_COMPACTED_2B,
-    LCLUSTER_NONHEAD, LI_D0_CBLKCNT, LI_PARTIAL_REF,
+    compact_base, compact_entry, compact_lobits, compact_split, z_erofs_lcluster_index,
+    z_erofs_map_header, ADVISE_BIG_PCLUSTER_1, ADVISE_BIG_PCLUSTER_2, ADVISE_COMPACTED_2B,
+    FULL_INDEX_START, LCLUSTER_NONHEAD, LI_D0_CBLKCNT, LI_PARTIAL_REF,
 };
 use crate::inode::Inode;
 use crate::{Corrupt, Erofs, Incompatible};
@@ -60,23 +63,25 @@ impl Erofs {
     }
 
     fn load_full(&self, inode: &Inode, z: &ZInfo, lcn: u64) -> Result<Lcluster> {
-        let pos = z.header_pos + 16 + lcn * 8;
-        let mut di = [0u8; 8];
-        self.meta_of(inode, pos, &mut di)?;
+        let size = size_of::<z_erofs_lcluster_index>() as u64;
+        let pos = z.header_pos + FULL_INDEX_START + lcn * size;
+        let mut di = z_erofs_lcluster_index::new_zeroed();
+        self.meta_of(inode, pos, di.as_mut_bytes())?;
         let nid = inode.nid;
         let bad = |kind: Corrupt| Error::corrupt(pos, kind);
-        let advise = le16(&di, 0);
+        let advise = di.di_advise.get();
         let mut m = Lcluster {
             lcn,
             kind: (advise & 3) as u8,
-            nextpackoff: pos + 8,
+            nextpackoff: pos + size,
             pos,
             partial: advise & LI_PARTIAL_REF != 0,
             ..Default::default()
         };
         if m.kind == LCLUSTER_NONHEAD {
             m.clusterofs = 1 << z.lclusterbits;
-            m.delta[0] = u32::from(le16(&di, 4));
+            let delta = di.delta();
+            m.delta[0] = u32::from(delta[0]);
             if m.delta[0] & LI_D0_CBLKCNT != 0 {
                 if z.advise & (ADVISE_BIG_PCLUSTER_1 | ADVISE_BIG_PCLUSTER_2) == 0 {
                     return Err(bad(Corrupt::BlockCountWithoutBigPcluster { nid, lcn }));
@@ -84,9 +89,9 @@ impl Erofs {
                 m.compressedblks = m.delta[0] & !LI_D0_CBLKCNT;
                 m.delta[0] = 1;
             }
-            m.delta[1] = u32::from(le16(&di, 6));
+            m.delta[1] = u32::from(delta[1]);
         } else {
-            m.clusterofs = u32::from(le16(&di, 2));
+            m.clusterofs = u32::from(di.di_clusterofs.get());
             if m.clusterofs >= 1 << z.lclusterbits {
                 return Err(bad(Corrupt::ClusterOffset {
                     nid,
@@ -94,7 +99,7 @@ impl Erofs {
                     clusterofs: m.clusterofs,
                 }));
             }
-            m.pblk = u64::from(le32(&di, 4));
+            m.pblk = u64::from(di.blkaddr());
         }
         Ok(m)
     }
@@ -106,13 +111,9 @@ impl Erofs {
         lcn: u64,
         lookahead: bool,
     ) -> Result<Lcluster> {
-        let ebase = z.header_pos + 8;
-        let initial_4b = ((32 - ebase % 32) / 4) & 7;
-        let compacted_2b = if z.advise & ADVISE_COMPACTED_2B != 0 && initial_4b < z.total {
-            (z.total - initial_4b) / 16 * 16
-        } else {
-            0
-        };
+        let ebase = z.header_pos + size_of::<z_erofs_map_header>() as u64;
+        let two_byte = z.advise & ADVISE_COMPACTED_2B != 0;
+        let (initial_4b, compacted_2b, _) = compact_split(z.total, ebase, two_byte);
         let mut pos = ebase;
         let mut shift = 2u32;
         let mut rel = lcn;
@@ -139,19 +140,15 @@ impl Erofs {
         };
         let pack_len = u64::from(vcnt) << shift;
         let pack_pos = pos / pack_len * pack_len;
-        let mut pack = [0u8; 36];
+        let mut pack = [0u8; 32];
         self.meta_of(inode, pack_pos, &mut pack[..pack_len as usize])?;
         let nid = inode.nid;
         let bad = |kind: Corrupt| Error::corrupt(pos, kind);
-        let lobits = z.lclusterbits.max(12);
-        let encodebits = ((pack_len as u32 - 4) * 8) / vcnt;
+        let pack = &pack[..pack_len as usize];
+        let lobits = compact_lobits(z.lclusterbits);
         let i = ((pos - pack_pos) >> shift) as i64;
         let big = z.advise & ADVISE_BIG_PCLUSTER_1 != 0;
-        let decode = |idx: i64| -> (u32, u8) {
-            let bit = encodebits as usize * idx as usize;
-            let v = le32(&pack, bit / 8) >> (bit & 7);
-            (v & ((1 << lobits) - 1), ((v >> lobits) & 3) as u8)
-        };
+        let decode = |idx: i64| compact_entry(pack, vcnt as usize, lobits, idx as usize);
         let mut m = Lcluster {
             lcn,
             nextpackoff: pack_pos + pack_len,
@@ -241,8 +238,7 @@ impl Erofs {
                 nblk += 1;
             }
         }
-        let at = pack_len as usize - 4;
-        let base = le32(&pack, at);
+        let base = compact_base(pack);
         m.pblk = (i64::from(base) + nblk) as u64;
         Ok(m)
     }

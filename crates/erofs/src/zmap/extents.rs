@@ -21,12 +21,15 @@ use std::sync::Arc;
 use foliofs_vfs::{Error, Result};
 use lru::LruCache;
 
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+use super::{ZExtent, ZFormat, ZInfo};
 use crate::format::{
-    le16, le32, le64, Algorithm, ADVISE_FRAGMENT_PCLUSTER, ADVISE_INTERLACED_PCLUSTER, MAX_DECODED,
-    MAX_PCLUSTER, PLEN_FMT_SHIFT, PLEN_MASK, PLEN_PARTIAL,
+    z_erofs_extent, z_erofs_map_header, Algorithm, ADVISE_FRAGMENT_PCLUSTER,
+    ADVISE_INTERLACED_PCLUSTER, MAX_DECODED, MAX_PCLUSTER, PLEN_FMT_SHIFT, PLEN_MASK, PLEN_PARTIAL,
 };
 use crate::inode::Inode;
-use crate::zmap::{ZExtent, ZFormat, ZInfo};
 use crate::{Corrupt, Erofs, Incompatible};
 
 /// With 4-byte records an extent's address is the sum of the lengths
@@ -82,20 +85,29 @@ struct Record {
 impl Erofs {
     /// The map of compressed `inode` whose header `h` at `header_pos` has
     /// the EXTENTS advice.
-    pub(crate) fn ext_zinfo(&self, inode: &Inode, header_pos: u64, h: &[u8; 8]) -> Result<ZInfo> {
+    pub(crate) fn ext_zinfo(
+        &self,
+        inode: &Inode,
+        header_pos: u64,
+        h: &z_erofs_map_header,
+    ) -> Result<ZInfo> {
         let nid = inode.nid;
-        let advise = le16(h, 4);
+        let advise = h.h_advise.get();
         let recsz = 4u64 << ((advise >> 1) & 3);
         let bits = u32::from(self.sb.blkszbits);
         // Short records are one per logical cluster; long ones count
         // themselves, and their header has no cluster size.
         let (lclusterbits, count) = if recsz <= 8 {
-            let lclusterbits = bits + u32::from(h[7] & 15);
+            let lclusterbits = bits + u32::from(h.h_clusterbits & 15);
             (lclusterbits, inode.size.div_ceil(1u64 << lclusterbits))
         } else {
-            (bits, u64::from(le32(h, 0)) | u64::from(le16(h, 6)) << 32)
+            (
+                bits,
+                u64::from(h.h_u.get()) | u64::from(h.h_extents_hi()) << 32,
+            )
         };
-        let mut records = (header_pos + 8).div_ceil(recsz) * recsz;
+        let header_end = header_pos + size_of::<z_erofs_map_header>() as u64;
+        let mut records = header_end.div_ceil(recsz) * recsz;
         if recsz == 4 {
             records += 8;
         }
@@ -266,18 +278,17 @@ impl Erofs {
 
     /// Reads record `i` of `m` (`i < m.count`).
     fn ext_record(&self, inode: &Inode, m: &ExtentMap, i: u64) -> Result<Record> {
-        let mut raw = [0u8; 32];
-        let raw = &mut raw[..m.recsz as usize];
+        // Shorter records are prefixes of the 32-byte one: the fields
+        // they lack read as zeros.
+        let mut rec = z_erofs_extent::new_zeroed();
         let pos = m.records + i * m.recsz;
-        self.meta_of(inode, pos, raw)?;
-        let plen = le32(raw, 0);
-        let (pa, la) = match m.recsz {
-            4 => (0, 0),
-            8 => (u64::from(le32(raw, 4)), 0),
-            16 => (le64(raw, 4), u64::from(le32(raw, 12))),
-            _ => (le64(raw, 4), le64(raw, 12)),
-        };
-        Ok(Record { plen, pa, la, pos })
+        self.meta_of(inode, pos, &mut rec.as_mut_bytes()[..m.recsz as usize])?;
+        Ok(Record {
+            plen: rec.plen.get(),
+            pa: rec.pstart(),
+            la: rec.lstart(),
+            pos,
+        })
     }
 
     /// The address of cluster `k` of a 4-byte-record table: the first
@@ -288,9 +299,9 @@ impl Erofs {
             let c = k / SUM_STRIDE;
             (c * SUM_STRIDE, sums[c as usize])
         } else {
-            let mut base = [0u8; 8];
-            self.meta_of(inode, m.records - 8, &mut base)?;
-            (0, le64(&base, 0))
+            let mut base = U64::new_zeroed();
+            self.meta_of(inode, m.records - 8, base.as_mut_bytes())?;
+            (0, base.get())
         };
         self.ext_add_lengths(inode, m, from, k, sum)
     }
@@ -310,8 +321,9 @@ impl Erofs {
             let n = (to - i).min(RECORDS_PER_READ);
             let chunk = &mut buf[..(n * 4) as usize];
             self.meta_of(inode, m.records + i * 4, chunk)?;
-            for w in chunk.chunks_exact(4) {
-                let len = le32(w, 0) & PLEN_MASK;
+            let plens = <[U32]>::ref_from_bytes(chunk).expect("whole records");
+            for plen in plens {
+                let len = plen.get() & PLEN_MASK;
                 sum = sum.checked_add(u64::from(len)).ok_or_else(|| {
                     Error::corrupt(m.records, Corrupt::BlockAddressOverflow { nid: inode.nid })
                 })?;
@@ -331,9 +343,9 @@ impl Erofs {
                 return Ok(sums.clone());
             }
         }
-        let mut base = [0u8; 8];
-        self.meta_of(inode, m.records - 8, &mut base)?;
-        let mut sum = le64(&base, 0);
+        let mut base = U64::new_zeroed();
+        self.meta_of(inode, m.records - 8, base.as_mut_bytes())?;
+        let mut sum = base.get();
         let mut sums = Vec::with_capacity((m.count / SUM_STRIDE + 1) as usize);
         let mut i = 0;
         while i < m.count {

@@ -1,11 +1,18 @@
-//! The EROFS on-disk format: magic numbers, sizes, feature bits and their
-//! names, compression algorithm and data layout ids, the bits of the
-//! inode, map, chunk, directory and xattr records, and the little-endian
-//! reads every structure is parsed with.
+//! The EROFS on-disk format, as Linux's `erofs_fs.h` states it: magic
+//! numbers, sizes, feature bits and their names, compression algorithm and
+//! data layout ids, the bits inside the records, and the records
+//! themselves ([`records`]), which the reader parses and the builder
+//! writes, so that both place every field from one declaration.
 //!
-//! This module imports nothing from the rest of the crate, as Linux's
-//! `erofs_fs.h` includes nothing of the driver: every other module may use
-//! it without forming a cycle.
+//! This module imports nothing from the rest of the crate, as `erofs_fs.h`
+//! includes nothing of the driver: every other module may use it without
+//! forming a cycle.
+
+use std::mem::size_of;
+
+mod records;
+
+pub use records::*;
 
 // ---- the superblock
 
@@ -15,7 +22,7 @@ pub const SUPER_OFFSET: u64 = 1024;
 pub const SUPER_SIZE: usize = 128;
 /// Size of the superblock with its first extension slot, which holds the
 /// metabox nid: the most of it this reader has fields for.
-pub const SUPER_SIZE_EXT: usize = 144;
+pub const SUPER_SIZE_EXT: usize = size_of::<erofs_super_block>();
 /// Largest superblock (with its extension slots) the kernel takes: the
 /// rest of a 4 KiB page after byte 1024.
 pub const SUPER_MAX_SIZE: u64 = 4096 - SUPER_OFFSET;
@@ -24,7 +31,7 @@ pub const VOLUME_NAME_SIZE: usize = 16;
 /// `EROFS_SUPER_MAGIC_V1`.
 pub const MAGIC: u32 = 0xE0F5_E1E2;
 /// Size of one device table slot.
-pub const DEVT_SLOT_SIZE: u64 = 128;
+pub const DEVT_SLOT_SIZE: u64 = size_of::<erofs_deviceslot>() as u64;
 
 /// Compat: the superblock carries a crc32c.
 pub const COMPAT_SB_CHKSUM: u32 = 0x1;
@@ -165,9 +172,9 @@ pub const MAX_EXTENT: u64 = 16 << 20;
 // ---- inodes
 
 /// Bytes of a compact inode.
-pub const INODE_COMPACT_SIZE: usize = 32;
+pub const INODE_COMPACT_SIZE: usize = size_of::<erofs_inode_compact>();
 /// Bytes of an extended inode: the most an inode occupies on disk.
-pub const MAX_INODE_SIZE: usize = 64;
+pub const MAX_INODE_SIZE: usize = size_of::<erofs_inode_extended>();
 /// `i_format` bit 0: the 64-byte extended form.
 pub const I_FORMAT_EXTENDED: u16 = 0x1;
 /// `i_format` bit 4: NLINK_1 (compact non-directories: the link count is
@@ -280,7 +287,7 @@ pub const PLEN_FMT_SHIFT: u32 = 28;
 // ---- directories
 
 /// Size of one on-disk directory entry.
-pub const DIRENT_SIZE: usize = 12;
+pub const DIRENT_SIZE: usize = size_of::<erofs_dirent>();
 /// Longest file name a directory entry holds.
 pub const NAME_LEN_MAX: usize = 255;
 /// Directory entry file types (`EROFS_FT_*`).
@@ -301,12 +308,12 @@ pub const FT_SYMLINK: u8 = 7;
 // ---- extended attributes
 
 /// Size of the in-inode xattr header.
-pub const XATTR_IBODY_HEADER: u64 = 12;
+pub const XATTR_IBODY_HEADER: u64 = size_of::<erofs_xattr_ibody_header>() as u64;
 /// Bit of `e_name_index` selecting a long prefix.
 pub const XATTR_LONG_PREFIX: u8 = 0x80;
 /// Size of an xattr entry's header (`e_name_len`, `e_name_index`,
 /// `e_value_size`).
-pub const XATTR_ENTRY_HEADER: usize = 4;
+pub const XATTR_ENTRY_HEADER: usize = size_of::<erofs_xattr_entry>();
 /// Bits of the in-inode name filter (`h_name_filter`).
 pub const XATTR_FILTER_BITS: u32 = 32;
 /// The xxh32 seed of the name filter, to which the name index is added.
@@ -331,30 +338,6 @@ pub fn xattr_prefix(index: u8) -> Option<&'static [u8]> {
     })
 }
 
-// ---- reading
-
-/// The `N` bytes at byte `at` of `b` (callers check the length).
-pub fn bytes<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
-    let mut out = [0u8; N];
-    out.copy_from_slice(&b[at..at + N]);
-    out
-}
-
-/// The little-endian u16 at byte `at` of `b` (callers check the length).
-pub fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes(bytes(b, at))
-}
-
-/// The little-endian u32 at byte `at` of `b` (callers check the length).
-pub fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(bytes(b, at))
-}
-
-/// The little-endian u64 at byte `at` of `b` (callers check the length).
-pub fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes(b, at))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,11 +353,20 @@ mod tests {
     }
 
     #[test]
-    fn little_endian_reads() {
-        let b = [1, 2, 3, 4, 5, 6, 7, 8, 9];
-        assert_eq!(le16(&b, 1), 0x0302);
-        assert_eq!(le32(&b, 0), 0x0403_0201);
-        assert_eq!(le64(&b, 1), 0x0908_0706_0504_0302);
-        assert_eq!(bytes::<2>(&b, 7), [8, 9]);
+    fn compact_entries_read_back_as_written() {
+        for (len, vcnt) in [(8, 2), (32, 16)] {
+            let lobits = compact_lobits(9);
+            let mut pack = vec![0u8; len];
+            for i in 0..vcnt {
+                let lo = (i as u32 * 37) & ((1 << lobits) - 1);
+                put_compact_entry(&mut pack, vcnt, lobits, i, lo, (i % 4) as u8);
+            }
+            put_compact_base(&mut pack, 0xDEAD_BEEF);
+            for i in 0..vcnt {
+                let lo = (i as u32 * 37) & ((1 << lobits) - 1);
+                assert_eq!(compact_entry(&pack, vcnt, lobits, i), (lo, (i % 4) as u8));
+            }
+            assert_eq!(compact_base(&pack), 0xDEAD_BEEF);
+        }
     }
 }

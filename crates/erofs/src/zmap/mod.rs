@@ -1,6 +1,8 @@
 //! Compressed files: the map header and the mapping from a file offset to
 //! its compressed extent, over logical-cluster indexes (full and compact,
-//! decoded in `zmap/lcluster.rs`) or extent records (`zmap_ext`).
+//! decoded in `lcluster.rs`) or extent records (`extents.rs`). Both are
+//! children of this module, which holds what they share (the header,
+//! [`ZInfo`], [`ZExtent`]), so neither imports a sibling.
 //!
 //! The walk follows the kernel's `zmap.c` rules so the same images map the
 //! same way; every step that follows a stored distance moves strictly in one
@@ -9,18 +11,22 @@
 
 use foliofs_vfs::{Error, Result};
 
+use zerocopy::{FromZeros, IntoBytes};
+
 use crate::format::{
-    le16, le32, le64, Algorithm, Layout, ADVISE_BIG_PCLUSTER_1, ADVISE_BIG_PCLUSTER_2,
+    z_erofs_map_header, Algorithm, Layout, ADVISE_BIG_PCLUSTER_1, ADVISE_BIG_PCLUSTER_2,
     ADVISE_EXTENTS, ADVISE_FRAGMENT_PCLUSTER, ADVISE_INLINE_PCLUSTER, ADVISE_INTERLACED_PCLUSTER,
     INCOMPAT_COMPR_CFGS, LCLUSTER_HEAD1, LCLUSTER_HEAD2, LCLUSTER_NONHEAD, LCLUSTER_PLAIN,
     MAP_FRAGMENT_INODE, MAX_DECODED, MAX_EXTENT, MAX_PCLUSTER,
 };
 use crate::inode::Inode;
-use crate::zmap_ext::ExtentMap;
 use crate::{Corrupt, Erofs, Incompatible};
 
+mod extents;
 mod lcluster;
 
+pub use extents::ExtentMap;
+pub(crate) use extents::{running_sums, RunningSums};
 use lcluster::Lcluster;
 
 /// Per-inode compression facts from the map header.
@@ -43,7 +49,7 @@ pub struct ZInfo {
     tail: Option<(u64, u64)>,
     /// The file's data from some extent on lives in the packed inode.
     pub fragment: Option<Fragment>,
-    /// Extent records instead of lcluster indexes (`zmap_ext`).
+    /// Extent records instead of lcluster indexes (`extents.rs`).
     pub extents: Option<ExtentMap>,
 }
 
@@ -138,12 +144,12 @@ impl Erofs {
     /// Reads the map header of compressed `inode`.
     pub(crate) fn zinfo(&self, inode: &Inode) -> Result<ZInfo> {
         let header_pos = inode.trailer_pos().div_ceil(8) * 8;
-        let mut h = [0u8; 8];
-        self.meta_of(inode, header_pos, &mut h)?;
+        let mut h = z_erofs_map_header::new_zeroed();
+        self.meta_of(inode, header_pos, h.as_mut_bytes())?;
         let nid = inode.nid;
         let bad = |kind: Corrupt| Error::corrupt(header_pos, kind);
-        let word = le64(&h, 0);
-        let advise = le16(&h, 4);
+        let word = h.word();
+        let advise = h.h_advise.get();
         let whole_fragment = word & MAP_FRAGMENT_INODE != 0;
         let uses_fragment = whole_fragment || advise & ADVISE_FRAGMENT_PCLUSTER != 0;
         // Fragments live in the packed inode: one of its own would make
@@ -174,8 +180,8 @@ impl Erofs {
         if inode.layout == Layout::CompressedFull && advise & ADVISE_EXTENTS != 0 {
             return self.ext_zinfo(inode, header_pos, &h);
         }
-        let algorithms = [h[6] & 15, h[6] >> 4];
-        let lclusterbits = u32::from(self.sb.blkszbits) + u32::from(h[7] & 15);
+        let algorithms = [h.h_algorithmtype & 15, h.h_algorithmtype >> 4];
+        let lclusterbits = u32::from(self.sb.blkszbits) + u32::from(h.h_clusterbits & 15);
         let compact = inode.layout == Layout::CompressedCompact;
         let big = advise & (ADVISE_BIG_PCLUSTER_1 | ADVISE_BIG_PCLUSTER_2) != 0;
         if big && !self.sb.has_incompat(INCOMPAT_COMPR_CFGS) {
@@ -196,7 +202,7 @@ impl Erofs {
         // The first word holds the fragment offset when there is a
         // fragment, so a fragment rules out an inline tail.
         let idata_size = if advise & ADVISE_INLINE_PCLUSTER != 0 && !uses_fragment {
-            le16(&h, 2)
+            h.h_idata_size()
         } else {
             0
         };
@@ -206,7 +212,7 @@ impl Erofs {
         let min_index = if compact { 2 } else { 8 };
         let need = total
             .checked_mul(min_index)
-            .and_then(|n| n.checked_add(header_pos + 8));
+            .and_then(|n| n.checked_add(header_pos + size_of::<z_erofs_map_header>() as u64));
         if need.is_none_or(|end| end > self.meta_limit(inode)) {
             return Err(bad(Corrupt::IndexesOutOfImage {
                 nid,
@@ -233,7 +239,7 @@ impl Erofs {
             let last = (inode.size - 1) >> lclusterbits;
             let m = self.load_lcluster(inode, &z, last, false)?;
             let head = self.lookback_from(inode, &z, m, inode.size - 1)?;
-            let mut offset = u64::from(le32(&h, 0));
+            let mut offset = u64::from(h.h_u.get());
             if !compact {
                 offset |= head.pblk << 32;
             }
