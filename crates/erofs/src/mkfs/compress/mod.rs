@@ -27,6 +27,9 @@ mod zstd;
 pub(crate) use files::ZFile;
 pub(crate) use pool::Queue;
 
+use zerocopy::little_endian::{U16, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
 /// Bytes of a file compressed as one unit: extents never cross a
 /// segment's end, and the pool holds a few segments per worker at most.
 pub(crate) const SEGMENT: usize = 4 << 20;
@@ -139,23 +142,38 @@ pub(crate) struct Pcluster {
     pub raw: bool,
 }
 
+/// A [`Pcluster`] as the spill file keeps it until its file's extents are
+/// laid out.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct Spilled {
+    la: U64,
+    blocks: U16,
+    raw: u8,
+}
+
 impl Pcluster {
     /// Bytes of one in the spill file.
-    pub const SPILLED: usize = 11;
+    pub const SPILLED: usize = std::mem::size_of::<Spilled>();
 
     pub fn to_bytes(self) -> [u8; Self::SPILLED] {
+        let s = Spilled {
+            la: self.la.into(),
+            blocks: self.blocks.into(),
+            raw: u8::from(self.raw),
+        };
         let mut b = [0u8; Self::SPILLED];
-        b[..8].copy_from_slice(&self.la.to_le_bytes());
-        b[8..10].copy_from_slice(&self.blocks.to_le_bytes());
-        b[10] = u8::from(self.raw);
+        b.copy_from_slice(s.as_bytes());
         b
     }
 
+    /// `b` is one record (the spill file is read in whole records).
     pub fn from_bytes(b: &[u8]) -> Pcluster {
+        let s = Spilled::ref_from_bytes(b).expect("one spilled record");
         Pcluster {
-            la: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
-            blocks: u16::from_le_bytes([b[8], b[9]]),
-            raw: b[10] != 0,
+            la: s.la.get(),
+            blocks: s.blocks.get(),
+            raw: s.raw != 0,
         }
     }
 }
