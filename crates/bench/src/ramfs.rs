@@ -2,6 +2,7 @@
 //! foliofs's data in the kernel's page cache and in the server; a rewrite
 //! and a mapped read beside it.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -24,12 +25,51 @@ const PATHS: [(&str, &str); 2] = [("passthrough", "passthrough"), ("server", "no
 /// file systems; then a rewrite of the same file in place and a read of a
 /// mapped file.
 pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
+    let total = cfg.ramfs_bytes;
+    let mapped = cfg.ramfs_bytes / 4;
+    let Plans {
+        plans,
+        same_policy,
+        kernel_rows,
+        shm,
+    } = plans(env, total + mapped);
+    let reference = kernel_rows["ramfs"];
+    let rows = run_rows(env, cfg, &plans, total, mapped);
+    let folios = folio_census(env, cfg, &plans, &rows);
+    let (reference, ref_name) = match &shm {
+        None => (reference, "the kernel's ramfs".to_owned()),
+        Some((i, dir)) => (*i, shm_reference(dir)),
+    };
+    let pairs = pairs(&same_policy, &kernel_rows);
+    let mut notes = vec![
+        format!(
+            "{} MiB written to a new file in 2 MiB writes on a fresh mount per run, then written again over it; a {} MiB file written, then read through a shared mapping; ratios are to {ref_name}",
+            total >> 20,
+            mapped >> 20
+        ),
+        "the first write also measures how fast the machine hands out memory it has not used lately (in a VM, often a hypervisor fault per page), which depends on what ran before; the rewrite is the file systems' own speed".into(),
+        "passthrough: the files live in a tmpfs of the mount's own (huge=never at 4K blocks, within_size above, always with huge=always) and the kernel reads, writes and maps them itself; server: the files live in the server and every read and write is a request; each passthrough row is paired with the kernel tmpfs of the same huge= setting".into(),
+    ];
+    notes.extend(folios);
+    Ok(Section {
+        name: "ramfs",
+        title: "ramfs: dd of a new file by block size (ramfs blocksize= table), rewrite, mmap read"
+            .into(),
+        columns: columns(),
+        rows,
+        reference,
+        pairs,
+        notes,
+    })
+}
+
+fn columns() -> Vec<Column> {
     // A first write into a fresh mount takes pages the machine may not
     // have backed yet (in a VM whose balloon reports free pages, every
     // such page costs the hypervisor a fault); the rewrite overwrites the
     // pages the first write made, the file system's own speed. The seed's
     // table is the first, on bare metal.
-    let columns = vec![
+    vec![
         Column {
             key: "write",
             label: "write a new file (dd bs=2M)",
@@ -45,13 +85,60 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             label: "read a mapped file",
             unit: Unit::GBps,
         },
-    ];
+    ]
+}
+
+/// A directory of this run in /dev/shm and the tmpfs's options, or why
+/// there is none.
+type ShmDir = Result<(PathBuf, String), NoImage>;
+
+/// The rows in table order, and where the pairs and the reference find
+/// theirs.
+struct Plans {
+    plans: Vec<Plan>,
+    /// Each passthrough row and the kernel row of its folio policy.
+    same_policy: Vec<(usize, &'static str)>,
+    /// Each kernel row's key → its index.
+    kernel_rows: BTreeMap<&'static str, usize>,
+    /// A user's /dev/shm row: its index and its directory with the
+    /// tmpfs's options, or why there is none.
+    shm: Option<(usize, ShmDir)>,
+}
+
+/// The foliofs rows, then the kernel's, then (for a user) /dev/shm with
+/// room for `shm_bytes`.
+fn plans(env: &BenchEnv, shm_bytes: u64) -> Plans {
     let mut plans = Vec::new();
-    // Where each foliofs row's counterpart of the same folio policy sits
-    // among the kernel rows: tmpfs with huge=never, huge=within_size (the
-    // policy the passthrough pool takes above 4 KiB blocks) or
-    // huge=always.
-    let mut same_policy: Vec<(usize, &str)> = Vec::new();
+    let same_policy = foliofs_plans(&mut plans);
+    let kernel_rows = kernel_plans(&mut plans);
+    // A user can mount neither, but has the machine's /dev/shm, a tmpfs
+    // already mounted: the kernel's in-memory file system beside foliofs's.
+    // Its options are the machine's, not a fresh mount's defaults.
+    let shm = (!env.root).then(|| {
+        let dir = shm_dir(shm_bytes);
+        plans.push(Plan {
+            label: "kernel tmpfs at /dev/shm".into(),
+            kind: "kernel",
+            how: How::Plain,
+            image: dir.as_ref().map(|(d, _)| d.clone()).map_err(Clone::clone),
+            x: None,
+        });
+        (plans.len() - 1, dir)
+    });
+    Plans {
+        plans,
+        same_policy,
+        kernel_rows,
+        shm,
+    }
+}
+
+/// The foliofs ramfs rows, every block size each way; returns where each
+/// passthrough row's counterpart of the same folio policy sits among the
+/// kernel rows: tmpfs with huge=never, huge=within_size (the policy the
+/// passthrough pool takes above 4 KiB blocks) or huge=always.
+fn foliofs_plans(plans: &mut Vec<Plan>) -> Vec<(usize, &'static str)> {
+    let mut same_policy: Vec<(usize, &'static str)> = Vec::new();
     let row = |plans: &mut Vec<Plan>, label: String, opts: String, x: Option<u64>| {
         plans.push(Plan {
             label,
@@ -71,7 +158,7 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                 same_policy.push((plans.len(), if bs == 4096 { "tmpfs" } else { "within" }));
             }
             row(
-                &mut plans,
+                plans,
                 format!("foliofs ramfs blocksize={} ({path})", format_size(bs)),
                 format!("blocksize={bs},{opt}"),
                 (path == "passthrough").then_some(bs),
@@ -83,14 +170,18 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         }
         // 2 MiB blocks as huge pages, beside the kernel's tmpfs huge=always.
         row(
-            &mut plans,
+            plans,
             format!("foliofs ramfs blocksize=2M,huge=always ({path})"),
             format!("blocksize=2M,huge=always,{opt}"),
             None,
         );
     }
-    let reference = plans.len();
-    let mut kernel_rows = std::collections::BTreeMap::new();
+    same_policy
+}
+
+/// The kernel's in-memory rows; returns each one's key → its index.
+fn kernel_plans(plans: &mut Vec<Plan>) -> BTreeMap<&'static str, usize> {
+    let mut kernel_rows = BTreeMap::new();
     for (key, label, fstype, opts) in [
         ("ramfs", "kernel ramfs", "ramfs", ""),
         ("tmpfs", "kernel tmpfs", "tmpfs", ""),
@@ -114,22 +205,12 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             x: None,
         });
     }
-    let total = cfg.ramfs_bytes;
-    let mapped = cfg.ramfs_bytes / 4;
-    // A user can mount neither, but has the machine's /dev/shm, a tmpfs
-    // already mounted: the kernel's in-memory file system beside foliofs's.
-    // Its options are the machine's, not a fresh mount's defaults.
-    let shm = (!env.root).then(|| {
-        let dir = shm_dir(total + mapped);
-        plans.push(Plan {
-            label: "kernel tmpfs at /dev/shm".into(),
-            kind: "kernel",
-            how: How::Plain,
-            image: dir.as_ref().map(|(d, _)| d.clone()).map_err(Clone::clone),
-            x: None,
-        });
-        (plans.len() - 1, dir)
-    });
+    kernel_rows
+}
+
+/// The three workloads on every row: `total` bytes written and rewritten,
+/// `mapped` bytes read through a mapping.
+fn run_rows(env: &BenchEnv, cfg: &Config, plans: &[Plan], total: u64, mapped: u64) -> Vec<Row> {
     let write = |mnt: &Path| -> Result<f64> {
         let t = time_write_zeros(&mnt.join("f"), total, 2 << 20)?;
         Ok(total as f64 / 1e9 / t)
@@ -149,34 +230,36 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     };
     // One mount per row and round, its workloads in turn: the write makes
     // the file the rewrite overwrites and removes.
-    let rows = measure_rows(
+    measure_rows(
         env,
         cfg,
         "ramfs",
-        &plans,
+        plans,
         false,
         &[("write", &write), ("rewrite", &rewrite), ("mmap", &mmap)],
-    );
-    let folios = folio_census(env, cfg, &plans, &rows);
-    let (reference, ref_name) = match &shm {
-        None => (reference, "the kernel's ramfs".to_owned()),
-        Some((i, dir)) => {
-            let opts = match dir {
-                Ok((d, opts)) => {
-                    remove_extra_dir(d);
-                    format!(" ({opts})")
-                }
-                Err(_) => String::new(),
-            };
-            (
-                *i,
-                format!("the kernel's tmpfs at /dev/shm{opts}, already mounted: mounting a new ramfs or tmpfs needs root"),
-            )
+    )
+}
+
+/// The /dev/shm row as the reference's name in the notes; removes the
+/// run's directory there, the rows being done with it.
+fn shm_reference(dir: &ShmDir) -> String {
+    let opts = match dir {
+        Ok((d, opts)) => {
+            remove_extra_dir(d);
+            format!(" ({opts})")
         }
+        Err(_) => String::new(),
     };
-    // Each passthrough row against the kernel's tmpfs of the same folio
-    // policy, and the largest block size against the kernel's ramfs, as
-    // the seed compares its 2M row with its 4K one.
+    format!("the kernel's tmpfs at /dev/shm{opts}, already mounted: mounting a new ramfs or tmpfs needs root")
+}
+
+/// Each passthrough row against the kernel's tmpfs of the same folio
+/// policy, and the largest block size against the kernel's ramfs, as the
+/// seed compares its 2M row with its 4K one.
+fn pairs(
+    same_policy: &[(usize, &'static str)],
+    kernel_rows: &BTreeMap<&'static str, usize>,
+) -> Vec<(usize, usize)> {
     let mut pairs: Vec<(usize, usize)> = same_policy
         .iter()
         .filter_map(|(i, k)| kernel_rows.get(k).map(|&r| (*i, r)))
@@ -184,26 +267,7 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     if let Some(&(last, _)) = same_policy.iter().rev().nth(1) {
         pairs.push((last, kernel_rows["ramfs"]));
     }
-    let mut notes = vec![
-        format!(
-            "{} MiB written to a new file in 2 MiB writes on a fresh mount per run, then written again over it; a {} MiB file written, then read through a shared mapping; ratios are to {ref_name}",
-            total >> 20,
-            mapped >> 20
-        ),
-        "the first write also measures how fast the machine hands out memory it has not used lately (in a VM, often a hypervisor fault per page), which depends on what ran before; the rewrite is the file systems' own speed".into(),
-        "passthrough: the files live in a tmpfs of the mount's own (huge=never at 4K blocks, within_size above, always with huge=always) and the kernel reads, writes and maps them itself; server: the files live in the server and every read and write is a request; each passthrough row is paired with the kernel tmpfs of the same huge= setting".into(),
-    ];
-    notes.extend(folios);
-    Ok(Section {
-        name: "ramfs",
-        title: "ramfs: dd of a new file by block size (ramfs blocksize= table), rewrite, mmap read"
-            .into(),
-        columns,
-        rows,
-        reference,
-        pairs,
-        notes,
-    })
+    pairs
 }
 
 /// The folio sizes the kernel gave a file written as the `write` column
@@ -258,7 +322,7 @@ fn folio_census(env: &BenchEnv, cfg: &Config, plans: &[Plan], rows: &[Row]) -> V
 
 /// A directory of this run in /dev/shm, with the tmpfs's options, if
 /// /dev/shm is a tmpfs with room for `bytes`.
-fn shm_dir(bytes: u64) -> Result<(PathBuf, String), NoImage> {
+fn shm_dir(bytes: u64) -> ShmDir {
     let shm = Path::new("/dev/shm")
         .canonicalize()
         .map_err(|e| NoImage::skip(format!("/dev/shm: {e}")))?;

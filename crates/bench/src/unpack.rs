@@ -101,12 +101,7 @@ fn has_tar(mkfs: &Path) -> bool {
 }
 
 pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
-    let python = Path::new("/usr/lib/python3.11");
-    let src: PathBuf = match (&cfg.tree, python.is_dir() && !cfg.quick) {
-        (Some(t), _) => t.clone(),
-        (None, true) => python.to_owned(),
-        (None, false) => source_tree(env, cfg, "unpack", cfg.startup_files, cfg.startup_bytes)?.0,
-    };
+    let src = layer_source(env, cfg)?;
     progress(cfg, "[unpack] making the layer");
     let layer = env.dir.join("layer.tar.gz");
     timed_sh(
@@ -114,15 +109,56 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         &[("SRC", &src), ("LAYER", &layer)],
     )?;
     let layer_size = std::fs::metadata(&layer)?.len();
-    let gnu_time = have("/usr/bin/time").then(|| PathBuf::from("/usr/bin/time"));
     let mkfs = cfg.mkfs_erofs.clone().filter(|m| has_tar(m));
+    let columns = columns();
+    let mut plans = plans(env, mkfs.as_deref());
+    let built = run_rounds(env, cfg, &layer, mkfs.as_deref(), &mut plans);
+    let rows: Vec<Row> = plans.into_iter().map(|p| p.row).collect();
+    let (reference, pairs) = reference_and_pairs(&rows);
+    let notes = notes(cfg, &src, layer_size, mkfs.as_deref(), &built);
+    Ok(Section {
+        name: "unpack",
+        title: "unpack: a layer tar.gz made into an EROFS image (foliofs, mkfs.erofs) or a directory, then started from".into(),
+        columns,
+        rows,
+        reference,
+        pairs,
+        notes,
+    })
+}
+
+/// The tree the layer is made of: `--tree`, else Python's library, else
+/// (quick, or no Python) the start-up tree.
+fn layer_source(env: &BenchEnv, cfg: &Config) -> Result<PathBuf> {
+    let python = Path::new("/usr/lib/python3.11");
+    Ok(match (&cfg.tree, python.is_dir() && !cfg.quick) {
+        (Some(t), _) => t.clone(),
+        (None, true) => python.to_owned(),
+        (None, false) => source_tree(env, cfg, "unpack", cfg.startup_files, cfg.startup_bytes)?.0,
+    })
+}
+
+fn columns() -> Vec<Column> {
     let mut columns = vec![Column {
         key: "unpack",
         label: "unpack",
         unit: Unit::Seconds,
     }];
     columns.extend(crate::startup::run_columns());
-    let mounts: [(&str, How); 3] = [
+    columns
+}
+
+/// One row to measure: how its layer is unpacked and, for an image, how
+/// it is mounted.
+struct Plan {
+    way: Way,
+    how: Option<How>,
+    row: Row,
+}
+
+/// The kernel mounts each uncompressed image is started from.
+fn mounts() -> [(&'static str, How); 3] {
+    [
         (
             "buffered",
             How::KernelFile {
@@ -138,8 +174,14 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             },
         ),
         ("loop", How::KernelLoop { fstype: "erofs" }),
-    ];
-    let mut plans: Vec<(Way, Option<How>, Row)> = Vec::new();
+    ]
+}
+
+/// The rows in their order: each builder on each mount, `tar x`, then the
+/// compressed pairs. A row that cannot run here carries why in its note.
+fn plans(env: &BenchEnv, mkfs: Option<&Path>) -> Vec<Plan> {
+    let mounts = mounts();
+    let mut plans: Vec<Plan> = Vec::new();
     for (way, name) in [
         (Way::Foliofs, "foliofs mkfs erofs"),
         (Way::MkfsErofs, "mkfs.erofs --tar=f"),
@@ -158,14 +200,18 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             } else if !env.root {
                 row.note = Some("the kernel's EROFS mounts need root".into());
             }
-            plans.push((way, Some(how.clone()), row));
+            plans.push(Plan {
+                way,
+                how: Some(how.clone()),
+                row,
+            });
         }
     }
-    plans.push((
-        Way::TarX,
-        None,
-        Row::new("tar x into a directory (overlayfs snapshotter)", "baseline"),
-    ));
+    plans.push(Plan {
+        way: Way::TarX,
+        how: None,
+        row: Row::new("tar x into a directory (overlayfs snapshotter)", "baseline"),
+    });
     // Compressed rows, one mount each: the build is what they compare.
     for alg in ALGS {
         for way in [Way::FoliofsZ(alg), Way::MkfsErofsZ(alg)] {
@@ -174,7 +220,7 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
                 _ => ("mkfs.erofs --tar=f", "kernel"),
             };
             let mut row = Row::new(format!("{name} -z{alg}, kernel erofs buffered"), group);
-            let lacks = mkfs.as_ref().and_then(|m| {
+            let lacks = mkfs.and_then(|m| {
                 crate::mkfs::MkfsErofs::probe(m).lacks(alg.split(',').next().unwrap_or(alg))
             });
             if matches!(way, Way::MkfsErofsZ(_)) && mkfs.is_none() {
@@ -184,63 +230,75 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             } else if !env.root {
                 row.note = Some("the kernel's EROFS mounts need root".into());
             }
-            plans.push((way, Some(mounts[0].1.clone()), row));
+            plans.push(Plan {
+                way,
+                how: Some(mounts[0].1.clone()),
+                row,
+            });
         }
     }
-    let img = env.dir.join("unpacked.erofs");
-    let dir = env.dir.join("unpacked");
-    let rss = env.dir.join("rss");
-    let mut peak: [Option<u64>; 3 + 2 * ALGS.len()] = [None; 3 + 2 * ALGS.len()];
-    let mut sizes: [Option<u64>; 3 + 2 * ALGS.len()] = [None; 3 + 2 * ALGS.len()];
+    plans
+}
+
+/// What the builders left besides their times, indexed by [`Way::slot`].
+struct Built {
+    /// Each builder's peak RSS in KiB, the highest over the rounds.
+    peak: [Option<u64>; 3 + 2 * ALGS.len()],
+    /// Each image's size in bytes, from its last round.
+    sizes: [Option<u64>; 3 + 2 * ALGS.len()],
+}
+
+/// The scratch paths every row reuses, and the layer they unpack.
+struct Paths<'a> {
+    layer: &'a Path,
+    img: PathBuf,
+    dir: PathBuf,
+    rss: PathBuf,
+}
+
+/// Every runnable row once per round, interleaved, each from a clean
+/// slate; a row that fails keeps why in its note and runs no more.
+fn run_rounds(
+    env: &BenchEnv,
+    cfg: &Config,
+    layer: &Path,
+    mkfs: Option<&Path>,
+    plans: &mut [Plan],
+) -> Built {
+    let paths = Paths {
+        layer,
+        img: env.dir.join("unpacked.erofs"),
+        dir: env.dir.join("unpacked"),
+        rss: env.dir.join("rss"),
+    };
+    let gnu_time = have("/usr/bin/time").then(|| PathBuf::from("/usr/bin/time"));
+    let mut built = Built {
+        peak: [None; 3 + 2 * ALGS.len()],
+        sizes: [None; 3 + 2 * ALGS.len()],
+    };
     for round in 0..cfg.runs {
-        for (way, how, row) in plans.iter_mut() {
-            if row.note.is_some() {
+        for plan in plans.iter_mut() {
+            if plan.row.note.is_some() {
                 continue;
             }
             progress(
                 cfg,
-                &format!("[unpack] round {}/{}: {}", round + 1, cfg.runs, row.label),
+                &format!(
+                    "[unpack] round {}/{}: {}",
+                    round + 1,
+                    cfg.runs,
+                    plan.row.label
+                ),
             );
-            let _ = std::fs::remove_file(&img);
-            let _ = std::fs::remove_dir_all(&dir);
-            let _ = std::fs::remove_file(&rss);
+            let _ = std::fs::remove_file(&paths.img);
+            let _ = std::fs::remove_dir_all(&paths.dir);
+            let _ = std::fs::remove_file(&paths.rss);
             let timer = gnu_time.as_ref().map_or(String::new(), |t| {
                 format!("{} -f %M -o \"$RSS\" ", t.display())
             });
-            let script = match way {
-                Way::Foliofs => format!("exec {timer}\"$EXE\" mkfs erofs -q --tar=f --aufs -Enoinline_data -b4096 -U {UUID} - \"$IMG\" < \"$LAYER\""),
-                Way::MkfsErofs => format!("gzip -dc < \"$LAYER\" | {timer}\"$MKFS\" --tar=f --aufs --quiet -Enoinline_data -b4096 -U {UUID} \"$IMG\""),
-                Way::TarX => format!("mkdir \"$DIR\" && {timer}tar -xzf \"$LAYER\" -C \"$DIR\""),
-                Way::FoliofsZ(alg) => format!("exec {timer}\"$EXE\" mkfs erofs -q --tar=f -z{alg} -b4096 -U {UUID} - \"$IMG\" < \"$LAYER\""),
-                Way::MkfsErofsZ(alg) => format!("gzip -dc < \"$LAYER\" | {timer}\"$MKFS\" --tar=f --quiet -z{alg} -b4096 -U {UUID} \"$IMG\""),
-            };
-            let mkfs_path = mkfs.clone().unwrap_or_default();
-            let res = timed_sh(
-                &script,
-                &[
-                    ("EXE", &env.exe),
-                    ("IMG", &img),
-                    ("LAYER", &layer),
-                    ("MKFS", &mkfs_path),
-                    ("DIR", &dir),
-                    ("RSS", &rss),
-                ],
-            )
-            .and_then(|unpack| {
-                let k = way.slot();
-                peak[k] = peak[k].max(rss_kib(&rss));
-                if way.is_image() {
-                    sizes[k] = std::fs::metadata(&img).ok().map(|m| m.len());
-                }
-                let (first, next) = match how {
-                    Some(how) => {
-                        let m = Mounted::new(env, how, &img, &env.fresh_dir("mnt")?)?;
-                        (time_read_tree(&m.dir)?, time_read_tree(&m.dir)?)
-                    }
-                    None => (time_read_tree(&dir)?, time_read_tree(&dir)?),
-                };
-                Ok((unpack, first, next))
-            });
+            let script = script(plan.way, &timer);
+            let res = unpack_and_read(env, &paths, mkfs, plan, &script, &mut built);
+            let row = &mut plan.row;
             match res {
                 Ok((u, f, n)) => {
                     for (k, v) in [("unpack", u), ("first", f), ("next", n)] {
@@ -254,9 +312,62 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             }
         }
     }
-    let _ = std::fs::remove_file(&img);
-    let _ = std::fs::remove_dir_all(&dir);
-    let rows: Vec<Row> = plans.into_iter().map(|p| p.2).collect();
+    let _ = std::fs::remove_file(&paths.img);
+    let _ = std::fs::remove_dir_all(&paths.dir);
+    built
+}
+
+/// The shell line that unpacks the layer `way`'s way, behind `timer`.
+fn script(way: Way, timer: &str) -> String {
+    match way {
+        Way::Foliofs => format!("exec {timer}\"$EXE\" mkfs erofs -q --tar=f --aufs -Enoinline_data -b4096 -U {UUID} - \"$IMG\" < \"$LAYER\""),
+        Way::MkfsErofs => format!("gzip -dc < \"$LAYER\" | {timer}\"$MKFS\" --tar=f --aufs --quiet -Enoinline_data -b4096 -U {UUID} \"$IMG\""),
+        Way::TarX => format!("mkdir \"$DIR\" && {timer}tar -xzf \"$LAYER\" -C \"$DIR\""),
+        Way::FoliofsZ(alg) => format!("exec {timer}\"$EXE\" mkfs erofs -q --tar=f -z{alg} -b4096 -U {UUID} - \"$IMG\" < \"$LAYER\""),
+        Way::MkfsErofsZ(alg) => format!("gzip -dc < \"$LAYER\" | {timer}\"$MKFS\" --tar=f --quiet -z{alg} -b4096 -U {UUID} \"$IMG\""),
+    }
+}
+
+/// One row's round: the unpack's seconds, then every file read on a fresh
+/// mount of the result (or the directory) twice.
+fn unpack_and_read(
+    env: &BenchEnv,
+    paths: &Paths,
+    mkfs: Option<&Path>,
+    plan: &Plan,
+    script: &str,
+    built: &mut Built,
+) -> Result<(f64, f64, f64)> {
+    let mkfs_path = mkfs.map(Path::to_owned).unwrap_or_default();
+    let unpack = timed_sh(
+        script,
+        &[
+            ("EXE", &env.exe),
+            ("IMG", &paths.img),
+            ("LAYER", paths.layer),
+            ("MKFS", &mkfs_path),
+            ("DIR", &paths.dir),
+            ("RSS", &paths.rss),
+        ],
+    )?;
+    let k = plan.way.slot();
+    built.peak[k] = built.peak[k].max(rss_kib(&paths.rss));
+    if plan.way.is_image() {
+        built.sizes[k] = std::fs::metadata(&paths.img).ok().map(|m| m.len());
+    }
+    let (first, next) = match &plan.how {
+        Some(how) => {
+            let m = Mounted::new(env, how, &paths.img, &env.fresh_dir("mnt")?)?;
+            (time_read_tree(&m.dir)?, time_read_tree(&m.dir)?)
+        }
+        None => (time_read_tree(&paths.dir)?, time_read_tree(&paths.dir)?),
+    };
+    Ok((unpack, first, next))
+}
+
+/// mkfs.erofs's buffered row is the reference when it ran, else `tar x`;
+/// each foliofs row pairs with mkfs.erofs's same row.
+fn reference_and_pairs(rows: &[Row]) -> (usize, Vec<(usize, usize)>) {
     let reference = if rows[3].note.is_none() {
         3
     } else {
@@ -272,18 +383,29 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             pairs.push((i, i + 1));
         }
     }
+    (reference, pairs)
+}
+
+fn notes(
+    cfg: &Config,
+    src: &Path,
+    layer_size: u64,
+    mkfs: Option<&Path>,
+    built: &Built,
+) -> Vec<String> {
+    let Built { peak, sizes } = built;
     let kib = |v: Option<u64>| {
         v.map_or("not measured".to_owned(), |k| {
             format!("{:.1} MiB", k as f64 / 1024.0)
         })
     };
     let mb = |v: Option<u64>| v.map_or("none".to_owned(), |b| format!("{} bytes", b));
-    let notes = vec![
+    vec![
         format!(
             "layer: tar --sort=name --format=pax | gzip of {} ({} bytes gzipped); each row unpacks it afresh into an uncompressed image with containerd's flags (--tar=f --aufs -Enoinline_data -b4096 -U UUID), foliofs reading the .tar.gz itself on stdin, mkfs.erofs{} behind `gzip -dc |` as containerd pipes it, or tar -xzf into a directory; no fsync by any; 1st run = every file read on a fresh mount of the result, later run = again on that mount; {} rounds, rows interleaved; ratios are to mkfs.erofs's buffered row",
             src.display(),
             layer_size,
-            mkfs.as_ref().map_or(String::new(), |m| format!(" ({})", crate::mkfs::MkfsErofs::probe(m).describe())),
+            mkfs.map_or(String::new(), |m| format!(" ({})", crate::mkfs::MkfsErofs::probe(m).describe())),
             cfg.runs
         ),
         format!(
@@ -309,14 +431,5 @@ pub fn unpack(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             kib(peak[2]),
             std::thread::available_parallelism().map_or(1, |n| n.get())
         ),
-    ];
-    Ok(Section {
-        name: "unpack",
-        title: "unpack: a layer tar.gz made into an EROFS image (foliofs, mkfs.erofs) or a directory, then started from".into(),
-        columns,
-        rows,
-        reference,
-        pairs,
-        notes,
-    })
+    ]
 }

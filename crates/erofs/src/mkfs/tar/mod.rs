@@ -267,13 +267,11 @@ impl<R: Read> Reader<R> {
             return Ok(None);
         }
         self.finish_entry()?;
-        let mut records: Option<Records> = None;
-        let mut long_name: Option<Vec<u8>> = None;
-        let mut long_link: Option<Vec<u8>> = None;
+        let mut pending = Pending::default();
         loop {
-            let Some((at, b)) = self.block()? else {
+            let Some(hd) = self.header()? else {
                 self.done = true;
-                if records.is_some() || long_name.is_some() || long_link.is_some() {
+                if !pending.is_empty() {
                     return Err(err(
                         self.pos,
                         None,
@@ -282,157 +280,155 @@ impl<R: Read> Reader<R> {
                 }
                 return Ok(None);
             };
-            let fmt = header::format(&b).ok_or_else(|| {
-                err(
-                    at,
-                    None,
-                    "a header whose checksum is wrong (not a tar, or a damaged one)",
-                )
-            })?;
-            let mut h = fields::parse_header(&b, fmt)
-                .map_err(|why| err(at, Some(header::string(&b[header::NAME])), why))?;
-            let typ = b[header::TYPEFLAG];
-            let header_only = matches!(typ, b'1' | b'2' | b'3' | b'4' | b'5' | b'6');
-            let stored = if header_only { 0 } else { h.size };
-            self.left = stored;
-            self.pad = stored.next_multiple_of(BLOCK as u64) - stored;
-            match typ {
-                b'x' | b'g' => {
-                    let what = if typ == b'x' {
-                        "PAX header"
-                    } else {
-                        "PAX global header"
-                    };
-                    let body = self.meta_body(at, stored, what)?;
-                    let r =
-                        pax::parse(&body).map_err(|why| err(at, None, format!("{what}: {why}")))?;
-                    if typ == b'x' {
-                        records = Some(r);
-                    } else {
-                        // Go returns a global header to its caller as an
-                        // entry of its own, so what came before it applies
-                        // to nothing; containerd then skips it.
-                        records = None;
-                        long_name = None;
-                        long_link = None;
-                    }
-                    self.finish_entry()?;
-                    continue;
-                }
-                b'L' | b'K' => {
-                    let what = if typ == b'L' {
-                        "GNU long name"
-                    } else {
-                        "GNU long link"
-                    };
-                    let body = self.meta_body(at, stored, what)?;
-                    let s = header::string(&body);
-                    // What follows the first NUL must be padding: Go would
-                    // cut a name there, and a name cut short is not what
-                    // the writer meant.
-                    if body[s.len()..].iter().any(|&c| c != 0) {
-                        return Err(err(at, Some(s), format!("a NUL byte inside a {what}")));
-                    }
-                    if typ == b'L' {
-                        long_name = Some(s.to_vec());
-                    } else {
-                        long_link = Some(s.to_vec());
-                    }
-                    self.finish_entry()?;
-                    continue;
-                }
-                _ => {}
+            if self.meta_header(&hd, &mut pending)? {
+                continue;
             }
-            // A file entry: PAX records first, then GNU long names.
-            let recs = records.take().unwrap_or_default();
-            let bad = |why: String, path: &[u8]| err(at, Some(path), why);
-            let (mut xattrs, acls) =
-                fields::apply_records(&recs, &mut h).map_err(|w| bad(w, &h.path))?;
-            if let Some(n) = long_name.take() {
-                h.path = n;
+            if let Some(e) = self.file_entry(hd, &mut pending)? {
+                return Ok(Some(e));
             }
-            if let Some(l) = long_link.take() {
-                h.link = l;
-            }
-            let acl_text = acls.iter().any(|a| a.0 == acl::ACCESS);
-            for (name, text) in acls {
-                match acl::to_xattr(&text, &acl::host_id).map_err(|w| bad(w, &h.path))? {
-                    Some(v) => {
-                        xattrs.insert(name.to_vec(), v);
-                    }
-                    None => {
-                        xattrs.remove(name);
-                    }
-                }
-            }
-            let kind = match typ {
-                b'0' | b'7' => Kind::Regular,
-                0 if h.path.ends_with(b"/") => Kind::Dir,
-                0 => Kind::Regular,
-                b'S' => Kind::Regular,
-                b'1' => Kind::HardLink,
-                b'2' => Kind::Symlink,
-                b'3' => Kind::Char,
-                b'4' => Kind::Block,
-                b'5' | b'D' => Kind::Dir,
-                b'6' => Kind::Fifo,
-                b'V' => {
-                    // A GNU volume label names the archive, not a file.
-                    self.left = h.size;
-                    self.pad = h.size.next_multiple_of(BLOCK as u64) - h.size;
-                    self.finish_entry()?;
-                    continue;
-                }
-                t => {
-                    return Err(bad(
-                        format!(
-                            "entry type {:?}, which no file system stores (not a file, directory, link, device or fifo)",
-                            t as char
-                        ),
-                        &h.path,
-                    ))
-                }
-            };
-            // The size PAX gave is what is stored, for all but headers
-            // that carry no data.
-            let stored = if matches!(kind, Kind::Regular) || typ == b'D' {
-                h.size
-            } else {
-                0
-            };
-            self.left = stored;
-            self.pad = stored.next_multiple_of(BLOCK as u64) - stored;
-            let mut e = Entry {
-                offset: at,
-                kind,
-                path: h.path,
-                link: h.link,
-                mode: (h.mode & 0o7777) as u32,
-                uid: h.uid,
-                gid: h.gid,
-                mtime: h.mtime,
-                nsec: h.nsec,
-                major: h.major,
-                minor: h.minor,
-                size: stored,
-                data_at: self.pos,
-                stored,
-                sparse: None,
-                xattrs,
-                acl_text,
-            };
-            if typ == b'D' {
-                // A GNU dumpdir's data lists names for incremental
-                // restores; the directory is all it makes. The list is
-                // still what `data` yields, so `stored` counts it.
-                e.size = 0;
-            } else if typ == b'S' {
-                self.old_gnu_sparse(&b, fmt, &mut e)?;
-            } else if kind == Kind::Regular {
-                self.pax_sparse(&recs, &mut e)?;
-            }
-            return Ok(Some(e));
         }
+    }
+
+    /// The current entry stores `stored` bytes of data, then its padding.
+    fn expect_data(&mut self, stored: u64) {
+        self.left = stored;
+        self.pad = stored.next_multiple_of(BLOCK as u64) - stored;
+    }
+
+    /// Reads the next header block and checks and parses it; `None` at the
+    /// end of the archive.
+    fn header(&mut self) -> Result<Option<Header>, TarError> {
+        let Some((at, b)) = self.block()? else {
+            return Ok(None);
+        };
+        let fmt = header::format(&b).ok_or_else(|| {
+            err(
+                at,
+                None,
+                "a header whose checksum is wrong (not a tar, or a damaged one)",
+            )
+        })?;
+        let fields = fields::parse_header(&b, fmt)
+            .map_err(|why| err(at, Some(header::string(&b[header::NAME])), why))?;
+        let typ = b[header::TYPEFLAG];
+        let header_only = matches!(typ, b'1' | b'2' | b'3' | b'4' | b'5' | b'6');
+        let stored = if header_only { 0 } else { fields.size };
+        self.expect_data(stored);
+        Ok(Some(Header {
+            at,
+            b,
+            fmt,
+            fields,
+            typ,
+            stored,
+        }))
+    }
+
+    /// Reads a meta header (`x`, `g`, `L`, `K`) into `pending`, past its
+    /// body; false, reading nothing, for any other header.
+    fn meta_header(&mut self, hd: &Header, pending: &mut Pending) -> Result<bool, TarError> {
+        let (at, typ, stored) = (hd.at, hd.typ, hd.stored);
+        match typ {
+            b'x' | b'g' => {
+                let what = if typ == b'x' {
+                    "PAX header"
+                } else {
+                    "PAX global header"
+                };
+                let body = self.meta_body(at, stored, what)?;
+                let r = pax::parse(&body).map_err(|why| err(at, None, format!("{what}: {why}")))?;
+                if typ == b'x' {
+                    pending.records = Some(r);
+                } else {
+                    // Go returns a global header to its caller as an
+                    // entry of its own, so what came before it applies
+                    // to nothing; containerd then skips it.
+                    *pending = Pending::default();
+                }
+            }
+            b'L' | b'K' => {
+                let what = if typ == b'L' {
+                    "GNU long name"
+                } else {
+                    "GNU long link"
+                };
+                let body = self.meta_body(at, stored, what)?;
+                let s = header::string(&body);
+                // What follows the first NUL must be padding: Go would
+                // cut a name there, and a name cut short is not what
+                // the writer meant.
+                if body[s.len()..].iter().any(|&c| c != 0) {
+                    return Err(err(at, Some(s), format!("a NUL byte inside a {what}")));
+                }
+                if typ == b'L' {
+                    pending.long_name = Some(s.to_vec());
+                } else {
+                    pending.long_link = Some(s.to_vec());
+                }
+            }
+            _ => return Ok(false),
+        }
+        self.finish_entry()?;
+        Ok(true)
+    }
+
+    /// The file entry of header `hd`, with what `pending` holds for it
+    /// applied; `None` for a GNU volume label, skipped.
+    fn file_entry(&mut self, hd: Header, pending: &mut Pending) -> Result<Option<Entry>, TarError> {
+        let Header {
+            at,
+            b,
+            fmt,
+            fields: mut h,
+            typ,
+            ..
+        } = hd;
+        let recs = pending.records.take().unwrap_or_default();
+        let (xattrs, acl_text) = pending.apply(&recs, &mut h, at)?;
+        let Some(kind) = kind(typ, &h.path).map_err(|why| err(at, Some(&h.path), why))? else {
+            // A GNU volume label names the archive, not a file.
+            self.expect_data(h.size);
+            self.finish_entry()?;
+            return Ok(None);
+        };
+        // The size PAX gave is what is stored, for all but headers
+        // that carry no data.
+        let stored = if matches!(kind, Kind::Regular) || typ == b'D' {
+            h.size
+        } else {
+            0
+        };
+        self.expect_data(stored);
+        let mut e = Entry {
+            offset: at,
+            kind,
+            path: h.path,
+            link: h.link,
+            mode: (h.mode & 0o7777) as u32,
+            uid: h.uid,
+            gid: h.gid,
+            mtime: h.mtime,
+            nsec: h.nsec,
+            major: h.major,
+            minor: h.minor,
+            size: stored,
+            data_at: self.pos,
+            stored,
+            sparse: None,
+            xattrs,
+            acl_text,
+        };
+        if typ == b'D' {
+            // A GNU dumpdir's data lists names for incremental
+            // restores; the directory is all it makes. The list is
+            // still what `data` yields, so `stored` counts it.
+            e.size = 0;
+        } else if typ == b'S' {
+            self.old_gnu_sparse(&b, fmt, &mut e)?;
+        } else if kind == Kind::Regular {
+            self.pax_sparse(&recs, &mut e)?;
+        }
+        Ok(Some(e))
     }
 
     /// Reads an old GNU sparse entry's map (the header's four slots, then
@@ -554,6 +550,90 @@ impl<R: Read> Reader<R> {
         e.sparse = Some(map);
         Ok(())
     }
+}
+
+/// A header block, checked and parsed.
+struct Header {
+    /// Its offset in the stream.
+    at: u64,
+    b: [u8; BLOCK],
+    fmt: Format,
+    fields: fields::Fields,
+    typ: u8,
+    /// The data bytes that follow it, as its own size field gives them.
+    stored: u64,
+}
+
+/// Extended attributes by full name.
+type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// The meta headers read since the last file entry, for the next one.
+#[derive(Default)]
+struct Pending {
+    records: Option<Records>,
+    long_name: Option<Vec<u8>>,
+    long_link: Option<Vec<u8>>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.records.is_none() && self.long_name.is_none() && self.long_link.is_none()
+    }
+
+    /// Applies PAX records `recs` to `h`, then the GNU long names, which
+    /// win; returns the entry's xattrs, its ACLs among them, and whether
+    /// it had an access ACL.
+    fn apply(
+        &mut self,
+        recs: &Records,
+        h: &mut fields::Fields,
+        at: u64,
+    ) -> Result<(Xattrs, bool), TarError> {
+        let bad = |why: String, path: &[u8]| err(at, Some(path), why);
+        let (mut xattrs, acls) = fields::apply_records(recs, h).map_err(|w| bad(w, &h.path))?;
+        if let Some(n) = self.long_name.take() {
+            h.path = n;
+        }
+        if let Some(l) = self.long_link.take() {
+            h.link = l;
+        }
+        let acl_text = acls.iter().any(|a| a.0 == acl::ACCESS);
+        for (name, text) in acls {
+            match acl::to_xattr(&text, &acl::host_id).map_err(|w| bad(w, &h.path))? {
+                Some(v) => {
+                    xattrs.insert(name.to_vec(), v);
+                }
+                None => {
+                    xattrs.remove(name);
+                }
+            }
+        }
+        Ok((xattrs, acl_text))
+    }
+}
+
+/// What a file entry of type flag `typ` at `path` is; `None` for a GNU
+/// volume label.
+fn kind(typ: u8, path: &[u8]) -> Result<Option<Kind>, String> {
+    Ok(Some(match typ {
+        b'0' | b'7' => Kind::Regular,
+        0 if path.ends_with(b"/") => Kind::Dir,
+        0 => Kind::Regular,
+        b'S' => Kind::Regular,
+        b'1' => Kind::HardLink,
+        b'2' => Kind::Symlink,
+        b'3' => Kind::Char,
+        b'4' => Kind::Block,
+        b'5' | b'D' => Kind::Dir,
+        b'6' => Kind::Fifo,
+        b'V' => return Ok(None),
+        t => {
+            return Err(format!(
+                "entry type {:?}, which no file system stores (not a file, directory, link, device or fifo)",
+                t as char
+            ))
+        }
+    }))
 }
 
 /// The current entry's stored data, read through the [`Reader`].
