@@ -5,7 +5,9 @@
 
 use std::io::{self, Read};
 
+use super::header::{self, Format, BLOCK};
 use super::pax::{self, Records};
+use super::{err, Entry, TarError};
 
 /// Most fragments one file may have: a map is held in memory until the
 /// file is written, so a hostile one must not grow without end.
@@ -225,6 +227,126 @@ impl Read for Expand<'_> {
         buf[..n].fill(0);
         self.pos += n as u64;
         Ok(n)
+    }
+}
+
+/// A sparse entry's map, read as its format says, into its entry.
+impl<R: Read> super::Reader<R> {
+    /// Reads an old GNU sparse entry's map (the header's four slots, then
+    /// extension blocks while the flag says there are more).
+    pub(super) fn old_gnu_sparse(
+        &mut self,
+        b: &[u8; BLOCK],
+        fmt: Format,
+        e: &mut Entry,
+    ) -> Result<(), TarError> {
+        let at = e.offset;
+        let bad = |why: String| err(at, Some(&e.path), why);
+        if fmt != Format::Gnu {
+            return Err(bad(
+                "a GNU sparse entry ('S') in a header that is not GNU's".into(),
+            ));
+        }
+        let real = header::number(&b[header::GNU_REALSIZE])
+            .map_err(|w| bad(format!("sparse real size: {w}")))?;
+        let mut map = Vec::new();
+        let slots = |area: &[u8], map: &mut Vec<Fragment>| -> Result<(), String> {
+            for pair in area.chunks_exact(24) {
+                if pair[0] == 0 {
+                    break;
+                }
+                let off = header::number(&pair[..12])?;
+                let len = header::number(&pair[12..])?;
+                let (Ok(off), Ok(len)) = (u64::try_from(off), u64::try_from(len)) else {
+                    return Err("a negative sparse offset or length".into());
+                };
+                if map.len() >= MAX_FRAGMENTS {
+                    return Err(format!("more than {} sparse fragments", MAX_FRAGMENTS));
+                }
+                map.push((off, len));
+            }
+            Ok(())
+        };
+        slots(&b[header::GNU_SPARSE], &mut map).map_err(bad)?;
+        let mut more = b[header::GNU_IS_EXTENDED] != 0;
+        while more {
+            let mut ext = [0u8; BLOCK];
+            let got = self
+                .fill(&mut ext)
+                .map_err(|e| bad(format!("reading a sparse extension block: {e}")))?;
+            if got < BLOCK {
+                return Err(bad("the tar ends inside a sparse extension block".into()));
+            }
+            slots(&ext[..header::SPARSE_EXT_ENTRIES * 24], &mut map).map_err(bad)?;
+            more = ext[header::SPARSE_EXT_IS_EXTENDED] != 0;
+        }
+        let real = u64::try_from(real).map_err(|_| bad("a negative sparse real size".into()))?;
+        e.data_at = self.pos;
+        self.set_sparse(e, map, real)
+    }
+
+    /// Reads a PAX sparse file's map (0.0 and 0.1 from the records, 1.0
+    /// from the start of the data) and its real name and size.
+    pub(super) fn pax_sparse(&mut self, recs: &Records, e: &mut Entry) -> Result<(), TarError> {
+        let Some(in_data) = pax_version(recs) else {
+            return Ok(());
+        };
+        let at = e.offset;
+        if let Some(name) = pax::get(recs, b"GNU.sparse.name").filter(|n| !n.is_empty()) {
+            e.path = name.to_vec();
+        }
+        let size = pax::get(recs, b"GNU.sparse.size")
+            .filter(|v| !v.is_empty())
+            .or_else(|| pax::get(recs, b"GNU.sparse.realsize").filter(|v| !v.is_empty()));
+        let real = match size {
+            Some(v) => pax::int(v)
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| {
+                    err(
+                        at,
+                        Some(&e.path),
+                        format!("GNU sparse size {:?}", String::from_utf8_lossy(v)),
+                    )
+                })?,
+            None => e.stored,
+        };
+        let map = if in_data {
+            let stored = e.stored;
+            let (map, used) = {
+                let mut d = self.data();
+                map_1x0(&mut d, stored)
+            }
+            .map_err(|w| err(at, Some(&e.path), w))?;
+            e.stored -= used;
+            e.data_at += used;
+            map
+        } else {
+            let m = map_0x(recs).map_err(|w| err(at, Some(&e.path), w))?;
+            if m.len() > MAX_FRAGMENTS {
+                return Err(err(
+                    at,
+                    Some(&e.path),
+                    format!("more than {} sparse fragments", MAX_FRAGMENTS),
+                ));
+            }
+            m
+        };
+        self.set_sparse(e, map, real)
+    }
+
+    fn set_sparse(&mut self, e: &mut Entry, map: Vec<Fragment>, real: u64) -> Result<(), TarError> {
+        let bad = |why: String| err(e.offset, Some(&e.path), why);
+        validate(&map, real).map_err(bad)?;
+        let in_map: u64 = map.iter().map(|f| f.1).sum();
+        if in_map != e.stored {
+            return Err(bad(format!(
+                "the sparse map holds {in_map} bytes of data but the entry stores {}",
+                e.stored
+            )));
+        }
+        e.size = real;
+        e.sparse = Some(map);
+        Ok(())
     }
 }
 
