@@ -37,6 +37,10 @@ pub(crate) struct FileData {
     /// where its chunks' block addresses (4 bytes each, `NULL_ADDR` for a
     /// hole) wait in the spill file (offset, count).
     pub chunks: Option<(u8, u64, u32)>,
+    /// For a merged file whose data stays in its layers: log2 of the
+    /// chunk size, and where its chunk indexes (device and block each)
+    /// wait in the spill file (offset, count).
+    pub indexes: Option<(u8, u64, u32)>,
 }
 
 impl FileData {
@@ -51,6 +55,7 @@ impl FileData {
             z: None,
             device_at: None,
             chunks: None,
+            indexes: None,
         }
     }
 
@@ -162,6 +167,7 @@ impl Writer {
                 z: None,
                 device_at: None,
                 chunks: None,
+                indexes: None,
             })
         })();
         self.buf = buf;
@@ -204,6 +210,19 @@ impl Writer {
     /// A chunk-based file's block map, as stored after its inode.
     pub fn chunk_map(&self, off: u64, n: u32) -> io::Result<Vec<u8>> {
         let mut v = vec![0; n as usize * 4];
+        self.spill.read_exact_at(&mut v, off)?;
+        Ok(v)
+    }
+
+    /// Puts a merged file's chunk indexes in the spill file.
+    pub fn spill_indexes(&mut self, indexes: &[u8]) -> io::Result<u64> {
+        self.spill(indexes)
+    }
+
+    /// `len` bytes of the spill file from `off`: a merged file's chunk
+    /// indexes, as stored after its inode.
+    pub fn spilled(&self, off: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut v = vec![0; len];
         self.spill.read_exact_at(&mut v, off)?;
         Ok(v)
     }

@@ -344,6 +344,17 @@ fn plan(
             }
             Body::File(FileData {
                 size,
+                indexes: Some((bits, _, count)),
+                ..
+            }) => {
+                // A merged file: chunk indexes into the layers' devices.
+                plan.size = *size;
+                plan.layout = Layout::ChunkBased;
+                plan.i_u = u32::from(CHUNK_FORMAT_INDEXES | u16::from(bits - blkszbits));
+                plan.chunk_index = Some((CHUNK_INDEX_SIZE, u64::from(*count)));
+            }
+            Body::File(FileData {
+                size,
                 chunks: Some((bits, _, count)),
                 ..
             }) => {
@@ -503,6 +514,16 @@ fn write_inodes(
                     };
                     buf.extend_from_slice(index.as_bytes());
                 }
+            }
+            Body::File(FileData {
+                indexes: Some((_, off, count)),
+                ..
+            }) => {
+                let indexes = w
+                    .spilled(*off, *count as usize * CHUNK_INDEX_SIZE as usize)
+                    .map_err(BuildError::io("reading the spill file"))?;
+                buf.resize(buf.len().next_multiple_of(CHUNK_INDEX_SIZE as usize), 0);
+                buf.extend_from_slice(&indexes);
             }
             Body::File(FileData {
                 chunks: Some((_, off, count)),

@@ -26,6 +26,7 @@ mod compress;
 mod data;
 mod error;
 mod layout;
+mod merge;
 mod source_dir;
 mod source_tar;
 mod sparse;
@@ -123,6 +124,9 @@ pub struct Summary {
     pub data_bytes: u64,
     /// The UUID written.
     pub uuid: [u8; 16],
+    /// Of a merged image: bytes of its layers' files copied into it,
+    /// where no chunk could point at them (inline tails, compressed data).
+    pub copied_bytes: u64,
 }
 
 /// An image under construction: entries go in through a source, then
@@ -135,16 +139,30 @@ pub struct Builder {
     tmp: tempfile::TempPath,
     image: PathBuf,
     data_bytes: u64,
+    /// Bytes copied out of layers, for a merged image.
+    copied_bytes: u64,
     /// Segments read but not yet written, oldest first, and the workers
     /// compressing them, when compressing.
     queue: Option<compress::Queue>,
     /// Compressed files being written, by the slot their segments name.
     zfiles: Vec<compress::ZFile>,
+    /// The extra devices a merged image points into.
+    devices: Vec<superblock::Device>,
 }
 
 impl Builder {
     /// Starts an image to be renamed to `image` when finished.
     pub fn new(image: &Path, opts: Options) -> Result<Builder, BuildError> {
+        Builder::with_devices(image, opts, Vec::new())
+    }
+
+    /// Starts an image whose files may point into `devices`, device id 1
+    /// on.
+    pub(crate) fn with_devices(
+        image: &Path,
+        opts: Options,
+        devices: Vec<superblock::Device>,
+    ) -> Result<Builder, BuildError> {
         if !(9..=12).contains(&opts.blkszbits) {
             return Err(BuildError::Option(format!(
                 "block size {}: must be 512, 1024, 2048 or 4096 bytes",
@@ -187,8 +205,12 @@ impl Builder {
             )))?;
         let (file, tmp) = tmp.into_parts();
         let blksz = 1u64 << opts.blkszbits;
-        let w = Writer::new(file, blksz, superblock::first_free_block(blksz))
-            .map_err(BuildError::io("writing the image"))?;
+        let w = Writer::new(
+            file,
+            blksz,
+            superblock::first_free_block(blksz, devices.len()),
+        )
+        .map_err(BuildError::io("writing the image"))?;
         let queue = match opts.compression {
             None => None,
             Some(c) => {
@@ -215,8 +237,10 @@ impl Builder {
             tmp,
             image: image.to_owned(),
             data_bytes: 0,
+            copied_bytes: 0,
             queue,
             zfiles: Vec::new(),
+            devices,
         })
     }
 
@@ -430,7 +454,16 @@ impl Builder {
             uuid,
             volume: self.opts.volume.clone(),
             xattr_filter: placed.xattr_filter,
-            tar_blocks: tar_bytes.map(|b| b.div_ceil(512)),
+            devices: match tar_bytes {
+                // The tar's 512-byte blocks, mapped right after the image
+                // so that the tar may also be appended to it.
+                Some(b) => vec![superblock::Device {
+                    tag: Vec::new(),
+                    blocks: b.div_ceil(512),
+                    uniaddr: blocks,
+                }],
+                None => self.devices.clone(),
+            },
             compression: placed.compressed.then(|| superblock::Compr {
                 max_pclusterblks: compression
                     .map_or(1, |c| (u64::from(c.pcluster) >> self.opts.blkszbits) as u8),
@@ -467,6 +500,7 @@ impl Builder {
             inodes: placed.inos,
             data_bytes: self.data_bytes,
             uuid,
+            copied_bytes: self.copied_bytes,
         })
     }
 

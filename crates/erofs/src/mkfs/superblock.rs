@@ -25,10 +25,20 @@ pub(crate) struct Fields {
     pub xattr_filter: bool,
     /// Set when some file is compressed.
     pub compression: Option<Compr>,
-    /// For an index image, the tar's 512-byte blocks: the one extra
-    /// device, mapped right after the image so that the tar may also be
-    /// appended to it.
-    pub tar_blocks: Option<u64>,
+    /// The extra devices, in device id order (1 on).
+    pub devices: Vec<Device>,
+}
+
+/// An extra device, as its slot in the device table describes it.
+#[derive(Clone, Debug)]
+pub(crate) struct Device {
+    /// What the device is known by (a layer's UUID in hex), at most 64
+    /// bytes; empty for none.
+    pub tag: Vec<u8>,
+    /// Its size in blocks.
+    pub blocks: u64,
+    /// Where its blocks start in the unified block space.
+    pub uniaddr: u64,
 }
 
 /// What the superblock records of compression.
@@ -55,16 +65,23 @@ pub(crate) fn covered(blksz: u64) -> u64 {
     }
 }
 
-/// The first block free for data.
-pub(crate) fn first_free_block(blksz: u64) -> u64 {
-    (SUPER_OFFSET + covered(blksz)).div_ceil(blksz)
+/// The first block free for data, with `devices` slots in the device
+/// table after the superblock.
+pub(crate) fn first_free_block(blksz: u64, devices: usize) -> u64 {
+    (SUPER_OFFSET + written(blksz, devices)).div_ceil(blksz)
 }
 
-/// The superblock's bytes (what [`covered`] says, checksum included), to
-/// write at [`SUPER_OFFSET`].
+/// Bytes written from the superblock's offset: what the checksum covers,
+/// or more when the device table runs past it.
+fn written(blksz: u64, devices: usize) -> u64 {
+    covered(blksz).max(SUPER_SIZE as u64 + devices as u64 * DEVT_SLOT_SIZE)
+}
+
+/// The superblock's bytes (what [`covered`] says, checksum included, and
+/// the device table), to write at [`SUPER_OFFSET`].
 pub(crate) fn encode(f: &Fields) -> Vec<u8> {
     let blksz = 1u64 << f.blkszbits;
-    let mut b = vec![0u8; covered(blksz) as usize];
+    let mut b = vec![0u8; written(blksz, f.devices.len()) as usize];
     let mut compat = COMPAT_SB_CHKSUM | COMPAT_MTIME;
     if f.xattr_filter {
         compat |= COMPAT_XATTR_FILTER;
@@ -117,26 +134,30 @@ pub(crate) fn encode(f: &Fields) -> Vec<u8> {
         }
         sb.feature_incompat = incompat.into();
     }
-    if let Some(blocks) = f.tar_blocks {
-        // One device slot, right after the superblock proper: a tag
-        // (none), the device's blocks, and where it sits in the unified
-        // block space.
-        let slot = SUPER_SIZE;
-        sb.feature_incompat = INCOMPAT_DEVICE_TABLE.into();
-        sb.extra_devices = 1.into();
-        let slotoff = (SUPER_OFFSET + slot as u64) / DEVT_SLOT_SIZE;
+    if !f.devices.is_empty() {
+        // The device table, right after the superblock proper (compression
+        // records and devices are never both written): each slot a tag,
+        // the device's blocks, and where it sits in the unified block
+        // space.
+        sb.feature_incompat = (sb.feature_incompat.get() | INCOMPAT_DEVICE_TABLE).into();
+        sb.extra_devices = (f.devices.len() as u16).into();
+        let slotoff = (SUPER_OFFSET + SUPER_SIZE as u64) / DEVT_SLOT_SIZE;
         sb.devt_slotoff = (slotoff as u16).into();
-        let dev = erofs_deviceslot {
-            blocks_lo: (blocks as u32).into(),
-            uniaddr_lo: (f.blocks as u32).into(),
-            ..Default::default()
-        };
-        b[slot..slot + dev.as_bytes().len()].copy_from_slice(dev.as_bytes());
+        for (i, d) in f.devices.iter().enumerate() {
+            let mut dev = erofs_deviceslot {
+                blocks_lo: (d.blocks as u32).into(),
+                uniaddr_lo: (d.uniaddr as u32).into(),
+                ..Default::default()
+            };
+            dev.tag[..d.tag.len()].copy_from_slice(&d.tag);
+            let at = SUPER_SIZE + i * DEVT_SLOT_SIZE as usize;
+            b[at..at + dev.as_bytes().len()].copy_from_slice(dev.as_bytes());
+        }
     }
     b[..SUPER_SIZE].copy_from_slice(&sb.as_bytes()[..SUPER_SIZE]);
     // The stored value is the raw CRC register (seed ~0, no final xor),
     // the complement of the standard CRC-32C, as the reader checks it.
-    let crc = !crc32c::crc32c(&b);
+    let crc = !crc32c::crc32c(&b[..covered(blksz) as usize]);
     let (sb, _) = erofs_super_block::mut_from_prefix(&mut b).expect("a block holds it");
     sb.checksum = crc.into();
     b

@@ -211,6 +211,17 @@ impl Tree {
         Some(at)
     }
 
+    /// Takes the entry `name` (and what is below it) out of directory
+    /// `dir`, if it is there.
+    pub fn remove(&mut self, dir: NodeId, name: &[u8]) {
+        self.children_mut(dir).remove(name);
+    }
+
+    /// Empties directory `dir`.
+    pub fn clear(&mut self, dir: NodeId) {
+        self.children_mut(dir).clear();
+    }
+
     /// Adds a hard link at `comps` to the existing non-directory `target`.
     pub fn link(&mut self, comps: &[&[u8]], target: NodeId) -> Result<(), String> {
         if matches!(self.nodes[target].body, Body::Dir(_)) {
