@@ -80,6 +80,16 @@ pub struct ErofsOpts {
     /// `trusted.overlay.opaque=y` on its directory.
     #[arg(long)]
     pub aufs: bool,
+    /// The sources are layer images (EROFS, lowest first), stacked into
+    /// one image as overlayfs stacks them: whiteouts and opaque
+    /// directories applied and left out, directories merged with the
+    /// upper one's attributes. Files point into their layers, which are
+    /// the image's extra devices: mount it with one `-o device=LAYER` per
+    /// layer, in order. What a layer keeps where no chunk can point (an
+    /// inline tail, compressed data) is copied, and the summary says how
+    /// much.
+    #[arg(long)]
+    pub merge: bool,
     /// Make every file owned by root.
     #[arg(long = "all-root")]
     pub all_root: bool,
@@ -91,7 +101,8 @@ pub struct ErofsOpts {
     pub quiet: bool,
 }
 
-/// `foliofs mkfs erofs [OPTIONS] [SOURCE] IMAGE`.
+/// `foliofs mkfs erofs [OPTIONS] [SOURCE] IMAGE`, or with --merge
+/// `LAYER... IMAGE`.
 #[derive(clap::Args, Debug)]
 #[command(allow_missing_positional = true)]
 pub struct ErofsArgs {
@@ -99,8 +110,9 @@ pub struct ErofsArgs {
     pub opts: ErofsOpts,
     /// A directory, a tar file (plain, gzip or zstd), or `-` for a tar on
     /// standard input; with --tar it may be left out (standard input).
+    /// With --merge, the layer images, lowest first.
     #[arg(value_name = "SOURCE")]
-    pub src: Option<PathBuf>,
+    pub src: Vec<PathBuf>,
     /// The image file to write.
     #[arg(value_name = "IMAGE")]
     pub image: PathBuf,
@@ -374,11 +386,53 @@ fn options(a: &ErofsOpts) -> anyhow::Result<Options> {
 
 /// `foliofs mkfs erofs ...`.
 pub fn run(a: ErofsArgs) -> anyhow::Result<i32> {
-    build(&a.opts, a.src, &a.image)
+    if a.opts.merge {
+        return merge(&a.opts, &a.src, &a.image);
+    }
+    if a.src.len() > 1 {
+        bail!(
+            "{} sources: one directory or tar makes an image (--merge stacks layer images)",
+            a.src.len()
+        );
+    }
+    build(&a.opts, a.src.into_iter().next(), &a.image)
+}
+
+/// `foliofs mkfs erofs --merge LAYER... IMAGE`.
+fn merge(a: &ErofsOpts, layers: &[PathBuf], image: &Path) -> anyhow::Result<i32> {
+    if let Some(m) = &a.tar {
+        bail!("--tar={m}: --merge takes layer images, not tars");
+    }
+    let opts = options(a)?;
+    let bar = if a.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        crate::progress::spinner(format!("merging into {}", image.display()))
+    };
+    let res = Builder::build_merge(layers, image, opts);
+    bar.finish_and_clear();
+    let sum = res?;
+    if !a.quiet {
+        eprintln!(
+            "{}: EROFS, {} layers, {} bytes, {} inodes, {} bytes of file data, \
+             {} of them copied from the layers, UUID {}",
+            image.display(),
+            layers.len(),
+            sum.image_size,
+            sum.inodes,
+            sum.data_bytes,
+            sum.copied_bytes,
+            format_uuid(&sum.uuid)
+        );
+    }
+    Ok(0)
 }
 
 /// foliofs run as `mkfs.erofs ...`.
 pub fn run_as_mkfs_erofs(a: MkfsErofsCli) -> anyhow::Result<i32> {
+    if a.opts.merge {
+        bail!("--merge: foliofs's own option; as mkfs.erofs, rebuild mode is not built yet");
+    }
     build(&a.opts, a.src, &a.image)
 }
 
