@@ -11,6 +11,7 @@ mod compressed;
 mod containerd;
 mod hostile;
 mod index;
+mod merge;
 mod trees;
 mod user;
 mod writers;
@@ -76,18 +77,28 @@ pub fn kernel_walk(img: &Path) -> Tree {
 
 /// As [`kernel_walk`], with `device` as the image's extra device.
 pub fn kernel_walk_with(img: &Path, device: Option<&Path>) -> Tree {
+    let devices: Vec<&Path> = device.into_iter().collect();
+    kernel_walk_devices(img, &devices)
+}
+
+/// As [`kernel_walk`], with `devices` as the image's extra devices, in
+/// order.
+pub fn kernel_walk_devices(img: &Path, devices: &[&Path]) -> Tree {
+    let list: Vec<String> = devices
+        .iter()
+        .map(|d| format!("device={}", d.display()))
+        .collect();
     let kernel = {
-        let data = device.map_or(String::new(), |d| format!("device={}", d.display()));
-        let m = KernelMount::new(img, &data);
+        let m = KernelMount::new(img, &list.join(","));
         walk_mounted(m.path())
     };
-    let devices: Vec<PathBuf> = device.into_iter().map(Path::to_owned).collect();
-    let fs = Erofs::open(img, &OpenOptions::default(), &devices).unwrap();
+    let owned: Vec<PathBuf> = devices.iter().map(|d| d.to_path_buf()).collect();
+    let fs = Erofs::open(img, &OpenOptions::default(), &owned).unwrap();
     assert_same("foliofs's library", &kernel, &walk_library(&fs));
     let mut args = vec![OsStr::new("fsck").to_owned()];
-    if let Some(d) = device {
+    if !list.is_empty() {
         args.push("-o".into());
-        args.push(format!("device={}", d.display()).into());
+        args.push(list.join(",").into());
     }
     args.push(img.as_os_str().to_owned());
     let out = common::foliofs(&args);
@@ -100,7 +111,7 @@ pub fn kernel_walk_with(img: &Path, device: Option<&Path>) -> Tree {
     );
     if let Some(bin) = erofs_utils() {
         let mut fsck = Command::new(bin.join("fsck.erofs"));
-        if let Some(d) = device {
+        for d in devices {
             fsck.arg(format!("--device={}", d.display()));
         }
         let out = common::run_timeout(fsck.arg(img), Duration::from_secs(600));

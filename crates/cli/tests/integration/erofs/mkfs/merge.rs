@@ -1,0 +1,381 @@
+//! `mkfs erofs --merge`: layer images stacked into one image whose files
+//! point into them. The layers are GNU tar's tars of trees that change
+//! from layer to layer as image tools record changes (whiteouts as
+//! `.wh.` files, an opaque directory as `.wh..wh..opq`), built by foliofs
+//! with `--aufs` in three forms (tails inline, no inline data, LZ4HC).
+//! The merged image, mounted by the kernel with one `device=` per layer,
+//! must walk equal to the kernel's overlayfs over the kernel's mounts of
+//! the layers (stacked as containerd stacks them), but for what overlayfs
+//! reports of its own (a merged directory's size and link count, a lower
+//! file's link count); foliofs's mount of it, as root and as a user, must
+//! walk equal to the kernel's on every field.
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use super::super::walk::{assert_same, cstr, set_xattr, walk_mounted, KernelMount, Tree};
+use super::{build, comparable, kernel_walk_devices, mkfs, tar_of};
+use crate::common;
+
+/// Writes `text` to `dir/rel`, making its parents.
+fn put(dir: &Path, rel: &str, text: &[u8]) {
+    let p = dir.join(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, text).unwrap();
+}
+
+fn sh(dir: &Path, script: &str) {
+    let out = common::run_timeout(
+        Command::new("sh").arg("-ec").arg(script).current_dir(dir),
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Three layers' source trees, lowest first, as an image tool records a
+/// container's changes: what each layer adds or changes, and a `.wh.`
+/// file for what it removes.
+fn layer_sources(dir: &Path) -> Vec<PathBuf> {
+    let (l1, l2, l3) = (dir.join("s1"), dir.join("s2"), dir.join("s3"));
+    // The base: a little of everything.
+    put(&l1, "etc/passwd", b"root:x:0:0::/root:/bin/sh\n");
+    put(&l1, "etc/motd", b"base\n");
+    put(
+        &l1,
+        "usr/lib/big",
+        &common::random_bytes(&mut common::rng(7), 3 * 4096 + 1000),
+    );
+    put(
+        &l1,
+        "usr/lib/exact",
+        &common::random_bytes(&mut common::rng(8), 2 * 4096),
+    );
+    put(&l1, "usr/bin/tool", b"#!/bin/sh\necho tool\n");
+    put(&l1, "d2f/inner/a", b"a\n");
+    put(&l1, "opq/old/deep", b"deep\n");
+    put(&l1, "opq/keep-below", b"hidden by the opaque upper\n");
+    put(&l1, "gone/f", b"removed later\n");
+    put(&l1, "f2d", b"a file that becomes a directory\n");
+    put(&l1, "var/empty/.keep", b"");
+    sh(
+        &l1,
+        "ln etc/passwd etc/passwd.hard
+         ln -s ../usr/bin/tool usr/lib/tool-link
+         mkfifo var/fifo
+         mknod var/null c 1 3
+         chmod 0700 var/empty",
+    );
+    set_xattr(&l1.join("etc/motd"), "user.origin", b"base");
+    set_xattr(&l1.join("usr"), "trusted.note", b"lower dir xattr");
+    // The second: changes, removals, a directory made opaque.
+    put(&l2, "etc/passwd", b"root:x:0:0::/root:/bin/bash\n");
+    put(&l2, ".wh.gone", b"");
+    put(&l2, "usr/lib/.wh.exact", b"");
+    put(&l2, "opq/.wh..wh..opq", b"");
+    put(&l2, "opq/new", b"only this is left in opq\n");
+    put(&l2, "f2d/now-a-dir", b"inside\n");
+    put(&l2, "d2f", b"the directory became a file\n");
+    put(
+        &l2,
+        "usr/lib/more",
+        &common::random_bytes(&mut common::rng(9), 5000),
+    );
+    sh(&l2, "chmod 0750 usr; ln usr/lib/more usr/lib/more.hard");
+    set_xattr(&l2.join("usr"), "user.upper", b"upper dir xattr");
+    // The third, compressed: more changes on top.
+    put(&l3, "etc/motd", b"upper\n");
+    put(&l3, "etc/.wh.passwd.hard", b"");
+    put(
+        &l3,
+        "usr/lib/big",
+        &common::random_bytes(&mut common::rng(10), 40_000),
+    );
+    put(&l3, "var/.wh.fifo", b"");
+    sh(&l3, "ln -s /etc/motd motd-link");
+    set_xattr(&l3.join("etc/motd"), "user.origin", b"upper");
+    vec![l1, l2, l3]
+}
+
+/// The kernel's overlayfs over `lowers` (top first), read-only; detached
+/// when dropped.
+struct Overlay {
+    dir: tempfile::TempDir,
+}
+
+impl Overlay {
+    fn new(lowers: &[&Path]) -> Overlay {
+        let dir = tempfile::Builder::new()
+            .prefix("foliofs-ovl.")
+            .tempdir()
+            .unwrap();
+        let list: Vec<String> = lowers.iter().map(|p| p.display().to_string()).collect();
+        let data = CString::new(format!("lowerdir={}", list.join(":"))).unwrap();
+        let (src, fstype) = (
+            CString::new("overlay").unwrap(),
+            CString::new("overlay").unwrap(),
+        );
+        // SAFETY: every pointer is a valid NUL-terminated string for the call.
+        let rc = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                cstr(dir.path()).as_ptr(),
+                fstype.as_ptr(),
+                libc::MS_RDONLY,
+                data.as_ptr().cast(),
+            )
+        };
+        assert_eq!(rc, 0, "overlay mount: {}", std::io::Error::last_os_error());
+        Overlay { dir }
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        // SAFETY: a valid NUL-terminated path.
+        unsafe { libc::umount2(cstr(self.dir.path()).as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// What overlayfs reports of its own taken out: a merged directory's
+/// size and link count are the upper layer's, a file's link count its
+/// lower inode's (names hidden above still count).
+fn as_overlay_shows(mut t: Tree) -> Tree {
+    for n in comparable(std::mem::take(&mut t), None).into_iter() {
+        let (p, mut n) = n;
+        n.nlink = 0;
+        t.insert(p, n);
+    }
+    t
+}
+
+/// Builds the three layers (tails inline, no inline data, LZ4HC) into
+/// `dir`, returning their paths, lowest first.
+fn build_layers(dir: &Path) -> Vec<PathBuf> {
+    let forms: [&[&str]; 3] = [&[], &["-Enoinline_data"], &["-zlz4hc"]];
+    let mut layers = Vec::new();
+    for (i, src) in layer_sources(dir).iter().enumerate() {
+        let tar = dir.join(format!("l{}.tar", i + 1));
+        tar_of(src, &tar);
+        let img = dir.join(format!("l{}.erofs", i + 1));
+        let mut args: Vec<&str> = vec!["--tar=f", "--aufs"];
+        args.extend_from_slice(forms[i]);
+        build(&args, &tar, &img);
+        layers.push(img);
+    }
+    layers
+}
+
+/// `device=L1,device=L2,...`.
+fn devices_opt(layers: &[PathBuf]) -> String {
+    let opts: Vec<String> = layers
+        .iter()
+        .map(|l| format!("device={}", l.display()))
+        .collect();
+    opts.join(",")
+}
+
+/// Every path's type, mode, owner, link count, size (but a
+/// directory's), mtime, symlink target, user xattrs and, where readable,
+/// data, as `user` (or this process) reads them with the system's tools;
+/// what `user` may not enter is listed as refused, on both sides alike.
+fn stat_listing(user: Option<&str>, dir: &Path) -> String {
+    const SCRIPT: &str = r#"cd "$1" || exit 1
+export LC_ALL=C
+find . ! -type d -printf '%P %y %m %U:%G %n %s %T@ %l\n' 2>&1 | sort
+find . -type d -printf '%P %y %m %U:%G %n %T@\n' 2>&1 | sort
+find . -type f -readable -print0 2>/dev/null | sort -z | xargs -0r sha256sum
+getfattr -R -h -d -m '^user\.' . 2>&1
+exit 0"#;
+    let out = match user {
+        Some(u) => common::sh_as_user(u, SCRIPT, &[dir]),
+        None => common::run_timeout(
+            Command::new("/bin/sh").args(["-c", SCRIPT, "sh"]).arg(dir),
+            Duration::from_secs(120),
+        ),
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn merge(layers: &[PathBuf], img: &Path) -> String {
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["mkfs", "erofs", "--merge"]).args(layers).arg(img);
+    let out = common::run_timeout(&mut cmd, Duration::from_secs(600));
+    assert!(
+        out.status.success(),
+        "mkfs erofs --merge: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The bytes the summary says were copied from the layers.
+fn copied(summary: &str) -> u64 {
+    let (before, _) = summary
+        .split_once(" of them copied")
+        .unwrap_or_else(|| panic!("no copied count in {summary:?}"));
+    before.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn merged_layers_walk_as_the_kernels_overlay_stacks_them() {
+    require!("root", "kernel-erofs");
+    let tmp = tempfile::tempdir().unwrap();
+    let layers = build_layers(tmp.path());
+    let img = tmp.path().join("merged.erofs");
+    let summary = merge(&layers, &img);
+    let devices: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
+    // The kernel's mount of the merged image (checked against foliofs's
+    // library, `foliofs fsck` and fsck.erofs on the way).
+    let merged = kernel_walk_devices(&img, &devices);
+    // The kernel's stack of the same layers.
+    let stacked = {
+        let mounts: Vec<KernelMount> = layers.iter().map(|l| KernelMount::new(l, "")).collect();
+        let top_first: Vec<&Path> = mounts.iter().rev().map(KernelMount::path).collect();
+        let ovl = Overlay::new(&top_first);
+        walk_mounted(ovl.dir.path())
+    };
+    assert_same(
+        "the merged image, against the kernel's overlay of its layers",
+        &as_overlay_shows(stacked),
+        &as_overlay_shows(merged.clone()),
+    );
+    // What overlayfs shows differently, checked against the trees: one
+    // name left of the base's hard-linked passwd, two of the second
+    // layer's more.
+    assert_eq!(merged[Path::new("etc/passwd")].nlink, 1);
+    assert_eq!(merged[Path::new("usr/lib/more")].nlink, 2);
+    assert!(!merged.contains_key(Path::new("etc/passwd.hard")));
+    // Only the first layer's inline tails and the third's compressed
+    // files were copied; the second layer's data was pointed at.
+    assert!(copied(&summary) > 0, "{summary}");
+    // foliofs's mount of the merged image, as root.
+    let m = common::Mount::new(&img, None, &devices_opt(&layers)).unwrap();
+    assert_same(
+        "foliofs's mount of the merged image",
+        &comparable(merged.clone(), None),
+        &comparable(walk_mounted(m.path()), None),
+    );
+    m.unmount().unwrap();
+}
+
+#[test]
+fn layers_whose_data_is_not_inline_are_pointed_at_and_nothing_is_copied() {
+    require!("root", "kernel-erofs");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut layers = Vec::new();
+    for (i, src) in layer_sources(tmp.path()).iter().enumerate() {
+        let tar = tmp.path().join(format!("n{i}.tar"));
+        tar_of(src, &tar);
+        let img = tmp.path().join(format!("n{i}.erofs"));
+        build(&["--tar=f", "--aufs", "-Enoinline_data"], &tar, &img);
+        layers.push(img);
+    }
+    let img = tmp.path().join("merged.erofs");
+    let summary = merge(&layers, &img);
+    assert_eq!(copied(&summary), 0, "{summary}");
+    // The merged image holds metadata only: smaller than any file's data.
+    assert!(fs::metadata(&img).unwrap().len() < 40_000);
+    let devices: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
+    let merged = kernel_walk_devices(&img, &devices);
+    assert_eq!(
+        merged[Path::new("usr/lib/big")].size,
+        40_000,
+        "the third layer's file"
+    );
+}
+
+#[test]
+fn a_user_merges_layers_and_mounts_the_result() {
+    require!("root", "user-fuse", "kernel-erofs");
+    let tmp = common::user_tempdir(common::TEST_USER);
+    let layers = build_layers(tmp.path());
+    for l in &layers {
+        fs::set_permissions(l, fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let img = tmp.path().join("merged.erofs");
+    let mut cmd = common::user_command(common::TEST_USER, common::bin());
+    cmd.args(["mkfs", "erofs", "-q", "--merge"])
+        .args(&layers)
+        .arg(&img);
+    let out = common::run_timeout(&mut cmd, Duration::from_secs(600));
+    assert!(
+        out.status.success(),
+        "as {}: {}",
+        common::TEST_USER,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let devices: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
+    // Checked as the other images are, though a user built it.
+    kernel_walk_devices(&img, &devices);
+    let m = common::Mount::as_user(common::TEST_USER, &img, None, &devices_opt(&layers)).unwrap();
+    // Root cannot enter the user's mount: the user lists both it and
+    // the kernel's mount, with the same tools.
+    let kernel = KernelMount::new(&img, &devices_opt(&layers));
+    let got = stat_listing(Some(common::TEST_USER), m.path());
+    assert_eq!(
+        got,
+        stat_listing(Some(common::TEST_USER), kernel.path()),
+        "a user's foliofs mount of the merged image, against the kernel's"
+    );
+    assert!(got.contains("usr/lib/more f 644"), "{got}");
+    drop(kernel);
+    m.unmount().unwrap();
+}
+
+#[test]
+fn bad_layers_are_refused_by_name_and_leave_no_image() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    put(&src, "f", b"x");
+    let good = tmp.path().join("good.erofs");
+    build(
+        &["--tar=f"],
+        &{
+            let t = tmp.path().join("t.tar");
+            tar_of(&src, &t);
+            t
+        },
+        &good,
+    );
+    let small = tmp.path().join("small.erofs");
+    build(&["-b", "512"], &src, &small);
+    let not_erofs = tmp.path().join("t.tar");
+    let missing = tmp.path().join("missing.erofs");
+    let img = tmp.path().join("merged.erofs");
+    let cases: [(&[&Path], &str); 4] = [
+        (&[&good, &missing], "missing.erofs"),
+        (&[&not_erofs, &good], "t.tar"),
+        (&[&good, &small], "512-byte blocks"),
+        (&[], "no"),
+    ];
+    for (layers, want) in cases {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["--merge".as_ref()];
+        args.extend(layers.iter().map(|l| l.as_os_str()));
+        args.push(img.as_os_str());
+        let out = mkfs(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{layers:?} merged");
+        assert!(err.contains(want), "{layers:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{layers:?}: {err}");
+        assert!(!img.exists(), "{layers:?} left an image");
+        let left: Vec<_> = fs::read_dir(tmp.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".merged"))
+            .collect();
+        assert!(left.is_empty(), "{layers:?} left {left:?}");
+    }
+}
