@@ -59,31 +59,10 @@ impl Erofs {
             cache_bytes: 1 << 20,
             remote: opts.remote.clone(),
         };
-        let probe = BlockDev::open(path, &probe_opts, 4096)?;
-        let too_small = |e: Error| match e {
-            Error::Corrupt { .. } => Error::corrupt(
-                SUPER_OFFSET,
-                Corrupt::ImageTooSmall {
-                    path: path.to_owned(),
-                    size: probe.size(),
-                },
-            ),
-            other => other,
-        };
-        let mut raw = [0u8; SUPER_SIZE_EXT];
-        probe
-            .read_exact(SUPER_OFFSET, &mut raw[..SUPER_SIZE])
-            .map_err(too_small)?;
-        // The extension slots (the metabox nid) follow the fixed part.
-        let size = Superblock::read_size(&raw);
-        probe
-            .read_exact(SUPER_OFFSET, &mut raw[..size])
-            .map_err(too_small)?;
-        let sb = Superblock::parse(&raw[..size])?;
+        let sb = read_superblock(path, &probe_opts)?;
         // The cache's blocks follow the image's, but never below what the
         // block layer can do.
         let default_bs = sb.block_size().clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
-        drop(probe);
         let dev = BlockDev::open(path, opts, default_bs)?;
         let mut fs = Erofs {
             dev,
@@ -110,6 +89,31 @@ impl Erofs {
             ));
         }
         Ok(fs)
+    }
+
+    /// The superblock and device table of the image at `path`, read
+    /// without opening its devices: what must be found before the image
+    /// can be opened.
+    pub fn device_table(path: &Path, opts: &OpenOptions) -> Result<(Superblock, Vec<DeviceSlot>)> {
+        let probe_opts = OpenOptions {
+            block_size: BlockSizeChoice::Fixed(4096),
+            io_mode: opts.io_mode,
+            cache_bytes: 1 << 20,
+            remote: opts.remote.clone(),
+        };
+        let sb = read_superblock(path, &probe_opts)?;
+        if !sb.has_incompat(INCOMPAT_DEVICE_TABLE) {
+            return Ok((sb, Vec::new()));
+        }
+        let probe = BlockDev::open(path, &probe_opts, 4096)?;
+        let base = u64::from(sb.devt_slotoff) * DEVT_SLOT_SIZE;
+        let mut slots = Vec::with_capacity(usize::from(sb.extra_devices));
+        for i in 0..u64::from(sb.extra_devices) {
+            let mut raw = [0u8; DEVT_SLOT_SIZE as usize];
+            probe.read_exact(base + i * DEVT_SLOT_SIZE, &mut raw)?;
+            slots.push(DeviceSlot::parse(&raw, sb.has_incompat(INCOMPAT_48BIT)));
+        }
+        Ok((sb, slots))
     }
 
     /// The parsed superblock.
@@ -229,4 +233,29 @@ impl Erofs {
             namelen: NAME_LEN_MAX as u32,
         }
     }
+}
+
+/// Reads and parses the superblock of the image at `path`.
+fn read_superblock(path: &Path, probe_opts: &OpenOptions) -> Result<Superblock> {
+    let probe = BlockDev::open(path, probe_opts, 4096)?;
+    let too_small = |e: Error| match e {
+        Error::Corrupt { .. } => Error::corrupt(
+            SUPER_OFFSET,
+            Corrupt::ImageTooSmall {
+                path: path.to_owned(),
+                size: probe.size(),
+            },
+        ),
+        other => other,
+    };
+    let mut raw = [0u8; SUPER_SIZE_EXT];
+    probe
+        .read_exact(SUPER_OFFSET, &mut raw[..SUPER_SIZE])
+        .map_err(too_small)?;
+    // The extension slots (the metabox nid) follow the fixed part.
+    let size = Superblock::read_size(&raw);
+    probe
+        .read_exact(SUPER_OFFSET, &mut raw[..size])
+        .map_err(too_small)?;
+    Superblock::parse(&raw[..size])
 }
