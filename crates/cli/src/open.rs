@@ -103,10 +103,92 @@ pub fn open_with_devices(
     let ctx = || format!("{}: cannot open {} image", shown(path), format.name());
     Ok(match format {
         Format::Romfs => Image::Romfs(Arc::new(RomFs::open(path, opts).with_context(ctx)?)),
-        Format::Erofs => Image::Erofs(Arc::new(
-            Erofs::open(path, opts, devices).with_context(ctx)?,
-        )),
+        Format::Erofs => {
+            let found;
+            let devices = if devices.is_empty() && !is_remote(path) {
+                found = find_devices(path, opts)?;
+                &found
+            } else {
+                devices
+            };
+            Image::Erofs(Arc::new(
+                Erofs::open(path, opts, devices).with_context(ctx)?,
+            ))
+        }
     })
+}
+
+/// Most files looked at beside an image for its extra devices.
+const MAX_BESIDE: usize = 10_000;
+
+/// The extra devices of the EROFS image at `path`, found beside it when
+/// none are given: an image whose devices are not mapped into its own
+/// block space (a merged image's layers) names each in its device table
+/// by a tag, which is a layer's UUID (as `mkfs erofs --merge` and
+/// mkfs.erofs's rebuild mode write it) or a path. Each is looked for among
+/// the EROFS images in the same directory, by UUID, or as that path
+/// there. None found for an image that needs none.
+pub fn find_devices(path: &Path, opts: &OpenOptions) -> anyhow::Result<Vec<PathBuf>> {
+    let (_, slots) = Erofs::device_table(path, opts)
+        .with_context(|| format!("{}: cannot read its device table", shown(path)))?;
+    if slots.is_empty() || slots.iter().all(|s| s.mapped_blkaddr != 0) {
+        return Ok(Vec::new());
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let by_uuid = uuids_beside(&dir, path);
+    let mut out = Vec::with_capacity(slots.len());
+    for (i, slot) in slots.iter().enumerate() {
+        let tag = String::from_utf8_lossy(&slot.tag).into_owned();
+        let hex = tag.to_ascii_lowercase().replace('-', "");
+        let found = by_uuid.get(&hex).cloned().or_else(|| {
+            let p = dir.join(&tag);
+            (!tag.is_empty() && p.is_file()).then_some(p)
+        });
+        match found {
+            Some(p) => out.push(p),
+            None => bail!(
+                "{}: its device {} (tag {tag:?}) is not beside it in {}: give every device with -o device=PATH, in order",
+                shown(path),
+                i + 1,
+                dir.display()
+            ),
+        }
+    }
+    Ok(out)
+}
+
+/// The UUIDs (hex, lower case) of the EROFS images in `dir` but `image`.
+fn uuids_beside(dir: &Path, image: &Path) -> std::collections::HashMap<String, PathBuf> {
+    let mut out = std::collections::HashMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    let me = std::fs::canonicalize(image).ok();
+    for e in entries.flatten().take(MAX_BESIDE) {
+        let p = e.path();
+        if !e.file_type().is_ok_and(|t| t.is_file()) || std::fs::canonicalize(&p).ok() == me {
+            continue;
+        }
+        use foliofs_erofs::format::{SUPER_OFFSET, SUPER_SIZE};
+        let mut head = [0u8; SUPER_OFFSET as usize + SUPER_SIZE];
+        let ok = File::open(&p)
+            .and_then(|mut f| f.read_exact(&mut head))
+            .is_ok();
+        let Some(sb) = ok
+            .then(|| {
+                foliofs_erofs::superblock::Superblock::parse(&head[SUPER_OFFSET as usize..]).ok()
+            })
+            .flatten()
+        else {
+            continue;
+        };
+        let uuid: String = sb.uuid.iter().map(|b| format!("{b:02x}")).collect();
+        out.entry(uuid).or_insert(p);
+    }
+    out
 }
 
 /// Refuses the options that cannot apply to where `source` is: a remote
