@@ -269,6 +269,50 @@ fn merged_layers_walk_as_the_kernels_overlay_stacks_them() {
         &comparable(walk_mounted(m.path()), None),
     );
     m.unmount().unwrap();
+    // And with the layers found beside it by their UUIDs, every field
+    // (inode numbers included) as the kernel's.
+    let m = common::Mount::new(&img, None, "").unwrap();
+    assert_same(
+        "foliofs's mount of the merged image, layers found beside it",
+        &merged,
+        &walk_mounted(m.path()),
+    );
+    m.unmount().unwrap();
+}
+
+#[test]
+fn a_merged_image_finds_its_layers_beside_it_or_names_the_one_missing() {
+    require!("root", "fuse");
+    let tmp = tempfile::tempdir().unwrap();
+    let layers = build_layers(tmp.path());
+    let img = tmp.path().join("merged.erofs");
+    merge(&layers, &img);
+    let out = common::foliofs(["ls".as_ref(), img.as_os_str(), "/usr/lib".as_ref()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("more"));
+    // The second layer moved away: the mount says which device is
+    // missing, and where it looked.
+    let uuid = {
+        let fs = foliofs_erofs::Erofs::open(&layers[1], &Default::default(), &[]).unwrap();
+        let u: String = fs
+            .superblock()
+            .uuid
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        u
+    };
+    let away = tempfile::tempdir().unwrap();
+    fs::rename(&layers[1], away.path().join("l2.erofs")).unwrap();
+    let err = common::Mount::new(&img, None, "")
+        .err()
+        .expect("mounted without its layer");
+    assert!(err.contains("device 2") && err.contains(&uuid), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
 #[test]
@@ -320,7 +364,8 @@ fn a_user_merges_layers_and_mounts_the_result() {
     let devices: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
     // Checked as the other images are, though a user built it.
     kernel_walk_devices(&img, &devices);
-    let m = common::Mount::as_user(common::TEST_USER, &img, None, &devices_opt(&layers)).unwrap();
+    // The short command: the layers are found beside the image.
+    let m = common::Mount::as_user(common::TEST_USER, &img, None, "").unwrap();
     // Root cannot enter the user's mount: the user lists both it and
     // the kernel's mount, with the same tools.
     let kernel = KernelMount::new(&img, &devices_opt(&layers));
