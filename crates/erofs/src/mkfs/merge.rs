@@ -15,7 +15,7 @@
 //! (an inline tail, compressed data, a layer's own extra devices) is
 //! copied, and counted.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -46,9 +46,31 @@ pub const MAX_LAYERS: usize = u16::MAX as usize - 1;
 /// Most chunks a merged file is cut into (8 bytes of index each).
 const MAX_CHUNKS: u64 = 1 << 22;
 
+/// A layer of a merge: an image, and the directories in it that its tar
+/// implied rather than declared ([`Summary::implied_dirs`] of its build;
+/// empty for an image of unknown origin, whose directories then all
+/// count as declared).
+#[derive(Clone, Debug, Default)]
+pub struct MergeLayer {
+    /// The layer image.
+    pub path: PathBuf,
+    /// Paths joined by `/`, the root empty.
+    pub implied: HashSet<Vec<u8>>,
+}
+
+impl From<PathBuf> for MergeLayer {
+    fn from(path: PathBuf) -> Self {
+        MergeLayer {
+            path,
+            implied: HashSet::new(),
+        }
+    }
+}
+
 /// A layer image opened for the merge.
 struct Layer {
     path: PathBuf,
+    implied: HashSet<Vec<u8>>,
     fs: Erofs,
     /// Its device id in the merged image.
     dev: u16,
@@ -70,7 +92,7 @@ enum Src {
 impl Builder {
     /// Builds one image of the layer images `layers`, lowest first.
     pub fn build_merge(
-        layers: &[PathBuf],
+        layers: &[MergeLayer],
         image: &Path,
         opts: Options,
     ) -> Result<Summary, BuildError> {
@@ -97,8 +119,9 @@ impl Builder {
         }
         let mut opened = Vec::with_capacity(layers.len());
         let mut devices = Vec::with_capacity(layers.len());
-        for (i, path) in layers.iter().enumerate() {
-            let (layer, device) = open_layer(path, i, opts.blkszbits)?;
+        for (i, l) in layers.iter().enumerate() {
+            let (mut layer, device) = open_layer(&l.path, i, opts.blkszbits)?;
+            layer.implied = l.implied.clone();
             opened.push(layer);
             devices.push(device);
         }
@@ -122,8 +145,9 @@ impl Builder {
             let entries = entries(&layer.fs, &inode).map_err(bad)?;
             let (meta, opaque) = self.layer_meta(layer, &inode).map_err(bad)?;
             let opaque = opaque || entries.iter().any(|(n, _)| n.as_slice() == AUFS_OPAQUE);
+            let implied = layer.implied.contains(&comps.join(&b'/'));
             let dir = self
-                .merged_dir(&comps, meta, opaque)
+                .merged_dir(&comps, meta, opaque, implied)
                 .map_err(|why| layer_error(&path, &shown, why))?;
             for (name, child) in entries {
                 let mut at_path = comps.clone();
@@ -160,23 +184,33 @@ impl Builder {
 
     /// The merged directory at `comps` for a layer's directory: made (in
     /// place of whatever was there) or merged with the one below, whose
-    /// entries an opaque one drops. Either way it takes `meta`.
+    /// entries an opaque one drops. It takes `meta`, unless its layer only
+    /// implied it and there is a directory below, whose attributes it
+    /// keeps (as OCI's changesets and `umoci unpack` have it).
     fn merged_dir(
         &mut self,
         comps: &[Vec<u8>],
         meta: Meta,
         opaque: bool,
+        implied: bool,
     ) -> Result<NodeId, String> {
         let refs: Vec<&[u8]> = comps.iter().map(Vec::as_slice).collect();
-        let meta = self.meta(meta)?;
-        if refs.is_empty() {
-            self.tree.set_root(meta);
-            if opaque {
-                self.tree.clear(ROOT);
+        let below = self
+            .tree
+            .lookup(&refs)
+            .filter(|&n| matches!(self.tree.nodes[n].body, Body::Dir(_)));
+        let n = match below {
+            Some(n) if implied => n,
+            _ if refs.is_empty() => {
+                let meta = self.meta(meta)?;
+                self.tree.set_root(meta);
+                ROOT
             }
-            return Ok(ROOT);
-        }
-        let n = self.tree.insert(&refs, meta, Body::Dir(BTreeMap::new()))?;
+            _ => {
+                let meta = self.meta(meta)?;
+                self.tree.insert(&refs, meta, Body::Dir(BTreeMap::new()))?
+            }
+        };
         if opaque {
             self.tree.clear(n);
         }
@@ -389,6 +423,7 @@ fn open_layer(path: &Path, i: usize, blkszbits: u8) -> Result<(Layer, Device), B
     };
     let layer = Layer {
         path: path.to_owned(),
+        implied: HashSet::new(),
         fs,
         dev: (i + 1) as u16,
         linked: HashMap::new(),

@@ -43,6 +43,7 @@ use std::path::{Path, PathBuf};
 
 pub use compress::{Compression, Compressor, ZSTD_DEFAULT_LEVEL};
 pub use error::BuildError;
+pub use merge::MergeLayer;
 pub use source_tar::open_tar;
 
 use crate::format::{NAME_LEN_MAX, SUPER_OFFSET, VOLUME_NAME_SIZE};
@@ -127,6 +128,10 @@ pub struct Summary {
     /// Of a merged image: bytes of its layers' files copied into it,
     /// where no chunk could point at them (inline tails, compressed data).
     pub copied_bytes: u64,
+    /// The directories no entry declared (paths joined by `/`, the root
+    /// empty), which a merge of this image as a layer keeps as the layers
+    /// below have them.
+    pub implied_dirs: Vec<Vec<u8>>,
 }
 
 /// An image under construction: entries go in through a source, then
@@ -416,6 +421,7 @@ impl Builder {
         self.drain()?;
         // Stops the workers.
         self.queue = None;
+        let implied_dirs = self.tree.implied_dirs();
         let (epoch, nsec) = self.epoch();
         let compression = self.opts.compression;
         let blksz = self.w.blksz;
@@ -501,6 +507,7 @@ impl Builder {
             data_bytes: self.data_bytes,
             uuid,
             copied_bytes: self.copied_bytes,
+            implied_dirs,
         })
     }
 

@@ -42,6 +42,9 @@ pub(crate) enum Body {
 pub(crate) struct Node {
     pub meta: Meta,
     pub body: Body,
+    /// A directory no entry declared, made for what is below it: a merge
+    /// keeps the attributes the layers below give it.
+    pub implied: bool,
 }
 
 pub(crate) struct Tree {
@@ -61,6 +64,7 @@ impl Tree {
         let root = Node {
             meta: implicit.clone(),
             body: Body::Dir(BTreeMap::new()),
+            implied: true,
         };
         Tree {
             nodes: vec![root],
@@ -91,6 +95,7 @@ impl Tree {
                 }
                 None => {
                     let n = self.push(self.implicit.clone(), Body::Dir(BTreeMap::new()));
+                    self.nodes[n].implied = true;
                     self.children_mut(at).insert(c.to_vec(), n);
                     n
                 }
@@ -100,7 +105,11 @@ impl Tree {
     }
 
     fn push(&mut self, meta: Meta, body: Body) -> NodeId {
-        self.nodes.push(Node { meta, body });
+        self.nodes.push(Node {
+            meta,
+            body,
+            implied: false,
+        });
         self.nodes.len() - 1
     }
 
@@ -117,6 +126,7 @@ impl Tree {
         if let Some(old) = self.children_mut(dir).get(*name).copied() {
             if matches!(self.nodes[old].body, Body::Dir(_)) && matches!(body, Body::Dir(_)) {
                 self.nodes[old].meta = meta;
+                self.nodes[old].implied = false;
                 return Ok(old);
             }
         }
@@ -128,6 +138,7 @@ impl Tree {
     /// Gives the root the attributes of an entry naming it.
     pub fn set_root(&mut self, meta: Meta) {
         self.nodes[ROOT].meta = meta;
+        self.nodes[ROOT].implied = false;
     }
 
     /// The directory path `comps` names with every symlink along it
@@ -209,6 +220,33 @@ impl Tree {
             }
         }
         Some(at)
+    }
+
+    /// The paths (components joined by `/`, the root empty) of the
+    /// directories no entry declared, in byte order.
+    pub fn implied_dirs(&self) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut todo = vec![(ROOT, Vec::new())];
+        while let Some((n, path)) = todo.pop() {
+            let Body::Dir(children) = &self.nodes[n].body else {
+                continue;
+            };
+            if self.nodes[n].implied {
+                out.push(path.clone());
+            }
+            for (name, &c) in children {
+                if matches!(self.nodes[c].body, Body::Dir(_)) {
+                    let mut p = path.clone();
+                    if !p.is_empty() {
+                        p.push(b'/');
+                    }
+                    p.extend_from_slice(name);
+                    todo.push((c, p));
+                }
+            }
+        }
+        out.sort();
+        out
     }
 
     /// Takes the entry `name` (and what is below it) out of directory
