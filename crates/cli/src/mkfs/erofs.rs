@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use foliofs_erofs::mkfs::{
-    open_tar, Builder, Compression, Compressor, Options, ZSTD_DEFAULT_LEVEL,
+    open_tar, Builder, Compression, Compressor, MergeLayer, Options, ZSTD_DEFAULT_LEVEL,
 };
 
 /// The options `foliofs mkfs erofs` and `mkfs.erofs` share.
@@ -80,14 +80,16 @@ pub struct ErofsOpts {
     /// `trusted.overlay.opaque=y` on its directory.
     #[arg(long)]
     pub aufs: bool,
-    /// The sources are layer images (EROFS, lowest first), stacked into
-    /// one image as overlayfs stacks them: whiteouts and opaque
-    /// directories applied and left out, directories merged with the
-    /// upper one's attributes. Files point into their layers, which are
-    /// the image's extra devices: mount it with one `-o device=LAYER` per
-    /// layer, in order. What a layer keeps where no chunk can point (an
-    /// inline tail, compressed data) is copied, and the summary says how
-    /// much.
+    /// The sources are layers, lowest first, stacked into one image as
+    /// overlayfs stacks them: whiteouts and opaque directories applied
+    /// and left out, directories merged with the upper one's attributes
+    /// (a directory a layer's tar implied but did not list keeps the
+    /// attributes below it). Each layer is an EROFS image, or a tar first
+    /// built into one beside IMAGE (named by its UUID). Files point into
+    /// their layers, which are the image's extra devices: a mount finds
+    /// them beside the image, or takes one `-o device=LAYER` per layer, in
+    /// order. What a layer keeps where no chunk can point (an inline
+    /// tail, compressed data) is copied, and the summary says how much.
     #[arg(long)]
     pub merge: bool,
     /// Make every file owned by root.
@@ -398,10 +400,11 @@ pub fn run(a: ErofsArgs) -> anyhow::Result<i32> {
     build(&a.opts, a.src.into_iter().next(), &a.image)
 }
 
-/// `foliofs mkfs erofs --merge LAYER... IMAGE`.
-fn merge(a: &ErofsOpts, layers: &[PathBuf], image: &Path) -> anyhow::Result<i32> {
+/// `foliofs mkfs erofs --merge LAYER... IMAGE`: each LAYER an EROFS
+/// image, or a tar that is first built into one beside IMAGE.
+fn merge(a: &ErofsOpts, sources: &[PathBuf], image: &Path) -> anyhow::Result<i32> {
     if let Some(m) = &a.tar {
-        bail!("--tar={m}: --merge takes layer images, not tars");
+        bail!("--tar={m}: --merge takes layer images or tars, each found out by its bytes");
     }
     let opts = options(a)?;
     let bar = if a.quiet {
@@ -409,10 +412,41 @@ fn merge(a: &ErofsOpts, layers: &[PathBuf], image: &Path) -> anyhow::Result<i32>
     } else {
         crate::progress::spinner(format!("merging into {}", image.display()))
     };
-    let res = Builder::build_merge(layers, image, opts);
+    let mut layers = Vec::with_capacity(sources.len());
+    // Layer images this run made, and whether each file was new: a
+    // failed merge takes the new ones away again.
+    let mut built: Vec<(PathBuf, bool)> = Vec::new();
+    let mut res = Ok(());
+    for src in sources {
+        if is_erofs(src) {
+            layers.push(MergeLayer::from(src.clone()));
+            continue;
+        }
+        match layer_of_tar(src, image, &opts) {
+            Ok((layer, new)) => {
+                built.push((layer.path.clone(), new));
+                layers.push(layer);
+            }
+            Err(e) => {
+                res = Err(e);
+                break;
+            }
+        }
+    }
+    let res = res.and_then(|()| Ok(Builder::build_merge(&layers, image, opts)?));
     bar.finish_and_clear();
+    if res.is_err() {
+        for (p, new) in &built {
+            if *new {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
     let sum = res?;
     if !a.quiet {
+        for (b, _) in &built {
+            eprintln!("{}: a layer image built of a tar", b.display());
+        }
         eprintln!(
             "{}: EROFS, {} layers, {} bytes, {} inodes, {} bytes of file data, \
              {} of them copied from the layers, UUID {}",
@@ -426,6 +460,63 @@ fn merge(a: &ErofsOpts, layers: &[PathBuf], image: &Path) -> anyhow::Result<i32>
         );
     }
     Ok(0)
+}
+
+/// Whether `path` starts as an EROFS image does.
+fn is_erofs(path: &Path) -> bool {
+    use foliofs_erofs::format::{SUPER_OFFSET, SUPER_SIZE};
+    let mut head = [0u8; SUPER_OFFSET as usize + SUPER_SIZE];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .is_ok_and(|()| {
+            foliofs_erofs::superblock::Superblock::parse(&head[SUPER_OFFSET as usize..]).is_ok()
+        })
+}
+
+/// Builds the tar `src` into a layer image beside `image`, named by its
+/// UUID (a hash of its content, so the same tar gives the same file),
+/// as containerd builds its layers: whiteouts made overlayfs's, no data
+/// inline, so that every byte can be pointed at.
+/// True with it when the file is new.
+fn layer_of_tar(src: &Path, image: &Path, merged: &Options) -> anyhow::Result<(MergeLayer, bool)> {
+    let dir = match image.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix(".layer.")
+        .suffix(".erofs")
+        .tempfile_in(&dir)
+        .with_context(|| format!("a layer image in {}", dir.display()))?
+        .into_temp_path();
+    let opts = Options {
+        blkszbits: merged.blkszbits,
+        inline_data: false,
+        aufs: true,
+        time: merged.time,
+        time_epoch_only: merged.time_epoch_only,
+        all_root: merged.all_root,
+        fsync: merged.fsync,
+        ..Options::default()
+    };
+    let what = || {
+        format!(
+            "--merge: {}: neither an EROFS image nor a tar",
+            src.display()
+        )
+    };
+    let r = open_tar(src, false).with_context(what)?;
+    let sum = Builder::build_tar(r, &tmp, opts).with_context(what)?;
+    let hex: String = sum.uuid.iter().map(|b| format!("{b:02x}")).collect();
+    let path = dir.join(format!("{hex}.erofs"));
+    let new = !path.exists();
+    tmp.persist(&path)
+        .with_context(|| format!("renaming a layer image to {}", path.display()))?;
+    let layer = MergeLayer {
+        path,
+        implied: sum.implied_dirs.into_iter().collect(),
+    };
+    Ok((layer, new))
 }
 
 /// foliofs run as `mkfs.erofs ...`.
