@@ -386,23 +386,22 @@ fn bad_layers_are_refused_by_name_and_leave_no_image() {
     let src = tmp.path().join("src");
     put(&src, "f", b"x");
     let good = tmp.path().join("good.erofs");
-    build(
-        &["--tar=f"],
-        &{
-            let t = tmp.path().join("t.tar");
-            tar_of(&src, &t);
-            t
-        },
-        &good,
-    );
+    let tar = tmp.path().join("t.tar");
+    tar_of(&src, &tar);
+    build(&["--tar=f"], &tar, &good);
     let small = tmp.path().join("small.erofs");
     build(&["-b", "512"], &src, &small);
-    let not_erofs = tmp.path().join("t.tar");
+    let not_erofs = tmp.path().join("garbage");
+    fs::write(&not_erofs, common::random_bytes(&mut common::rng(3), 5000)).unwrap();
     let missing = tmp.path().join("missing.erofs");
     let img = tmp.path().join("merged.erofs");
-    let cases: [(&[&Path], &str); 4] = [
+    let cases: [(&[&Path], &str); 5] = [
         (&[&good, &missing], "missing.erofs"),
-        (&[&not_erofs, &good], "t.tar"),
+        (&[&tar, &not_erofs], "garbage"),
+        (
+            &[&not_erofs, &good],
+            "garbage: neither an EROFS image nor a tar",
+        ),
         (&[&good, &small], "512-byte blocks"),
         (&[], "no"),
     ];
@@ -422,5 +421,90 @@ fn bad_layers_are_refused_by_name_and_leave_no_image() {
             .filter(|e| e.file_name().to_string_lossy().starts_with(".merged"))
             .collect();
         assert!(left.is_empty(), "{layers:?} left {left:?}");
+        // Nor a layer image built of the tar before the merge failed.
+        let images = fs::read_dir(tmp.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".erofs"))
+            .count();
+        assert_eq!(images, 2, "{layers:?}: only good.erofs and small.erofs");
     }
+}
+
+/// The layer images a `--merge` of tars built, from its summary.
+fn built_layers(summary: &str) -> Vec<PathBuf> {
+    summary
+        .lines()
+        .filter_map(|l| l.strip_suffix(": a layer image built of a tar"))
+        .map(PathBuf::from)
+        .collect()
+}
+
+#[test]
+fn tars_merge_and_a_directory_a_tar_only_implies_keeps_what_is_below() {
+    require!("root", "kernel-erofs");
+    let tmp = tempfile::tempdir().unwrap();
+    let (s1, s2) = (tmp.path().join("s1"), tmp.path().join("s2"));
+    put(&s1, "a/old", b"old\n");
+    put(&s1, "d2f/inner", b"a directory in the base\n");
+    sh(&s1, "chown 1000:1000 a; chmod 0700 a; touch -d @1000000 a");
+    put(&s2, "a/b", b"new\n");
+    put(&s2, "d2f", b"now a file\n");
+    put(&s2, "x/.wh.inner", b"");
+    let (t1, t2) = (tmp.path().join("l1.tar"), tmp.path().join("l2.tar"));
+    tar_of(&s1, &t1);
+    // The second layer as umoci writes such a change: `a/b` with no
+    // entry for `a` (nor for the root), and a directory turned into a
+    // file with a whiteout beneath the file's name.
+    sh(
+        tmp.path(),
+        "mkdir -p x && cp s2/d2f x/d2f && mkdir -p y/d2f && touch y/d2f/.wh.inner
+         tar --format=pax -cf l2.tar -C s2 a/b d2f -C ../y d2f/.wh.inner",
+    );
+    let img = tmp.path().join("merged.erofs");
+    let summary = {
+        let mut cmd = Command::new(common::bin());
+        cmd.args(["mkfs", "erofs", "--merge"])
+            .arg(&t1)
+            .arg(&t2)
+            .arg(&img);
+        let out = common::run_timeout(&mut cmd, Duration::from_secs(600));
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        err
+    };
+    let layers = built_layers(&summary);
+    assert_eq!(layers.len(), 2, "{summary}");
+    assert_eq!(copied(&summary), 0, "{summary}");
+    let devices: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
+    let merged = kernel_walk_devices(&img, &devices);
+    let a = &merged[Path::new("a")];
+    assert_eq!(
+        (a.mode & 0o7777, a.uid, a.gid, a.mtime.0),
+        (0o700, 1000, 1000, 1_000_000),
+        "the implied a kept the base's attributes"
+    );
+    assert!(merged.contains_key(Path::new("a/old")) && merged.contains_key(Path::new("a/b")));
+    assert_eq!(merged[Path::new("d2f")].kind, "reg");
+    assert!(!merged.contains_key(Path::new("d2f/inner")));
+    // The kernel's overlay of the same layer images agrees on all else;
+    // on `a` it shows the upper layer's implied directory, 0755 root.
+    let stacked = {
+        let mounts: Vec<KernelMount> = layers.iter().map(|l| KernelMount::new(l, "")).collect();
+        let top_first: Vec<&Path> = mounts.iter().rev().map(KernelMount::path).collect();
+        let ovl = Overlay::new(&top_first);
+        walk_mounted(ovl.dir.path())
+    };
+    assert_eq!(stacked[Path::new("a")].mode & 0o7777, 0o755);
+    let without_a = |t: Tree| -> Tree {
+        as_overlay_shows(t)
+            .into_iter()
+            .filter(|(p, _)| p != Path::new("a") && p != Path::new(""))
+            .collect()
+    };
+    assert_same(
+        "the merged tars, against the kernel's overlay (but the implied a)",
+        &without_a(stacked),
+        &without_a(merged),
+    );
 }
