@@ -532,7 +532,7 @@ impl Builder {
 
     /// Builds an image of the tar stream `r` (plain, gzip or zstd; plain
     /// only for an index image, whose data stays in it).
-    pub fn build_tar(r: Box<dyn Read>, image: &Path, opts: Options) -> Result<Summary, BuildError> {
+    pub fn build_tar(r: impl Read, image: &Path, opts: Options) -> Result<Summary, BuildError> {
         let mut b = Builder::new(image, opts)?;
         if !b.opts.tar_index {
             source_tar::add_tar(&mut b, r)?;

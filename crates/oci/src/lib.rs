@@ -1,0 +1,71 @@
+//! Container images for foliofs: OCI image layouts read and verified
+//! ([`layout`]), and the store that keeps each layer as an EROFS image and
+//! each image's layers merged into one ([`store`]).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod digest;
+pub mod layout;
+pub mod store;
+
+use std::path::PathBuf;
+
+pub use digest::Digest;
+pub use layout::{parse_reference, Image, Layout};
+pub use store::{Prepared, Store};
+
+/// What went wrong with an image.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    /// A digest that is not `sha256:` and 64 hex digits.
+    #[error("digest {digest:?}: {why}")]
+    Digest {
+        /// The digest as written (cut short).
+        digest: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The layout is not what OCI's image layout says.
+    #[error("{}: {why}", dir.display())]
+    Layout {
+        /// The layout directory.
+        dir: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// A JSON document that does not parse as what it should be.
+    #[error("{what}: {why}")]
+    Json {
+        /// Which document.
+        what: String,
+        /// What the parser said.
+        why: String,
+    },
+    /// Bytes whose digest is not the one they are named by.
+    #[error("{what}: digest {got}, not {want}")]
+    Mismatch {
+        /// Whose bytes.
+        what: String,
+        /// The digest expected.
+        want: Digest,
+        /// The digest found.
+        got: Digest,
+    },
+    /// Reading or writing failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being read or written.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// Building a layer or the merged image failed.
+    #[error("{what}: {source}")]
+    Build {
+        /// Which build.
+        what: String,
+        /// Why it failed.
+        source: foliofs_erofs::mkfs::BuildError,
+    },
+}

@@ -1,0 +1,271 @@
+//! The store: each layer of the images foliofs has used, as an EROFS
+//! image named by the digest of its uncompressed tar (its diff_id, so a
+//! layer two images share is built and kept once), beside the directories
+//! its tar only implied; and each image's layers merged into one image
+//! named by its chain of diff_ids, whose devices are those layers. A
+//! layer is built as its blob streams in, the blob's digest and the tar's
+//! checked on the way; a file appears under its name only once complete
+//! and checked, so a failed or interrupted build leaves nothing that
+//! could be taken for a layer.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use foliofs_erofs::mkfs::{Builder, MergeLayer, Options};
+
+use crate::digest::{Digest, Hashing};
+use crate::layout::{Compression, Image, Layer, Layout};
+use crate::OciError;
+
+/// A content-addressed store of layer and merged images.
+#[derive(Clone, Debug)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+/// What preparing an image did.
+#[derive(Clone, Debug, Default)]
+pub struct Prepared {
+    /// The merged image.
+    pub image: PathBuf,
+    /// Layers built now (the others were in the store).
+    pub layers_built: usize,
+    /// Whether the merged image was built now.
+    pub merged_built: bool,
+}
+
+impl Store {
+    /// The store of this user: `/var/lib/foliofs/store` for root, else
+    /// `$XDG_CACHE_HOME/foliofs/store` (or `~/.cache/foliofs/store`);
+    /// `None` when no home is known.
+    pub fn default_dir(root: bool, env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+        if root {
+            return Some(PathBuf::from("/var/lib/foliofs/store"));
+        }
+        let cache = env("XDG_CACHE_HOME")
+            .filter(|v| v.starts_with('/'))
+            .map(PathBuf::from)
+            .or_else(|| env("HOME").map(|h| Path::new(&h).join(".cache")))?;
+        Some(cache.join("foliofs/store"))
+    }
+
+    /// The store at `dir`, made if missing.
+    pub fn open(dir: &Path) -> Result<Store, OciError> {
+        std::fs::create_dir_all(dir).map_err(|e| OciError::Io {
+            what: format!("the store {}", dir.display()),
+            source: e,
+        })?;
+        Ok(Store {
+            dir: dir.to_owned(),
+        })
+    }
+
+    /// Where the store is.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The layer image of diff_id `d`.
+    pub fn layer_path(&self, d: &Digest) -> PathBuf {
+        self.dir.join(format!("layer-{}.erofs", d.hex()))
+    }
+
+    fn implied_path(&self, d: &Digest) -> PathBuf {
+        self.dir.join(format!("layer-{}.implied", d.hex()))
+    }
+
+    /// The image `image` of `layout` merged, building whatever the store
+    /// lacks of it.
+    pub fn prepare(&self, layout: &Layout, image: &Image) -> Result<Prepared, OciError> {
+        if image.layers.is_empty() {
+            return Err(OciError::Layout {
+                dir: PathBuf::from(image.manifest.to_string()),
+                why: "the image has no layers".into(),
+            });
+        }
+        let mut out = Prepared::default();
+        let (layers, built) = self.layers(layout, image)?;
+        out.layers_built = built;
+        let chain: String = image
+            .layers
+            .iter()
+            .map(|l| format!("{}\n", l.diff_id))
+            .collect();
+        let merged = self.dir.join(format!(
+            "image-{}.erofs",
+            Digest::of(chain.as_bytes()).hex()
+        ));
+        if !merged.exists() {
+            Builder::build_merge(&layers, &merged, Options::default()).map_err(|e| {
+                OciError::Build {
+                    what: format!("merging {}", image.manifest),
+                    source: e,
+                }
+            })?;
+            out.merged_built = true;
+        }
+        out.image = merged;
+        Ok(out)
+    }
+
+    /// The layers of `image`, lowest first, built into the store where
+    /// missing, and how many were.
+    pub fn layers(
+        &self,
+        layout: &Layout,
+        image: &Image,
+    ) -> Result<(Vec<MergeLayer>, usize), OciError> {
+        let mut layers = Vec::with_capacity(image.layers.len());
+        let mut built = 0;
+        for (i, l) in image.layers.iter().enumerate() {
+            let (layer, new) = self.layer(layout, l, i)?;
+            built += usize::from(new);
+            layers.push(layer);
+        }
+        Ok((layers, built))
+    }
+
+    /// Layer `i` of an image from the store, built first if missing; true
+    /// with it when built now.
+    fn layer(&self, layout: &Layout, l: &Layer, i: usize) -> Result<(MergeLayer, bool), OciError> {
+        let path = self.layer_path(&l.diff_id);
+        let implied_path = self.implied_path(&l.diff_id);
+        if path.exists() {
+            let implied = read_implied(&implied_path)?;
+            return Ok((MergeLayer { path, implied }, false));
+        }
+        let implied = self.build_layer(layout, l, i, &path, &implied_path)?;
+        Ok((MergeLayer { path, implied }, true))
+    }
+
+    /// Builds layer `i` into `path` as its blob streams in, checking the
+    /// blob's digest and size and the tar's digest on the way.
+    fn build_layer(
+        &self,
+        layout: &Layout,
+        l: &Layer,
+        i: usize,
+        path: &Path,
+        implied_path: &Path,
+    ) -> Result<HashSet<Vec<u8>>, OciError> {
+        let what = format!("layer {} ({})", i + 1, l.digest);
+        let blob_path = layout.blob_path(&l.digest);
+        let blob = File::open(&blob_path).map_err(|e| OciError::Io {
+            what: format!("{what}: {}", blob_path.display()),
+            source: e,
+        })?;
+        let tmp = tempfile::Builder::new()
+            .prefix(".layer.")
+            .suffix(".erofs")
+            .tempfile_in(&self.dir)
+            .map_err(|e| OciError::Io {
+                what: format!("the store {}", self.dir.display()),
+                source: e,
+            })?
+            .into_temp_path();
+        let mut packed = Hashing::new(BufReader::with_capacity(1 << 20, blob));
+        let (summary, diff) =
+            {
+                let inner: Box<dyn Read + '_> = match l.compression {
+                    Compression::None => Box::new(&mut packed),
+                    Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(&mut packed)),
+                    Compression::Zstd => {
+                        Box::new(zstd::stream::read::Decoder::new(&mut packed).map_err(|e| {
+                            OciError::Io {
+                                what: what.clone(),
+                                source: e,
+                            }
+                        })?)
+                    }
+                };
+                let mut plain = Hashing::new(inner);
+                let summary = Builder::build_tar(&mut plain, &tmp, layer_options(&l.diff_id))
+                    .map_err(|e| OciError::Build {
+                        what: what.clone(),
+                        source: e,
+                    })?;
+                let (diff, _) = plain.finish().map_err(|e| OciError::Io {
+                    what: format!("{what}: decompressing"),
+                    source: e,
+                })?;
+                (summary, diff)
+            };
+        let (got, bytes) = packed.finish().map_err(|e| OciError::Io {
+            what: what.clone(),
+            source: e,
+        })?;
+        if got != l.digest || bytes != l.size {
+            return Err(OciError::Mismatch {
+                what: format!(
+                    "{what}: the blob ({bytes} bytes; the manifest says {})",
+                    l.size
+                ),
+                want: l.digest.clone(),
+                got,
+            });
+        }
+        if diff != l.diff_id {
+            return Err(OciError::Mismatch {
+                what: format!("{what}: its tar (the config's diff_id)"),
+                want: l.diff_id.clone(),
+                got: diff,
+            });
+        }
+        // The implied directories first: a layer image in the store
+        // always has them beside it.
+        let list: Vec<u8> = summary
+            .implied_dirs
+            .iter()
+            .flat_map(|p| p.iter().copied().chain([0]))
+            .collect();
+        let io = |what: &Path| {
+            let what = what.display().to_string();
+            move |e: std::io::Error| OciError::Io { what, source: e }
+        };
+        let itmp = implied_path.with_extension("implied.tmp");
+        std::fs::write(&itmp, &list).map_err(io(&itmp))?;
+        std::fs::rename(&itmp, implied_path).map_err(io(implied_path))?;
+        tmp.persist(path).map_err(|e| io(path)(e.error))?;
+        Ok(summary.implied_dirs.into_iter().collect())
+    }
+}
+
+/// How a layer is built: as containerd builds one for its EROFS
+/// snapshotter (whiteouts made overlayfs's, no data inline, so that a
+/// merge points at every byte), with a UUID made from its diff_id, so the
+/// same layer gets the same UUID wherever it is built.
+fn layer_options(diff_id: &Digest) -> Options {
+    let hex = diff_id.hex();
+    let mut uuid = [0u8; 16];
+    for (i, b) in uuid.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0);
+    }
+    // An RFC 9562 version 8 (vendor-defined) UUID.
+    uuid[6] = (uuid[6] & 0x0f) | 0x80;
+    uuid[8] = (uuid[8] & 0x3f) | 0x80;
+    Options {
+        inline_data: false,
+        aufs: true,
+        uuid: Some(uuid),
+        ..Options::default()
+    }
+}
+
+/// The implied directories recorded beside a layer image (none when the
+/// record is missing: every directory then counts as listed).
+fn read_implied(path: &Path) -> Result<HashSet<Vec<u8>>, OciError> {
+    match std::fs::read(path) {
+        // Each path ends with a NUL (the root is the empty one).
+        Ok(v) => Ok(v
+            .split_inclusive(|&b| b == 0)
+            .map(|e| e.strip_suffix(&[0]).unwrap_or(e).to_vec())
+            .collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(HashSet::new()),
+        Err(e) => Err(OciError::Io {
+            what: path.display().to_string(),
+            source: e,
+        }),
+    }
+}
