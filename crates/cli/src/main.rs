@@ -6,6 +6,7 @@ mod completions;
 mod digest;
 mod extract;
 mod fsck;
+mod image;
 mod info;
 mod inspect;
 mod ls;

@@ -126,8 +126,9 @@ const MAX_BESIDE: usize = 10_000;
 /// block space (a merged image's layers) names each in its device table
 /// by a tag, which is a layer's UUID (as `mkfs erofs --merge` and
 /// mkfs.erofs's rebuild mode write it) or a path. Each is looked for among
-/// the EROFS images in the same directory, by UUID, or as that path
-/// there. None found for an image that needs none.
+/// the EROFS images in the same directory and then in the store of image
+/// layers, by UUID, or as that path beside the image. None found for an
+/// image that needs none.
 pub fn find_devices(path: &Path, opts: &OpenOptions) -> anyhow::Result<Vec<PathBuf>> {
     let (_, slots) = Erofs::device_table(path, opts)
         .with_context(|| format!("{}: cannot read its device table", shown(path)))?;
@@ -138,7 +139,13 @@ pub fn find_devices(path: &Path, opts: &OpenOptions) -> anyhow::Result<Vec<PathB
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
     };
-    let by_uuid = uuids_beside(&dir, path);
+    let mut by_uuid = uuids_beside(&dir, path);
+    // Then the store, where image layers are kept.
+    if let Some(store) = crate::image::store_dir().filter(|s| s.is_dir() && *s != dir) {
+        for (uuid, p) in uuids_beside(&store, path) {
+            by_uuid.entry(uuid).or_insert(p);
+        }
+    }
     let mut out = Vec::with_capacity(slots.len());
     for (i, slot) in slots.iter().enumerate() {
         let tag = String::from_utf8_lossy(&slot.tag).into_owned();

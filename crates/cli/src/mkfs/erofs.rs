@@ -418,6 +418,10 @@ fn merge(a: &ErofsOpts, sources: &[PathBuf], image: &Path) -> anyhow::Result<i32
     let mut built: Vec<(PathBuf, bool)> = Vec::new();
     let mut res = Ok(());
     for src in sources {
+        if let Some(image_layers) = crate::image::layers(src)? {
+            layers.extend(image_layers);
+            continue;
+        }
         if is_erofs(src) {
             layers.push(MergeLayer::from(src.clone()));
             continue;
