@@ -15,6 +15,7 @@ mod bench;
 mod cli;
 mod erofs;
 mod harness;
+mod image;
 mod push;
 mod ramfs;
 mod remote;
