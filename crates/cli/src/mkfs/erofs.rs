@@ -92,6 +92,11 @@ pub struct ErofsOpts {
     /// tail, compressed data) is copied, and the summary says how much.
     #[arg(long)]
     pub merge: bool,
+    /// With --merge: copy every byte of the layers' files into the image,
+    /// which then needs no layer to be read (`--clean=data`, as mkfs.erofs
+    /// spells it; `data` is the only mode).
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "data", require_equals = true)]
+    pub clean: Option<String>,
     /// Make every file owned by root.
     #[arg(long = "all-root")]
     pub all_root: bool,
@@ -181,7 +186,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "--unlzma",
     "--unxz",
     "--zfeature-bits",
-    "--clean",
     "--incremental",
     "--root-xattr-isize",
     "--hard-dereference",
@@ -388,6 +392,9 @@ fn options(a: &ErofsOpts) -> anyhow::Result<Options> {
 
 /// `foliofs mkfs erofs ...`.
 pub fn run(a: ErofsArgs) -> anyhow::Result<i32> {
+    if let (Some(_), false) = (&a.opts.clean, a.opts.merge) {
+        bail!("--clean: copies the layers of a --merge; there is no merge here");
+    }
     if a.opts.merge {
         return merge(&a.opts, &a.src, &a.image);
     }
@@ -406,7 +413,12 @@ fn merge(a: &ErofsOpts, sources: &[PathBuf], image: &Path) -> anyhow::Result<i32
     if let Some(m) = &a.tar {
         bail!("--tar={m}: --merge takes layer images or tars, each found out by its bytes");
     }
-    let opts = options(a)?;
+    let mut opts = options(a)?;
+    match a.clean.as_deref() {
+        None => {}
+        Some("data") => opts.merge_copy = true,
+        Some(m) => bail!("--clean={m}: only --clean=data (every byte copied) is built"),
+    }
     let bar = if a.quiet {
         indicatif::ProgressBar::hidden()
     } else {
@@ -525,8 +537,11 @@ fn layer_of_tar(src: &Path, image: &Path, merged: &Options) -> anyhow::Result<(M
 
 /// foliofs run as `mkfs.erofs ...`.
 pub fn run_as_mkfs_erofs(a: MkfsErofsCli) -> anyhow::Result<i32> {
-    if a.opts.merge {
-        bail!("--merge: foliofs's own option; as mkfs.erofs, rebuild mode is not built yet");
+    if a.opts.merge || a.opts.clean.is_some() {
+        bail!(
+            "--merge, --clean: foliofs's own merge; as mkfs.erofs, rebuild mode is not built yet \
+             (run `foliofs mkfs erofs --merge`)"
+        );
     }
     build(&a.opts, a.src, &a.image)
 }

@@ -125,6 +125,10 @@ impl Builder {
             opened.push(layer);
             devices.push(device);
         }
+        if opts.merge_copy {
+            // Self-contained: no file points into a layer.
+            devices.clear();
+        }
         let mut b = Builder::with_devices(image, opts, devices)?;
         for layer in &mut opened {
             b.add_layer(layer)?;
@@ -304,7 +308,11 @@ impl Builder {
         let what = || format!("{}: nid {}", layer.path.display(), inode.nid);
         let bad = |e: foliofs_vfs::Error| EntryError::Bad(e.to_string());
         let size = inode.size;
-        let segs = segments(&layer.fs, inode, self.w.blksz).map_err(bad)?;
+        let segs = if self.opts.merge_copy {
+            vec![(0, size, Src::Copy)]
+        } else {
+            segments(&layer.fs, inode, self.w.blksz).map_err(bad)?
+        };
         if !segs.iter().any(|s| matches!(s.2, Src::Blocks(_))) {
             // Nothing to point at (compressed, inline, empty, or all
             // holes): the file's bytes, copied.

@@ -92,6 +92,10 @@ pub struct Options {
     /// (`-o device=TAR`, or the tar appended to the image). Blocks are
     /// the tar's 512 bytes; nothing is compressed.
     pub tar_index: bool,
+    /// A merge copies every byte of its layers' files into the image,
+    /// which then needs no layer to be read (mkfs.erofs's
+    /// `--clean=data`); without it, files point into their layers.
+    pub merge_copy: bool,
 }
 
 impl Default for Options {
@@ -110,6 +114,7 @@ impl Default for Options {
             workers: 0,
             legacy_compress: false,
             tar_index: false,
+            merge_copy: false,
         }
     }
 }

@@ -508,3 +508,45 @@ fn tars_merge_and_a_directory_a_tar_only_implies_keeps_what_is_below() {
         &without_a(merged),
     );
 }
+
+#[test]
+fn a_clean_merge_copies_every_byte_and_needs_no_layer() {
+    require!("root", "kernel-erofs");
+    let tmp = tempfile::tempdir().unwrap();
+    let layers = build_layers(tmp.path());
+    let by_ref = tmp.path().join("merged.erofs");
+    merge(&layers, &by_ref);
+    let devices: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
+    let want = kernel_walk_devices(&by_ref, &devices);
+    let clean = tmp.path().join("clean.erofs");
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["mkfs", "erofs", "--merge", "--clean=data"])
+        .args(&layers)
+        .arg(&clean);
+    let out = common::run_timeout(&mut cmd, Duration::from_secs(600));
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{summary}");
+    // Every file's bytes (each inode once; the layers' files that upper
+    // layers replaced are copied too, as the layers are walked in turn).
+    let files: std::collections::BTreeMap<u64, u64> = want
+        .values()
+        .filter(|n| n.kind == "reg")
+        .map(|n| (n.ino, n.size))
+        .collect();
+    let data: u64 = files.values().sum();
+    assert!(copied(&summary) >= data, "{summary}: {data} bytes of files");
+    // The layers gone, the image alone reads the same.
+    let away = tempfile::tempdir().unwrap();
+    for l in &layers {
+        fs::rename(l, away.path().join(l.file_name().unwrap())).unwrap();
+    }
+    let got = kernel_walk_devices(&clean, &[]);
+    assert_same(
+        "the clean merge, against the merge by reference",
+        &comparable(want, None),
+        &comparable(got, None),
+    );
+    // Only --clean=data is built; and --clean needs a merge.
+    let out = mkfs(&["--merge", "--clean=rvsp", "x.erofs", "y.erofs"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--clean=rvsp"));
+}
