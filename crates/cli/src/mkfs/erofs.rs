@@ -143,13 +143,20 @@ pub struct ErofsArgs {
 pub struct MkfsErofsCli {
     #[command(flatten)]
     pub opts: ErofsOpts,
+    /// With layer images as the sources (mkfs.erofs's rebuild mode, as
+    /// containerd builds its fsmeta image): `1`, whiteouts and opaque
+    /// markers applied and left out, which is how foliofs merges; other
+    /// values are refused.
+    #[arg(long = "ovlfs-strip", value_name = "N", require_equals = true)]
+    pub ovlfs_strip: Option<u8>,
     /// The image file to write.
     #[arg(value_name = "IMAGE")]
     pub image: PathBuf,
     /// A directory, a tar file (plain, gzip or zstd), or `-` for a tar on
     /// standard input; with --tar it may be left out (standard input).
+    /// Layer images (EROFS) are merged, lowest first, as with --merge.
     #[arg(value_name = "SOURCE")]
-    pub src: Option<PathBuf>,
+    pub src: Vec<PathBuf>,
 }
 
 /// The options of mkfs.erofs 1.9.3 (its `getopt_long` table and short
@@ -178,7 +185,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "--mount-point",
     "--product-out",
     "--fs-config-file",
-    "--ovlfs-strip",
     "--offset",
     "--gzip",
     "--ungzip",
@@ -216,6 +222,14 @@ pub fn not_implemented(e: &clap::Error) -> Option<String> {
         None if !arg.starts_with("--") => arg.get(..2).unwrap_or(arg),
         None => arg,
     };
+    if name == "--ovlfs-strip" {
+        // Known as mkfs.erofs (its rebuild mode), spelt --merge here.
+        return Some(
+            "--ovlfs-strip: mkfs.erofs's rebuild mode; `foliofs mkfs erofs` spells it --merge \
+             (whiteouts are always applied and left out)"
+                .into(),
+        );
+    }
     NOT_IMPLEMENTED
         .contains(&name)
         .then(|| format!("{name}: an option of mkfs.erofs that foliofs does not implement"))
@@ -535,15 +549,41 @@ fn layer_of_tar(src: &Path, image: &Path, merged: &Options) -> anyhow::Result<(M
     Ok((layer, new))
 }
 
-/// foliofs run as `mkfs.erofs ...`.
+/// foliofs run as `mkfs.erofs ...`. EROFS images as the sources are
+/// mkfs.erofs's rebuild mode, which foliofs runs as its merge.
 pub fn run_as_mkfs_erofs(a: MkfsErofsCli) -> anyhow::Result<i32> {
-    if a.opts.merge || a.opts.clean.is_some() {
+    if a.opts.merge {
+        bail!("--merge: foliofs's own spelling; as mkfs.erofs, give the layer images as sources");
+    }
+    let rebuild = a.src.len() > 1 || a.src.first().is_some_and(|s| is_erofs(s));
+    if !rebuild {
+        if let Some(n) = a.ovlfs_strip {
+            bail!("--ovlfs-strip={n}: for layer images as the sources (rebuild mode)");
+        }
+        if a.opts.clean.is_some() {
+            bail!("--clean: for layer images as the sources (rebuild mode)");
+        }
+        return build(&a.opts, a.src.into_iter().next(), &a.image);
+    }
+    match a.ovlfs_strip {
+        Some(1) => {}
+        Some(n) => bail!(
+            "--ovlfs-strip={n}: foliofs's merge always applies whiteouts and opaque markers \
+             and leaves them out; give --ovlfs-strip=1"
+        ),
+        None => bail!(
+            "layer images as sources: without --ovlfs-strip=1 mkfs.erofs would keep the \
+             whiteouts in the merged image, which foliofs's merge does not build; \
+             give --ovlfs-strip=1"
+        ),
+    }
+    if let Some(s) = a.src.iter().find(|s| !is_erofs(s)) {
         bail!(
-            "--merge, --clean: foliofs's own merge; as mkfs.erofs, rebuild mode is not built yet \
-             (run `foliofs mkfs erofs --merge`)"
+            "{}: not an EROFS image; mkfs.erofs's rebuild mode takes layer images only",
+            s.display()
         );
     }
-    build(&a.opts, a.src, &a.image)
+    merge(&a.opts, &a.src, &a.image)
 }
 
 fn build(a: &ErofsOpts, src: Option<PathBuf>, image: &Path) -> anyhow::Result<i32> {

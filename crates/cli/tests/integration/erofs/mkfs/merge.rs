@@ -550,3 +550,93 @@ fn a_clean_merge_copies_every_byte_and_needs_no_layer() {
     let out = mkfs(&["--merge", "--clean=rvsp", "x.erofs", "y.erofs"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--clean=rvsp"));
 }
+
+#[test]
+fn containerds_fsmerge_command_line_runs_through_a_mkfs_erofs_link() {
+    require!("root", "kernel-erofs");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut layers = Vec::new();
+    for (i, src) in layer_sources(tmp.path()).iter().enumerate() {
+        let tar = tmp.path().join(format!("c{i}.tar"));
+        tar_of(src, &tar);
+        let img = tmp.path().join(format!("c{i}.erofs"));
+        // As containerd's differ builds each layer.
+        build(
+            &["--tar=f", "--aufs", "-Enoinline_data", "-b4096"],
+            &tar,
+            &img,
+        );
+        layers.push(img);
+    }
+    let bin = tmp.path().join("bin");
+    fs::create_dir(&bin).unwrap();
+    let link = bin.join("mkfs.erofs");
+    std::os::unix::fs::symlink(common::bin(), &link).unwrap();
+    // containerd's fsmerge: `mkfs.erofs --aufs --ovlfs-strip=1 --quiet
+    // fsmeta.erofs layer1.erofs ...`.
+    let fsmeta = tmp.path().join("fsmeta.erofs");
+    let out = common::run_timeout(
+        Command::new(&link)
+            .args(["--aufs", "--ovlfs-strip=1", "--quiet"])
+            .arg(&fsmeta)
+            .args(&layers),
+        Duration::from_secs(600),
+    );
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The same image as foliofs's own spelling makes.
+    let ours = tmp.path().join("ours.erofs");
+    merge(&layers, &ours);
+    assert_eq!(fs::read(&fsmeta).unwrap(), fs::read(&ours).unwrap());
+    // Without --ovlfs-strip=1 mkfs.erofs would keep the whiteouts: refused.
+    let out = common::run_timeout(
+        Command::new(&link)
+            .arg("--quiet")
+            .arg(tmp.path().join("x.erofs"))
+            .args(&layers),
+        Duration::from_secs(60),
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--ovlfs-strip=1"));
+    // mkfs.erofs 1.9.3's rebuild mode on the same layers: the same tree,
+    // but for two things. The root, which it gives mode 0777 and the time
+    // of the build when the top layer's tar did not list it (foliofs: the
+    // top layer image's root, 0755 at the epoch, as a layer image cannot
+    // say its root was implied). And mtimes, whose nanoseconds it drops
+    // (foliofs keeps the layers' own, as the kernel's overlay shows them).
+    let Some(utils) = super::erofs_utils() else {
+        return;
+    };
+    let theirs = tmp.path().join("theirs.erofs");
+    let out = common::run_timeout(
+        Command::new(utils.join("mkfs.erofs"))
+            .args(["--aufs", "--ovlfs-strip=1", "--quiet"])
+            .arg(&theirs)
+            .args(&layers),
+        Duration::from_secs(600),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let devices: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
+    let without_root = |t: Tree| -> Tree {
+        comparable(t, None)
+            .into_iter()
+            .filter(|(p, _)| p != Path::new(""))
+            .map(|(p, mut n)| {
+                n.mtime.1 = 0;
+                (p, n)
+            })
+            .collect()
+    };
+    assert_same(
+        "foliofs's merge, against mkfs.erofs 1.9.3's rebuild mode",
+        &without_root(kernel_walk_devices(&theirs, &devices)),
+        &without_root(kernel_walk_devices(&fsmeta, &devices)),
+    );
+}
