@@ -437,3 +437,62 @@ exit $rc"#;
     // Root in the container's user namespace, the user outside it.
     assert_eq!(String::from_utf8_lossy(&out.stdout), EXPECTED);
 }
+
+#[test]
+fn an_image_of_30_layers_mounts_as_umoci_unpacks_it() {
+    require!("root", "fuse", "kernel-erofs", "umoci");
+    let tmp = tempfile::tempdir().unwrap();
+    // Thirty layers, each adding, changing and removing a little: more
+    // extra devices than a 4 KiB block holds slots for after the
+    // superblock (23), so the device table runs on into the next block.
+    run(
+        tmp.path(),
+        r#"umoci init --layout L
+umoci new --image L:t
+umoci unpack --image L:t B >/dev/null
+r=B/rootfs
+mkdir -p $r/etc $r/var/log
+for i in $(seq 1 30); do
+    mkdir -p $r/layer$i/sub
+    echo "file of layer $i" > $r/layer$i/sub/f
+    echo "$i" > $r/etc/generation
+    echo "log $i" >> $r/var/log/messages
+    if [ $i -gt 2 ]; then rm -rf $r/layer$((i - 2))/sub; fi
+    if [ $((i % 5)) = 0 ]; then chmod 0700 $r/layer$i; fi
+    umoci repack --refresh-bundle --image L:t B
+done
+umoci unpack --image L:t U >/dev/null
+"#,
+    );
+    let reference = format!("oci:{}:t", tmp.path().join("L").display());
+    let store = tmp.path().join("store");
+    let want = comparable(walk_mounted(&tmp.path().join("U/rootfs")));
+    let m = mount_image(&reference, &store);
+    let got = comparable(walk_mounted(m.path()));
+    m.unmount().unwrap();
+    assert_same("a 30-layer image, against umoci unpack", &want, &got);
+    // And through the kernel, with every layer as a device.
+    let img = tmp.path().join("merged.erofs");
+    let out = common::run_timeout(
+        Command::new(common::bin())
+            .env(STORE_ENV, &store)
+            .args(["mkfs", "erofs", "-q", "--merge"])
+            .arg(&reference)
+            .arg(&img),
+        Duration::from_secs(300),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let layers = store_layers(&store, &img);
+    assert_eq!(layers.len(), 30);
+    let devices: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
+    let kernel = crate::erofs::mkfs::kernel_walk_devices(&img, &devices);
+    assert_same(
+        "the kernel's mount of the 30-layer image",
+        &want,
+        &comparable(kernel),
+    );
+}
