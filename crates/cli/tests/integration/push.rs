@@ -2,7 +2,8 @@
 //! start-up profiles (`record=`, `prefetch=`): what a reader gets is the
 //! source's bytes, pushed pages save READ requests (counted by the
 //! server, `foliofs mounts --stats`), the push budget holds, and a profile
-//! of another image is refused with a warning.
+//! of another image is refused with a warning. Each runs on a romfs image,
+//! an EROFS image and a merged EROFS image whose data is in its layer.
 
 use crate::common;
 
@@ -157,7 +158,42 @@ fn images(tmp: &Path, src: &Path) -> Vec<PathBuf> {
         common::mkfs_erofs::<&str>(&[], &erofs, src);
         v.push(erofs);
     }
+    v.push(merged(tmp, src));
     v
+}
+
+/// The tree as a merged image whose data stays in its one layer (built
+/// beside it, where a mount finds it): pushes and profiles read through
+/// chunks into another device.
+fn merged(tmp: &Path, src: &Path) -> PathBuf {
+    let layer = tmp.join("layer.erofs");
+    let merged = tmp.join("merged.erofs");
+    for args in [
+        vec![
+            "mkfs".as_ref(),
+            "erofs".as_ref(),
+            "-q".as_ref(),
+            "-Enoinline_data".as_ref(),
+            src.as_os_str(),
+            layer.as_os_str(),
+        ],
+        vec![
+            "mkfs".as_ref(),
+            "erofs".as_ref(),
+            "-q".as_ref(),
+            "--merge".as_ref(),
+            layer.as_os_str(),
+            merged.as_os_str(),
+        ],
+    ] {
+        let out = common::foliofs(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    merged
 }
 
 #[test]
