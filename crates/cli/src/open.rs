@@ -192,7 +192,7 @@ fn uuids_beside(dir: &Path, image: &Path) -> std::collections::HashMap<String, P
         else {
             continue;
         };
-        let uuid: String = sb.uuid.iter().map(|b| format!("{b:02x}")).collect();
+        let uuid = sb.uuid_hex();
         out.entry(uuid).or_insert(p);
     }
     out

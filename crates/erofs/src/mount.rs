@@ -53,12 +53,7 @@ impl Erofs {
     /// Opens the EROFS image at `path`; `devices` are the extra devices
     /// (blob files) the image's device table names, in order.
     pub fn open(path: &Path, opts: &OpenOptions, devices: &[PathBuf]) -> Result<Erofs> {
-        let probe_opts = OpenOptions {
-            block_size: BlockSizeChoice::Fixed(4096),
-            io_mode: opts.io_mode,
-            cache_bytes: 1 << 20,
-            remote: opts.remote.clone(),
-        };
+        let probe_opts = probe_options(opts);
         let sb = read_superblock(path, &probe_opts)?;
         // The cache's blocks follow the image's, but never below what the
         // block layer can do.
@@ -95,12 +90,7 @@ impl Erofs {
     /// without opening its devices: what must be found before the image
     /// can be opened.
     pub fn device_table(path: &Path, opts: &OpenOptions) -> Result<(Superblock, Vec<DeviceSlot>)> {
-        let probe_opts = OpenOptions {
-            block_size: BlockSizeChoice::Fixed(4096),
-            io_mode: opts.io_mode,
-            cache_bytes: 1 << 20,
-            remote: opts.remote.clone(),
-        };
+        let probe_opts = probe_options(opts);
         let sb = read_superblock(path, &probe_opts)?;
         if !sb.has_incompat(INCOMPAT_DEVICE_TABLE) {
             return Ok((sb, Vec::new()));
@@ -232,6 +222,17 @@ impl Erofs {
             frsize: self.sb.block_size(),
             namelen: NAME_LEN_MAX as u32,
         }
+    }
+}
+
+/// How the superblock is read before the image's block size is known:
+/// one 4 KiB block, through a small cache, as `opts` reach the image.
+fn probe_options(opts: &OpenOptions) -> OpenOptions {
+    OpenOptions {
+        block_size: BlockSizeChoice::Fixed(4096),
+        io_mode: opts.io_mode,
+        cache_bytes: 1 << 20,
+        remote: opts.remote.clone(),
     }
 }
 

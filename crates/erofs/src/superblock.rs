@@ -89,6 +89,12 @@ pub struct Superblock {
 }
 
 impl Superblock {
+    /// The UUID as 32 lower-case hex digits, as a merged image's device
+    /// table tags its layers (and mkfs.erofs's rebuild mode tags them).
+    pub fn uuid_hex(&self) -> String {
+        uuid_hex(&self.uuid)
+    }
+
     /// Parses and validates the superblock `raw` (read from byte 1024): at
     /// least its 128 fixed bytes, and [`Superblock::read_size`] bytes for
     /// the fields of its extension slots.
@@ -331,6 +337,11 @@ impl DeviceSlot {
             mapped_blkaddr: u64::from(d.uniaddr_lo.get()) | hi(d.uniaddr_hi),
         }
     }
+}
+
+/// A UUID's 16 bytes as 32 lower-case hex digits.
+pub fn uuid_hex(uuid: &[u8; 16]) -> String {
+    uuid.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -537,7 +537,7 @@ fn layer_of_tar(src: &Path, image: &Path, merged: &Options) -> anyhow::Result<(M
     };
     let r = open_tar(src, false).with_context(what)?;
     let sum = Builder::build_tar(r, &tmp, opts).with_context(what)?;
-    let hex: String = sum.uuid.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = foliofs_erofs::superblock::uuid_hex(&sum.uuid);
     let path = dir.join(format!("{hex}.erofs"));
     let new = !path.exists();
     tmp.persist(&path)

@@ -15,24 +15,11 @@ use std::time::Duration;
 use crate::common;
 use crate::erofs::walk::{assert_same, walk_mounted, Tree};
 
-fn run(dir: &Path, script: &str) {
-    let out = common::run_timeout(
-        Command::new("sh").arg("-ec").arg(script).current_dir(dir),
-        Duration::from_secs(300),
-    );
-    assert!(
-        out.status.success(),
-        "{script}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// An OCI layout `L` in `dir` with the image `t`: a base and three layers
 /// of changes, made in a bundle as a container would make them and
 /// recorded by `umoci repack` (a layer per repack).
 fn umoci_image(dir: &Path) {
-    run(
+    common::sh_in(
         dir,
         r#"umoci init --layout L
 umoci new --image L:t
@@ -104,20 +91,7 @@ fn an_umoci_image_mounts_as_umoci_unpacks_it() {
     );
     // The same merged image through the kernel, with the store's layers.
     let img = tmp.path().join("merged.erofs");
-    let out = common::run_timeout(
-        Command::new(common::bin())
-            .env(STORE_ENV, &store)
-            .args(["mkfs", "erofs", "-q", "--merge"])
-            .arg(&reference)
-            .arg(&img),
-        Duration::from_secs(300),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let layers = store_layers(&store, &img);
+    let layers = merge_image(&reference, &store, &img);
     let devices: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
     let kernel = crate::erofs::mkfs::kernel_walk_devices(&img, &devices);
     assert_same(
@@ -153,6 +127,25 @@ fn mount_image(reference: &str, store: &Path) -> common::Mount {
         .keeping(mnt)
 }
 
+/// `mkfs erofs --merge REFERENCE IMG` with the store at `store`; the
+/// layer images it points into, in order.
+fn merge_image(reference: &str, store: &Path, img: &Path) -> Vec<PathBuf> {
+    let out = common::run_timeout(
+        Command::new(common::bin())
+            .env(STORE_ENV, store)
+            .args(["mkfs", "erofs", "-q", "--merge"])
+            .arg(reference)
+            .arg(img),
+        Duration::from_secs(300),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    store_layers(store, img)
+}
+
 /// The layer images `img`'s device table names, found in `store` by UUID.
 fn store_layers(store: &Path, img: &Path) -> Vec<PathBuf> {
     let (_, slots) = foliofs_erofs::Erofs::device_table(img, &Default::default()).unwrap();
@@ -161,13 +154,7 @@ fn store_layers(store: &Path, img: &Path) -> Vec<PathBuf> {
         let p = e.path();
         if p.extension().is_some_and(|x| x == "erofs") {
             if let Ok(fs) = foliofs_erofs::Erofs::open(&p, &Default::default(), &[]) {
-                let u: String = fs
-                    .superblock()
-                    .uuid
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
-                by_uuid.insert(u, p);
+                by_uuid.insert(fs.superblock().uuid_hex(), p);
             }
         }
     }
@@ -185,7 +172,7 @@ fn a_user_mounts_an_umoci_image_from_their_own_store() {
     common::open_to_all(tmp.path());
     // The layout for the user to read, and umoci's bundle (0700) for
     // the user to enter; its rootfs stays as unpacked.
-    run(tmp.path(), "chmod -R a+rX L && chmod a+rx U");
+    common::sh_in(tmp.path(), "chmod -R a+rX L && chmod a+rx U");
     let cache = common::user_tempdir(common::TEST_USER);
     let reference = format!("oci:{}:t", tmp.path().join("L").display());
     let mnt = common::user_tempdir(common::TEST_USER);
@@ -297,7 +284,7 @@ fn busybox_image(dir: &Path) {
         .into_iter()
         .find(|p| Path::new(p).exists())
         .expect("busybox");
-    run(
+    common::sh_in(
         dir,
         &format!(
             r#"umoci init --layout L
@@ -398,7 +385,7 @@ fn rootless_runc_starts_a_container_on_a_users_mount() {
     for d in [&bundle, &mnt, &state] {
         fs::create_dir(d).unwrap();
     }
-    run(
+    common::sh_in(
         home.path(),
         &format!("chown {u}:{u} bundle mnt runc", u = common::TEST_USER),
     );
@@ -411,7 +398,7 @@ fn rootless_runc_starts_a_container_on_a_users_mount() {
         .arg(&mnt);
     let m = common::Mount::by_command(Some(common::TEST_USER), &mut cmd, &mnt).unwrap();
     runc_bundle(&bundle, &mnt, IN_CONTAINER, true);
-    run(
+    common::sh_in(
         home.path(),
         &format!("chown -R {u}:{u} bundle runc", u = common::TEST_USER),
     );
@@ -445,7 +432,7 @@ fn an_image_of_30_layers_mounts_as_umoci_unpacks_it() {
     // Thirty layers, each adding, changing and removing a little: more
     // extra devices than a 4 KiB block holds slots for after the
     // superblock (23), so the device table runs on into the next block.
-    run(
+    common::sh_in(
         tmp.path(),
         r#"umoci init --layout L
 umoci new --image L:t
@@ -473,20 +460,7 @@ umoci unpack --image L:t U >/dev/null
     assert_same("a 30-layer image, against umoci unpack", &want, &got);
     // And through the kernel, with every layer as a device.
     let img = tmp.path().join("merged.erofs");
-    let out = common::run_timeout(
-        Command::new(common::bin())
-            .env(STORE_ENV, &store)
-            .args(["mkfs", "erofs", "-q", "--merge"])
-            .arg(&reference)
-            .arg(&img),
-        Duration::from_secs(300),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let layers = store_layers(&store, &img);
+    let layers = merge_image(&reference, &store, &img);
     assert_eq!(layers.len(), 30);
     let devices: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
     let kernel = crate::erofs::mkfs::kernel_walk_devices(&img, &devices);

@@ -108,3 +108,18 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// Runs `sh -ec SCRIPT` in `dir` (bounded by 300 s), panicking with its
+/// output unless it succeeds.
+pub fn sh_in(dir: &Path, script: &str) {
+    let out = run_timeout(
+        Command::new("sh").arg("-ec").arg(script).current_dir(dir),
+        Duration::from_secs(300),
+    );
+    assert!(
+        out.status.success(),
+        "{script}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -28,18 +28,6 @@ fn put(dir: &Path, rel: &str, text: &[u8]) {
     fs::write(p, text).unwrap();
 }
 
-fn sh(dir: &Path, script: &str) {
-    let out = common::run_timeout(
-        Command::new("sh").arg("-ec").arg(script).current_dir(dir),
-        Duration::from_secs(60),
-    );
-    assert!(
-        out.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Three layers' source trees, lowest first, as an image tool records a
 /// container's changes: what each layer adds or changes, and a `.wh.`
 /// file for what it removes.
@@ -65,7 +53,7 @@ fn layer_sources(dir: &Path) -> Vec<PathBuf> {
     put(&l1, "gone/f", b"removed later\n");
     put(&l1, "f2d", b"a file that becomes a directory\n");
     put(&l1, "var/empty/.keep", b"");
-    sh(
+    common::sh_in(
         &l1,
         "ln etc/passwd etc/passwd.hard
          ln -s ../usr/bin/tool usr/lib/tool-link
@@ -88,7 +76,7 @@ fn layer_sources(dir: &Path) -> Vec<PathBuf> {
         "usr/lib/more",
         &common::random_bytes(&mut common::rng(9), 5000),
     );
-    sh(&l2, "chmod 0750 usr; ln usr/lib/more usr/lib/more.hard");
+    common::sh_in(&l2, "chmod 0750 usr; ln usr/lib/more usr/lib/more.hard");
     set_xattr(&l2.join("usr"), "user.upper", b"upper dir xattr");
     // The third, compressed: more changes on top.
     put(&l3, "etc/motd", b"upper\n");
@@ -99,7 +87,7 @@ fn layer_sources(dir: &Path) -> Vec<PathBuf> {
         &common::random_bytes(&mut common::rng(10), 40_000),
     );
     put(&l3, "var/.wh.fifo", b"");
-    sh(&l3, "ln -s /etc/motd motd-link");
+    common::sh_in(&l3, "ln -s /etc/motd motd-link");
     set_xattr(&l3.join("etc/motd"), "user.origin", b"upper");
     vec![l1, l2, l3]
 }
@@ -296,16 +284,10 @@ fn a_merged_image_finds_its_layers_beside_it_or_names_the_one_missing() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("more"));
     // The second layer moved away: the mount says which device is
     // missing, and where it looked.
-    let uuid = {
-        let fs = foliofs_erofs::Erofs::open(&layers[1], &Default::default(), &[]).unwrap();
-        let u: String = fs
-            .superblock()
-            .uuid
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        u
-    };
+    let uuid = foliofs_erofs::Erofs::open(&layers[1], &Default::default(), &[])
+        .unwrap()
+        .superblock()
+        .uuid_hex();
     let away = tempfile::tempdir().unwrap();
     fs::rename(&layers[1], away.path().join("l2.erofs")).unwrap();
     let err = common::Mount::new(&img, None, "")
@@ -447,7 +429,7 @@ fn tars_merge_and_a_directory_a_tar_only_implies_keeps_what_is_below() {
     let (s1, s2) = (tmp.path().join("s1"), tmp.path().join("s2"));
     put(&s1, "a/old", b"old\n");
     put(&s1, "d2f/inner", b"a directory in the base\n");
-    sh(&s1, "chown 1000:1000 a; chmod 0700 a; touch -d @1000000 a");
+    common::sh_in(&s1, "chown 1000:1000 a; chmod 0700 a; touch -d @1000000 a");
     put(&s2, "a/b", b"new\n");
     put(&s2, "d2f", b"now a file\n");
     put(&s2, "x/.wh.inner", b"");
@@ -456,7 +438,7 @@ fn tars_merge_and_a_directory_a_tar_only_implies_keeps_what_is_below() {
     // The second layer as umoci writes such a change: `a/b` with no
     // entry for `a` (nor for the root), and a directory turned into a
     // file with a whiteout beneath the file's name.
-    sh(
+    common::sh_in(
         tmp.path(),
         "mkdir -p x && cp s2/d2f x/d2f && mkdir -p y/d2f && touch y/d2f/.wh.inner
          tar --format=pax -cf l2.tar -C s2 a/b d2f -C ../y d2f/.wh.inner",
