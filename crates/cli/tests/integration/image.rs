@@ -470,3 +470,45 @@ umoci unpack --image L:t U >/dev/null
         &comparable(kernel),
     );
 }
+
+#[test]
+fn layers_two_images_share_are_built_and_kept_once() {
+    require!("root", "fuse", "umoci", "setfattr");
+    let tmp = tempfile::tempdir().unwrap();
+    umoci_image(tmp.path());
+    // A second image on top of the first: its three layers and one more.
+    common::sh_in(
+        tmp.path(),
+        "umoci config --image L:t --tag t2 >/dev/null
+umoci unpack --image L:t2 B2 >/dev/null
+echo more > B2/rootfs/etc/extra
+umoci repack --refresh-bundle --image L:t2 B2",
+    );
+    let store = tmp.path().join("store");
+    let layer_images = |store: &Path| {
+        fs::read_dir(store)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with("layer-") && n.ends_with(".erofs")
+            })
+            .count()
+    };
+    let l = tmp.path().join("L");
+    let m = mount_image(&format!("oci:{}:t", l.display()), &store);
+    m.unmount().unwrap();
+    assert_eq!(layer_images(&store), 3);
+    let m = mount_image(&format!("oci:{}:t2", l.display()), &store);
+    let extra = fs::read_to_string(m.path().join("etc/extra")).unwrap();
+    m.unmount().unwrap();
+    assert_eq!(extra, "more\n");
+    // One more layer image, and a merged image for each.
+    assert_eq!(layer_images(&store), 4);
+    let merged = fs::read_dir(&store)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("image-"))
+        .count();
+    assert_eq!(merged, 2);
+}
