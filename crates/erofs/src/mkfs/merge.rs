@@ -141,9 +141,19 @@ impl Builder {
         let root = layer.fs.superblock().root_nid;
         // (the layer's directory, its path)
         let mut todo: Vec<(u64, Vec<Vec<u8>>)> = vec![(root, Vec::new())];
+        // Each directory once: a damaged layer that lists a directory in
+        // itself would otherwise be walked for ever.
+        let mut seen = HashSet::new();
         while let Some((nid, comps)) = todo.pop() {
             let shown = shown(&comps);
             let path = layer.path.clone();
+            if !seen.insert(nid) {
+                return Err(layer_error(
+                    &path,
+                    &shown,
+                    format!("directory nid {nid} is listed twice (a loop in a damaged image)"),
+                ));
+            }
             let bad = |e: foliofs_vfs::Error| layer_error(&path, &shown, e.to_string());
             let inode = layer.fs.inode(nid).map_err(bad)?;
             let entries = entries(&layer.fs, &inode).map_err(bad)?;
@@ -580,6 +590,22 @@ impl Read for LayerReader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testimage::{TestImage, ROOT};
+
+    #[test]
+    fn a_layer_that_lists_a_directory_in_itself_is_refused_not_walked_for_ever() {
+        let mut t = TestImage::new(0, 0);
+        t.root(&[("loop", ROOT, 2)]);
+        let dir = tempfile::tempdir().unwrap();
+        let layer = dir.path().join("layer.erofs");
+        std::fs::write(&layer, &t.bytes).unwrap();
+        let img = dir.path().join("merged.erofs");
+        let err = Builder::build_merge(&[MergeLayer::from(layer)], &img, Options::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("listed twice"), "{err}");
+        assert!(!img.exists());
+    }
 
     #[test]
     fn one_stretch_is_one_chunk_and_cuts_set_the_chunk_size() {
