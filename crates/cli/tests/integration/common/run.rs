@@ -123,3 +123,23 @@ pub fn sh_in(dir: &Path, script: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Makes `cmd`'s process run under `bytes` of address space
+/// (`RLIMIT_AS`), so a test sees an allocation it could not back fail
+/// rather than the machine's memory fill.
+pub fn limit_address_space(cmd: &mut Command, bytes: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe and touches only this child.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

@@ -11,7 +11,6 @@ use crate::common;
 
 use std::ffi::OsStr;
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -124,19 +123,7 @@ fn regions(img: &Path) -> Regions {
 fn fsck_bounded(img: &Path, what: &str) -> bool {
     let mut cmd = Command::new(common::bin());
     cmd.arg("fsck").arg(img);
-    // SAFETY: setrlimit is async-signal-safe and touches only this child.
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: MEMORY_LIMIT,
-                rlim_max: MEMORY_LIMIT,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    common::limit_address_space(&mut cmd, MEMORY_LIMIT);
     let out = common::run_timeout(&mut cmd, Duration::from_secs(60));
     let text = format!(
         "{}{}",

@@ -7,7 +7,6 @@
 
 use std::ffi::OsStr;
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -140,19 +139,7 @@ const MEMORY_LIMIT: u64 = 512 << 20;
 fn mkfs_bounded(args: &[&OsStr]) -> Output {
     let mut cmd = Command::new(common::bin());
     cmd.args(["mkfs", "erofs", "-q"]).args(args);
-    // SAFETY: setrlimit is async-signal-safe and touches only this child.
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: MEMORY_LIMIT,
-                rlim_max: MEMORY_LIMIT,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    common::limit_address_space(&mut cmd, MEMORY_LIMIT);
     common::run_timeout(&mut cmd, Duration::from_secs(60))
 }
 
