@@ -35,8 +35,14 @@ pub fn one_file_romfs(dir: &Path) -> PathBuf {
 /// Builds `img` from `src` with `mkfs.erofs --quiet ARGS` (bounded),
 /// panicking with its stderr if it fails.
 pub fn mkfs_erofs<S: AsRef<OsStr>>(args: &[S], img: &Path, src: &Path) {
+    mkfs_erofs_with(Path::new("mkfs.erofs"), args, img, src);
+}
+
+/// As [`mkfs_erofs`], with the mkfs.erofs at `mkfs` (erofs-utils 1.9.3's,
+/// say).
+pub fn mkfs_erofs_with<S: AsRef<OsStr>>(mkfs: &Path, args: &[S], img: &Path, src: &Path) {
     let out = run_timeout(
-        Command::new("mkfs.erofs")
+        Command::new(mkfs)
             .arg("--quiet")
             .args(args)
             .arg(img)
@@ -45,7 +51,8 @@ pub fn mkfs_erofs<S: AsRef<OsStr>>(args: &[S], img: &Path, src: &Path) {
     );
     assert!(
         out.status.success(),
-        "mkfs.erofs {:?}: {}",
+        "{} {:?}: {}",
+        mkfs.display(),
         args.iter().map(|a| a.as_ref()).collect::<Vec<_>>(),
         String::from_utf8_lossy(&out.stderr)
     );

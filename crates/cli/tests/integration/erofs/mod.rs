@@ -75,18 +75,5 @@ fn erofs_utils_193_bin() -> Option<&'static Path> {
 /// `MKFS --quiet ARGS IMG SRC` (an erofs-utils mkfs.erofs), bounded;
 /// panics with its stderr unless it succeeds.
 pub fn run_mkfs_erofs(mkfs: &Path, args: &[&str], img: &Path, src: &Path) {
-    let out = common::run_timeout(
-        Command::new(mkfs)
-            .arg("--quiet")
-            .args(args)
-            .arg(img)
-            .arg(src),
-        Duration::from_secs(600),
-    );
-    assert!(
-        out.status.success(),
-        "{} {args:?}: {}",
-        mkfs.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::mkfs_erofs_with(mkfs, args, img, src);
 }
