@@ -13,6 +13,7 @@ mod bigdir;
 mod counted;
 mod env;
 mod evict;
+mod image;
 mod images;
 mod mkfs;
 mod mount;
@@ -60,8 +61,15 @@ pub enum Which {
     Bigdir,
     /// An EROFS image in S3 (a SeaweedFS started on loopback), cold and warm disk cache, beside the local file (needs `weed`; not part of `all`: it adds a server and a minute).
     Remote,
+    /// A container image of many layers, from an OCI layout, made into a root file system (foliofs mount oci:, the kernel's mount of the merged image, mkfs.erofs per layer under overlayfs, umoci unpack) and started from; then a lookup-heavy start on the merged image and on the overlay stack.
+    Image,
     /// Every section but `remote`.
     All,
+    /// Reads every file under `--tree` and prints the seconds: the image
+    /// section's reader, run as a process of its own by whoever a row
+    /// runs as.
+    #[value(hide = true)]
+    ReadTree,
 }
 
 /// Arguments of `foliofs bench`.
@@ -160,6 +168,11 @@ impl Config {
 
 /// Runs the benchmark and prints its tables; exit code 1 if a row failed.
 pub fn run(args: BenchArgs) -> Result<i32> {
+    if args.which == Which::ReadTree {
+        let dir = args.tree.context("read-tree needs --tree DIR")?;
+        println!("{}", timing::time_read_tree(&dir)?);
+        return Ok(0);
+    }
     let cfg = Config::from_args(&args)?;
     let env = env::BenchEnv::new(args.workdir.as_deref())?;
     ctrlc::set_handler(|| {
@@ -181,6 +194,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             Which::Smallfiles,
             Which::Realstart,
             Which::Bigdir,
+            Which::Image,
         ],
         w => vec![w],
     };
@@ -197,23 +211,26 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         );
     }
     for w in &wanted {
-        let s = match w {
-            Which::Seq => seq::seq(&env, &cfg),
-            Which::Tree => tree::tree(&env, &cfg),
-            Which::Ramfs => ramfs::ramfs(&env, &cfg),
-            Which::Startup => startup::startup(&env, &cfg),
-            Which::Unpack => unpack::unpack(&env, &cfg),
-            Which::Smallfiles => smallfiles::smallfiles(&env, &cfg),
-            Which::Realstart => realstart::realstart(&env, &cfg),
-            Which::Bigdir => bigdir::bigdir(&env, &cfg),
-            Which::Remote => remote::remote(&env, &cfg),
-            Which::All => unreachable!("expanded above"),
+        let sections = match w {
+            Which::Seq => seq::seq(&env, &cfg).map(|s| vec![s]),
+            Which::Tree => tree::tree(&env, &cfg).map(|s| vec![s]),
+            Which::Ramfs => ramfs::ramfs(&env, &cfg).map(|s| vec![s]),
+            Which::Startup => startup::startup(&env, &cfg).map(|s| vec![s]),
+            Which::Unpack => unpack::unpack(&env, &cfg).map(|s| vec![s]),
+            Which::Smallfiles => smallfiles::smallfiles(&env, &cfg).map(|s| vec![s]),
+            Which::Realstart => realstart::realstart(&env, &cfg).map(|s| vec![s]),
+            Which::Bigdir => bigdir::bigdir(&env, &cfg).map(|s| vec![s]),
+            Which::Remote => remote::remote(&env, &cfg).map(|s| vec![s]),
+            Which::Image => image::image(&env, &cfg),
+            Which::All | Which::ReadTree => unreachable!("handled above"),
         }?;
-        if cfg.tty {
-            eprint!("\r\x1b[K");
+        for s in sections {
+            if cfg.tty {
+                eprint!("\r\x1b[K");
+            }
+            println!("{}", report::table(&s));
+            report.sections.push(s);
         }
-        println!("{}", report::table(&s));
-        report.sections.push(s);
     }
     crate::env::restore_uring();
     if let Some(p) = &args.json {

@@ -42,6 +42,12 @@ fn read_ahead_kb(dir: &Path) -> Option<u32> {
 pub enum How {
     /// `foliofs mount -t TYPE -o OPTS`.
     Foliofs { fstype: &'static str, opts: String },
+    /// `foliofs mount oci:DIR:TAG` with its store at `store`, by `user`
+    /// (uid, gid) when one is given, else by whoever runs the bench.
+    Image {
+        store: PathBuf,
+        user: Option<(u32, u32)>,
+    },
     /// The kernel, mount(2) with the image file itself as the source.
     KernelFile { fstype: &'static str, opts: String },
     /// The kernel, through a loop device.
@@ -119,6 +125,24 @@ impl Mounted {
                     }
                 }
             }
+            How::Image { store, user } => {
+                let mut c = match user {
+                    Some((uid, gid)) => {
+                        let mut c = Command::new("setpriv");
+                        c.arg(format!("--reuid={uid}"))
+                            .arg(format!("--regid={gid}"))
+                            .args(["--clear-groups", "--"])
+                            .arg(&env.exe);
+                        c
+                    }
+                    None => Command::new(&env.exe),
+                };
+                c.env("FOLIOFS_STORE", store).arg("mount");
+                if env.uring {
+                    c.args(["-o", "noio_uring"]);
+                }
+                run(c.arg(source).arg(dir))?;
+            }
             How::KernelFile { fstype, opts } | How::KernelMem { fstype, opts } => {
                 sys_mount(source, dir, fstype, opts)?
             }
@@ -146,7 +170,7 @@ impl Drop for Mounted {
             return;
         }
         let ok = match self.how {
-            How::Foliofs { .. } => {
+            How::Foliofs { .. } | How::Image { .. } => {
                 run(Command::new(&self.exe).arg("umount").arg(&self.dir)).is_ok()
             }
             How::Squashfuse => run(Command::new("fusermount3").arg("-u").arg(&self.dir)).is_ok(),

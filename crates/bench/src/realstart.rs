@@ -23,7 +23,7 @@ use crate::Config;
 
 /// The modules imported, widely used ones that load many others; a name
 /// this Python does not have is skipped (and counted in the note).
-const MODULES: &[&str] = &[
+pub(crate) const MODULES: &[&str] = &[
     "argparse",
     "asyncio",
     "csv",
@@ -51,11 +51,12 @@ const MODULES: &[&str] = &[
 
 /// With `--quick`: a few of them, still the parser, network, database and
 /// text modules most programs start with (about a third of the files).
-const QUICK_MODULES: &[&str] = &["argparse", "email.parser", "http.client", "json", "sqlite3"];
+pub(crate) const QUICK_MODULES: &[&str] =
+    &["argparse", "email.parser", "http.client", "json", "sqlite3"];
 
 /// The program `-c` runs: import each module, then say how many it found
 /// and how many modules that loaded in all.
-fn script(modules: &[&str]) -> String {
+pub(crate) fn script(modules: &[&str]) -> String {
     let list = modules
         .iter()
         .map(|m| format!("'{m}'"))
@@ -69,7 +70,7 @@ fn script(modules: &[&str]) -> String {
 /// The newest Python whose standard library is `/usr/lib/python3.N` and
 /// whose interpreter is `/usr/bin/python3.N`: the distribution's, which
 /// nothing here built.
-fn python() -> Result<(PathBuf, PathBuf), String> {
+pub(crate) fn python() -> Result<(PathBuf, PathBuf), String> {
     let lib = python_stdlib()
         .ok_or("no Python standard library under /usr/lib (python3.N/os.py; Debian: apt-get install python3)")?;
     let name = lib.file_name().expect("a python3.N directory").to_owned();
@@ -87,7 +88,7 @@ fn python() -> Result<(PathBuf, PathBuf), String> {
 /// `DIR/bin/python3.N` and `DIR/lib/python3.N`: laid out so the interpreter
 /// finds its library from where it runs (`sys.prefix` is `DIR`), with no
 /// environment variable, which `-I` would ignore anyway.
-fn lay_out(dir: &Path, exe: &Path, lib: &Path) -> Result<PathBuf> {
+pub(crate) fn lay_out(dir: &Path, exe: &Path, lib: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir.join("bin"))?;
     std::fs::create_dir_all(dir.join("lib"))?;
     let name = exe.file_name().context("an interpreter without a name")?;
@@ -103,7 +104,7 @@ fn lay_out(dir: &Path, exe: &Path, lib: &Path) -> Result<PathBuf> {
 /// 0, so every image then shows the interpreter what its compiled files
 /// expect, and it loads them as it does from the disk instead of compiling
 /// every module again (and failing to write the result).
-fn zero_times(dir: &Path) -> Result<()> {
+pub(crate) fn zero_times(dir: &Path) -> Result<()> {
     use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
     for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
         let e = e?;

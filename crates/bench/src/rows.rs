@@ -99,7 +99,9 @@ pub(crate) fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
                 "needs root: switching FUSE over io_uring on (enable_uring)".into()
             })
         }
-        How::Foliofs { .. } | How::Squashfuse if !Path::new("/dev/fuse").exists() => {
+        How::Foliofs { .. } | How::Image { .. } | How::Squashfuse
+            if !Path::new("/dev/fuse").exists() =>
+        {
             Some("/dev/fuse is missing".into())
         }
         How::Foliofs {

@@ -89,7 +89,7 @@ fn rss_kib(f: &Path) -> Option<u64> {
 
 /// Whether this mkfs.erofs reads tar streams (1.6 and later; Debian's 1.5
 /// does not).
-fn has_tar(mkfs: &Path) -> bool {
+pub(crate) fn has_tar(mkfs: &Path) -> bool {
     Command::new(mkfs)
         .arg("--help")
         .output()

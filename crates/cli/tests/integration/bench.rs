@@ -45,7 +45,9 @@ fn quick_bench_reports_every_section_with_kernel_rows() {
             "unpack",
             "smallfiles",
             "realstart",
-            "bigdir"
+            "bigdir",
+            "image",
+            "image-lookups"
         ]
     );
     // SAFETY: geteuid has no preconditions.

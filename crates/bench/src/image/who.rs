@@ -1,0 +1,115 @@
+//! Who runs a row: whoever runs the bench, or (when that is root) an
+//! ordinary user, whose rows mount and read as that user does.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use crate::env::BenchEnv;
+
+/// The user root's bench runs the user rows as: present on every Debian
+/// system, and owning nothing the bench reads.
+const USER: &str = "nobody";
+
+#[derive(Clone, Debug)]
+pub(crate) enum Who {
+    /// Whoever runs the bench.
+    Me,
+    /// An ordinary user, through `setpriv` with no supplementary groups.
+    User { name: String, uid: u32, gid: u32 },
+}
+
+impl Who {
+    /// The runner of the user rows: the bench's own user when that is not
+    /// root, else [`USER`]; why not, when it cannot be had.
+    pub(crate) fn ordinary(env: &BenchEnv) -> Result<Who, String> {
+        if !env.root {
+            return Ok(Who::Me);
+        }
+        let u = nix::unistd::User::from_name(USER)
+            .ok()
+            .flatten()
+            .ok_or_else(|| format!("no user {USER} to mount as"))?;
+        let fuse = std::fs::metadata("/dev/fuse").map_err(|e| format!("/dev/fuse: {e}"))?;
+        if fuse.permissions().mode() & 0o006 != 0o006 {
+            return Err(
+                "/dev/fuse is not open to ordinary users (mode 0666, as scripts/setup makes it)"
+                    .into(),
+            );
+        }
+        if !crate::env::have("setpriv") {
+            return Err("setpriv is not installed (util-linux)".into());
+        }
+        Ok(Who::User {
+            name: USER.into(),
+            uid: u.uid.as_raw(),
+            gid: u.gid.as_raw(),
+        })
+    }
+
+    /// `prog`, to be run as this runner.
+    pub(crate) fn command(&self, prog: impl AsRef<OsStr>) -> Command {
+        match self {
+            Who::Me => Command::new(prog),
+            Who::User { uid, gid, .. } => {
+                let mut c = Command::new("setpriv");
+                c.arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={gid}"))
+                    .args(["--clear-groups", "--"])
+                    .arg(prog);
+                c
+            }
+        }
+    }
+
+    /// The (uid, gid) a mount is made as, `None` for the bench's own.
+    pub(crate) fn ids(&self) -> Option<(u32, u32)> {
+        match self {
+            Who::Me => None,
+            Who::User { uid, gid, .. } => Some((*uid, *gid)),
+        }
+    }
+
+    /// Gives `dir` to this runner.
+    pub(crate) fn own(&self, dir: &Path) -> Result<()> {
+        if let Who::User { uid, gid, .. } = self {
+            std::os::unix::fs::chown(dir, Some(*uid), Some(*gid))
+                .with_context(|| format!("giving {} to uid {uid}", dir.display()))?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Who::Me => "the user running the bench".into(),
+            Who::User { name, uid, .. } => format!("{name} (uid {uid})"),
+        }
+    }
+}
+
+/// Seconds this runner takes to read every file under `dir`: the bench's
+/// own reader (`foliofs bench read-tree`), run as a process of its own
+/// for every row alike.
+pub(crate) fn read_tree(env: &BenchEnv, who: &Who, dir: &Path) -> Result<f64> {
+    let out = who
+        .command(&env.exe)
+        .args(["bench", "read-tree", "--tree"])
+        .arg(dir)
+        .output()
+        .context("starting foliofs bench read-tree")?;
+    if !out.status.success() {
+        bail!(
+            "reading {} ({}): {}",
+            dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let s = String::from_utf8_lossy(&out.stdout);
+    s.trim()
+        .parse()
+        .with_context(|| format!("read-tree printed {s:?}"))
+}
