@@ -1,19 +1,14 @@
-//! Container images: OCI image layouts that umoci builds, layer by layer
-//! from a container's changes, mounted as `oci:DIR:TAG` (each layer built
-//! into the store, the layers merged) and compared with `umoci unpack` of
-//! the same image, which applies OCI's changeset rules in userspace: every
-//! path, every stat field, xattr and byte. A container started by runc on
-//! such a mount, by root and rootless by a user on their own mount, runs
-//! a shell from the image. Also the store's checks: a blob whose digest is
-//! wrong is refused by name and leaves nothing in the store.
+//! Small umoci images, each made for the changes it records, mounted and
+//! merged as `umoci unpack` unpacks them; and the store's own checks.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use super::{comparable, merge_image, mount_image, user_listing, STORE_ENV};
 use crate::common;
-use crate::erofs::walk::{assert_same, walk_mounted, Tree};
+use crate::erofs::walk::{assert_same, walk_mounted};
 
 /// An OCI layout `L` in `dir` with the image `t`: a base and three layers
 /// of changes, made in a bundle as a container would make them and
@@ -61,18 +56,6 @@ umoci unpack --image L:t U >/dev/null
     );
 }
 
-/// What the two sides cannot agree on: inode numbers, and a directory's
-/// size (each file system's own).
-fn comparable(mut t: Tree) -> Tree {
-    for n in t.values_mut() {
-        n.ino = 0;
-        if n.kind == "dir" {
-            n.size = 0;
-        }
-    }
-    t
-}
-
 #[test]
 fn an_umoci_image_mounts_as_umoci_unpacks_it() {
     require!("root", "fuse", "kernel-erofs", "umoci", "setfattr");
@@ -108,62 +91,6 @@ fn an_umoci_image_mounts_as_umoci_unpacks_it() {
     assert_eq!(fs::read_dir(&store).unwrap().count(), before);
 }
 
-/// The store's environment variable.
-const STORE_ENV: &str = "FOLIOFS_STORE";
-
-/// `foliofs mount REFERENCE` with the store at `store`.
-fn mount_image(reference: &str, store: &Path) -> common::Mount {
-    let mnt = tempfile::Builder::new()
-        .prefix("foliofs-mnt.")
-        .tempdir()
-        .unwrap();
-    let mut cmd = Command::new(common::bin());
-    cmd.env(STORE_ENV, store)
-        .arg("mount")
-        .arg(reference)
-        .arg(mnt.path());
-    common::Mount::by_command(None, &mut cmd, mnt.path())
-        .unwrap()
-        .keeping(mnt)
-}
-
-/// `mkfs erofs --merge REFERENCE IMG` with the store at `store`; the
-/// layer images it points into, in order.
-fn merge_image(reference: &str, store: &Path, img: &Path) -> Vec<PathBuf> {
-    let out = common::run_timeout(
-        Command::new(common::bin())
-            .env(STORE_ENV, store)
-            .args(["mkfs", "erofs", "-q", "--merge"])
-            .arg(reference)
-            .arg(img),
-        Duration::from_secs(300),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    store_layers(store, img)
-}
-
-/// The layer images `img`'s device table names, found in `store` by UUID.
-fn store_layers(store: &Path, img: &Path) -> Vec<PathBuf> {
-    let (_, slots) = foliofs_erofs::Erofs::device_table(img, &Default::default()).unwrap();
-    let mut by_uuid = std::collections::HashMap::new();
-    for e in fs::read_dir(store).unwrap().flatten() {
-        let p = e.path();
-        if p.extension().is_some_and(|x| x == "erofs") {
-            if let Ok(fs) = foliofs_erofs::Erofs::open(&p, &Default::default(), &[]) {
-                by_uuid.insert(fs.superblock().uuid_hex(), p);
-            }
-        }
-    }
-    slots
-        .iter()
-        .map(|s| by_uuid[&String::from_utf8_lossy(&s.tag).into_owned()].clone())
-        .collect()
-}
-
 #[test]
 fn a_user_mounts_an_umoci_image_from_their_own_store() {
     require!("root", "user-fuse", "umoci", "setfattr");
@@ -191,26 +118,6 @@ fn a_user_mounts_an_umoci_image_from_their_own_store() {
     );
     m.unmount().unwrap();
     assert!(cache.path().join("foliofs/store").is_dir());
-}
-
-/// Every path's type, mode, owner, link count, size (but a directory's),
-/// mtime, symlink target, user xattrs and readable data, as the test user
-/// reads them.
-fn user_listing(dir: &Path) -> String {
-    const SCRIPT: &str = r#"cd "$1" || exit 1
-export LC_ALL=C
-find . ! -type d -printf '%P %y %m %U:%G %n %s %T@ %l\n' 2>&1 | sort
-find . -type d -printf '%P %y %m %U:%G %n %T@\n' 2>&1 | sort
-find . -type f -readable -print0 2>/dev/null | sort -z | xargs -0r sha256sum
-find . -print0 2>/dev/null | sort -z | xargs -0 getfattr -h -d -m '^user\.' 2>&1
-exit 0"#;
-    let out = common::sh_as_user(common::TEST_USER, SCRIPT, &[dir]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 #[test]
@@ -274,155 +181,6 @@ fn config_diff_ids(l: &Path, manifest: &serde_json::Value) -> Vec<String> {
         .iter()
         .map(|v| v.as_str().unwrap().to_owned())
         .collect()
-}
-
-/// An OCI layout `L` in `dir` with the image `t`: busybox as `/bin/sh`
-/// and a few commands, the mount points a runtime needs, and `/etc/motd`
-/// written by one layer and added to by the next.
-fn busybox_image(dir: &Path) {
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("busybox");
-    common::sh_in(
-        dir,
-        &format!(
-            r#"umoci init --layout L
-umoci new --image L:t
-umoci unpack --image L:t B >/dev/null
-r=B/rootfs
-mkdir -p $r/bin $r/etc $r/proc $r/dev $r/sys $r/tmp
-cp {busybox} $r/bin/busybox
-for a in sh echo cat ls id; do ln -s busybox $r/bin/$a; done
-echo "hello from the base layer" > $r/etc/motd
-umoci repack --refresh-bundle --image L:t B
-echo "and from the top one" >> $r/etc/motd
-umoci repack --refresh-bundle --image L:t B
-chmod -R a+rX L
-"#
-        ),
-    );
-}
-
-/// A runc bundle in `dir` whose root is `root`, read-only, running
-/// `script` with `/bin/sh`; `rootless` for an ordinary user's runc.
-fn runc_bundle(dir: &Path, root: &Path, script: &str, rootless: bool) -> String {
-    let mut spec = Command::new("runc");
-    spec.arg("spec").current_dir(dir);
-    if rootless {
-        spec.arg("--rootless");
-    }
-    let out = common::run_timeout(&mut spec, Duration::from_secs(60));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let path = dir.join("config.json");
-    let mut c: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
-    c["root"] = serde_json::json!({"path": root, "readonly": true});
-    c["process"]["args"] = serde_json::json!(["/bin/sh", "-c", script]);
-    c["process"]["terminal"] = serde_json::json!(false);
-    if rootless {
-        // `runc spec --rootless` maps the container's root to whoever ran
-        // it (root, here): map it to the test user, who runs the container.
-        let (uid, gid) = common::user_ids(common::TEST_USER).unwrap();
-        c["linux"]["uidMappings"][0]["hostID"] = serde_json::json!(uid);
-        c["linux"]["gidMappings"][0]["hostID"] = serde_json::json!(gid);
-    }
-    fs::write(&path, serde_json::to_vec(&c).unwrap()).unwrap();
-    dir.display().to_string()
-}
-
-const IN_CONTAINER: &str = "cat /etc/motd; ls /bin; id -u";
-const EXPECTED: &str = "hello from the base layer\nand from the top one\n\
-                        busybox\ncat\necho\nid\nls\nsh\n0\n";
-
-#[test]
-fn runc_starts_a_container_on_a_mounted_image() {
-    require!("root", "fuse", "umoci", "runc", "busybox");
-    let tmp = tempfile::tempdir().unwrap();
-    busybox_image(tmp.path());
-    let reference = format!("oci:{}:t", tmp.path().join("L").display());
-    let m = mount_image(&reference, &tmp.path().join("store"));
-    let bundle = tmp.path().join("bundle");
-    fs::create_dir(&bundle).unwrap();
-    runc_bundle(&bundle, m.path(), IN_CONTAINER, false);
-    let id = format!("foliofs-test-{}", std::process::id());
-    let out = common::run_timeout(
-        Command::new("runc")
-            .args(["run", "--bundle"])
-            .arg(&bundle)
-            .arg(&id),
-        Duration::from_secs(120),
-    );
-    let _ = common::run_timeout(
-        Command::new("runc").args(["delete", "-f", &id]),
-        Duration::from_secs(30),
-    );
-    m.unmount().unwrap();
-    assert!(
-        out.status.success(),
-        "runc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), EXPECTED);
-}
-
-#[test]
-fn rootless_runc_starts_a_container_on_a_users_mount() {
-    require!("root", "user-fuse", "umoci", "runc", "busybox");
-    let tmp = tempfile::tempdir().unwrap();
-    busybox_image(tmp.path());
-    common::open_to_all(tmp.path());
-    let home = common::user_tempdir(common::TEST_USER);
-    let (store, state, bundle, mnt) = (
-        home.path().join("store"),
-        home.path().join("runc"),
-        home.path().join("bundle"),
-        home.path().join("mnt"),
-    );
-    for d in [&bundle, &mnt, &state] {
-        fs::create_dir(d).unwrap();
-    }
-    common::sh_in(
-        home.path(),
-        &format!("chown {u}:{u} bundle mnt runc", u = common::TEST_USER),
-    );
-    let reference = format!("oci:{}:t", tmp.path().join("L").display());
-    let mut cmd = common::user_command(common::TEST_USER, "env");
-    cmd.arg(format!("{STORE_ENV}={}", store.display()))
-        .arg(common::bin())
-        .arg("mount")
-        .arg(&reference)
-        .arg(&mnt);
-    let m = common::Mount::by_command(Some(common::TEST_USER), &mut cmd, &mnt).unwrap();
-    runc_bundle(&bundle, &mnt, IN_CONTAINER, true);
-    common::sh_in(
-        home.path(),
-        &format!("chown -R {u}:{u} bundle runc", u = common::TEST_USER),
-    );
-    let id = format!("foliofs-user-test-{}", std::process::id());
-    // runc hands the container its standard streams and, rootless, can
-    // only do that with the user's own: pipes the user's shell makes.
-    let script = r#": | runc --root "$1" run --bundle "$2" "$3" 2>"$1/err" | cat
-rc=$?
-runc --root "$1" delete -f "$3" >/dev/null 2>&1
-cat "$1/err" >&2
-exit $rc"#;
-    let out = common::sh_as_user(
-        common::TEST_USER,
-        script,
-        &[state.as_os_str(), bundle.as_os_str(), id.as_ref()],
-    );
-    m.unmount().unwrap();
-    assert!(
-        out.status.success() && out.stderr.is_empty(),
-        "rootless runc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // Root in the container's user namespace, the user outside it.
-    assert_eq!(String::from_utf8_lossy(&out.stdout), EXPECTED);
 }
 
 #[test]
