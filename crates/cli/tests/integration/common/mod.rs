@@ -12,9 +12,12 @@
 //! - [`fixtures`]: seeded files and a tree of every entry type;
 //! - [`images`]: images built for a test;
 //! - [`tree`]: walking trees and comparing them;
-//! - [`oracle`]: the kernel-romfs oracle.
+//! - [`oracle`]: the kernel-romfs oracle;
+//! - [`debian`]: a debootstrap root, made once per process and shared.
 #![allow(dead_code)]
 
+#[macro_use]
+mod debian;
 mod fixtures;
 mod host;
 mod images;
@@ -25,6 +28,7 @@ mod run;
 mod tree;
 mod users;
 
+pub use debian::*;
 pub use fixtures::*;
 pub use host::*;
 pub use images::*;
