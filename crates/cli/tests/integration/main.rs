@@ -13,6 +13,7 @@ mod common;
 
 mod bench;
 mod cli;
+#[macro_use]
 mod erofs;
 mod harness;
 mod image;

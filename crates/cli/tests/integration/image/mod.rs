@@ -9,7 +9,10 @@
 //!   by name and leaves nothing in the store; a layer two images share is
 //!   built once);
 //! - [`runc`]: a container started by runc on such a mount, by root and
-//!   rootless by a user on their own mount, runs a shell from the image.
+//!   rootless by a user on their own mount, runs a shell from the image;
+//! - [`debian`]: a debootstrap root as the first layer of an image, with
+//!   layers of changes on top, against umoci, the kernel's overlayfs over
+//!   the layers and mkfs.erofs 1.9.3's rebuild mode.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -19,6 +22,7 @@ use std::time::Duration;
 use crate::common;
 use crate::erofs::walk::Tree;
 
+mod debian;
 mod runc;
 mod umoci;
 

@@ -94,12 +94,12 @@ fn layer_sources(dir: &Path) -> Vec<PathBuf> {
 
 /// The kernel's overlayfs over `lowers` (top first), read-only; detached
 /// when dropped.
-struct Overlay {
+pub(crate) struct Overlay {
     dir: tempfile::TempDir,
 }
 
 impl Overlay {
-    fn new(lowers: &[&Path]) -> Overlay {
+    pub(crate) fn new(lowers: &[&Path]) -> Overlay {
         let dir = tempfile::Builder::new()
             .prefix("foliofs-ovl.")
             .tempdir()
@@ -123,6 +123,10 @@ impl Overlay {
         assert_eq!(rc, 0, "overlay mount: {}", std::io::Error::last_os_error());
         Overlay { dir }
     }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.dir.path()
+    }
 }
 
 impl Drop for Overlay {
@@ -135,7 +139,7 @@ impl Drop for Overlay {
 /// What overlayfs reports of its own taken out: a merged directory's
 /// size and link count are the upper layer's, a file's link count its
 /// lower inode's (names hidden above still count).
-fn as_overlay_shows(mut t: Tree) -> Tree {
+pub(crate) fn as_overlay_shows(mut t: Tree) -> Tree {
     for n in comparable(std::mem::take(&mut t), None).into_iter() {
         let (p, mut n) = n;
         n.nlink = 0;
@@ -233,7 +237,7 @@ fn merged_layers_walk_as_the_kernels_overlay_stacks_them() {
         let mounts: Vec<KernelMount> = layers.iter().map(|l| KernelMount::new(l, "")).collect();
         let top_first: Vec<&Path> = mounts.iter().rev().map(KernelMount::path).collect();
         let ovl = Overlay::new(&top_first);
-        walk_mounted(ovl.dir.path())
+        walk_mounted(ovl.path())
     };
     assert_same(
         "the merged image, against the kernel's overlay of its layers",
@@ -475,7 +479,7 @@ fn tars_merge_and_a_directory_a_tar_only_implies_keeps_what_is_below() {
         let mounts: Vec<KernelMount> = layers.iter().map(|l| KernelMount::new(l, "")).collect();
         let top_first: Vec<&Path> = mounts.iter().rev().map(KernelMount::path).collect();
         let ovl = Overlay::new(&top_first);
-        walk_mounted(ovl.dir.path())
+        walk_mounted(ovl.path())
     };
     assert_eq!(stacked[Path::new("a")].mode & 0o7777, 0o755);
     let without_a = |t: Tree| -> Tree {

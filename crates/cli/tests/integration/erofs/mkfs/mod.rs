@@ -11,7 +11,7 @@ mod compressed;
 mod containerd;
 mod hostile;
 mod index;
-mod merge;
+pub(crate) mod merge;
 mod trees;
 mod user;
 mod writers;
