@@ -183,6 +183,77 @@ fn config_diff_ids(l: &Path, manifest: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// On top of [`umoci_image`], a layer GNU tar wrote and `umoci raw
+/// add-layer` added (`umoci repack` never writes an opaque directory),
+/// with `.wh..wh..opq` in a directory the tar only implies (`usr/lib`,
+/// 0750 below: it stays so), in one it declares (`etc`, 0711), after a
+/// file of its own in the tar (`opt/app/conf`: the marker hides only
+/// what is below, wherever it is in the tar), and in a directory with
+/// nothing below (`fresh`, declared: a directory a tar only implies and
+/// nothing below has is made at the time of umoci's unpack, foliofs's at
+/// the epoch); each with a new file. umoci's unpack is in `U2`.
+fn opaque_layer(dir: &Path) {
+    common::sh_in(
+        dir,
+        r#"mkdir -p raw/usr/lib raw/etc raw/opt/app/conf raw/fresh
+cd raw
+: > usr/lib/.wh..wh..opq && echo only > usr/lib/only
+: > etc/.wh..wh..opq && echo 'root:x:0:0::/root:/bin/zsh' > etc/passwd
+chmod 0711 etc && touch -d @1400000000 etc
+echo new > opt/app/conf/new && : > opt/app/conf/.wh..wh..opq
+: > fresh/.wh..wh..opq && echo x > fresh/x && touch -d @1300000000 fresh
+tar --format=pax -cf ../opaque.tar usr/lib/.wh..wh..opq usr/lib/only \
+    opt/app/conf/new opt/app/conf/.wh..wh..opq \
+    --no-recursion etc etc/.wh..wh..opq etc/passwd fresh fresh/.wh..wh..opq fresh/x
+cd ..
+umoci raw add-layer --image L:t opaque.tar
+umoci unpack --image L:t U2 >/dev/null
+"#,
+    );
+}
+
+#[test]
+fn opaque_directories_of_a_raw_layer_mount_as_umoci_unpacks_them() {
+    require!("root", "fuse", "kernel-erofs", "umoci", "setfattr", "tar");
+    let tmp = tempfile::tempdir().unwrap();
+    umoci_image(tmp.path());
+    opaque_layer(tmp.path());
+    let want = comparable(walk_mounted(&tmp.path().join("U2/rootfs")));
+    // umoci applied the markers as OCI has them.
+    let names = |dir: &str| -> Vec<&Path> {
+        want.keys()
+            .filter(|p| p.parent() == Some(Path::new(dir)))
+            .map(PathBuf::as_path)
+            .collect()
+    };
+    assert_eq!(names("usr/lib"), [Path::new("usr/lib/only")]);
+    assert_eq!(names("etc"), [Path::new("etc/passwd")]);
+    assert_eq!(names("opt/app/conf"), [Path::new("opt/app/conf/new")]);
+    assert_eq!(names("fresh"), [Path::new("fresh/x")]);
+    assert_eq!(want[Path::new("usr/lib")].mode & 0o7777, 0o750);
+    assert_eq!(want[Path::new("etc")].mode & 0o7777, 0o711);
+    let reference = format!("oci:{}:t", tmp.path().join("L").display());
+    let store = tmp.path().join("store");
+    let m = mount_image(&reference, &store);
+    let got = walk_mounted(m.path());
+    m.unmount().unwrap();
+    assert_same(
+        "foliofs's mount of opaque directories, against umoci unpack",
+        &want,
+        &comparable(got),
+    );
+    let img = tmp.path().join("merged.erofs");
+    let layers = merge_image(&reference, &store, &img);
+    assert_eq!(layers.len(), 4);
+    let devices: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
+    let kernel = crate::erofs::mkfs::kernel_walk_devices(&img, &devices);
+    assert_same(
+        "the kernel's mount of the merged image with opaque directories",
+        &want,
+        &comparable(kernel),
+    );
+}
+
 #[test]
 fn an_image_of_30_layers_mounts_as_umoci_unpacks_it() {
     require!("root", "fuse", "kernel-erofs", "umoci");
