@@ -126,6 +126,8 @@ pub struct Layer {
 pub struct Image {
     /// The manifest's digest.
     pub manifest: Digest,
+    /// The config's digest.
+    pub config: Digest,
     /// Its layers, lowest first.
     pub layers: Vec<Layer>,
 }
@@ -280,6 +282,7 @@ impl Layout {
                 }
                 Ok(Image {
                     manifest: digest,
+                    config: config_digest,
                     layers,
                 })
             }

@@ -1,10 +1,12 @@
 //! Container images for foliofs: OCI image layouts read and verified
 //! ([`layout`]), and the store that keeps each layer as an EROFS image and
-//! each image's layers merged into one ([`store`]).
+//! each image's layers merged into one ([`store`]), with a record of the
+//! name each image was prepared under ([`catalog`]).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod catalog;
 pub mod digest;
 pub mod layout;
 pub mod store;

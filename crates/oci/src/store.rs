@@ -85,6 +85,7 @@ impl Store {
                 why: "the image has no layers".into(),
             });
         }
+        let _shared = self.lock_shared()?;
         let mut out = Prepared::default();
         let (layers, built) = self.layers(layout, image)?;
         out.layers_built = built;
