@@ -63,6 +63,7 @@ pub fn merged(reference: &Path) -> anyhow::Result<Option<PathBuf>> {
         return Ok(None);
     };
     let prepared = store()?.prepare(&layout, &image)?;
+    crate::images::record(&store()?, s, &image, &prepared)?;
     log::info!(
         "{s}: {} ({} layers built, merged image {})",
         prepared.image.display(),

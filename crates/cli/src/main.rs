@@ -7,6 +7,7 @@ mod digest;
 mod extract;
 mod fsck;
 mod image;
+mod images;
 mod info;
 mod inspect;
 mod ls;
@@ -71,6 +72,11 @@ enum Command {
     Completions(completions::CompletionsArgs),
     /// Print a manual page (roff) of foliofs or one of its commands.
     Man(man::ManArgs),
+    /// List the store's images: name, id, layers, size on disk, when prepared.
+    Images(images::ImagesArgs),
+    /// Remove images from the store by name or id (and with --prune,
+    /// whatever no image uses).
+    Rmi(images::RmiArgs),
     /// Detach a mount once its server is gone (`-o auto_unmount`; started
     /// by the server itself).
     #[command(hide = true)]
@@ -164,6 +170,8 @@ fn run(cmd: Command) -> anyhow::Result<i32> {
         Command::Digest(a) => digest::run(a),
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => man::run(a),
+        Command::Images(a) => images::run_images(a),
+        Command::Rmi(a) => images::run_rmi(a),
         Command::WatchMount(a) => mount::watch(a),
     }
 }
