@@ -10,6 +10,9 @@
 //!   built once);
 //! - [`runc`]: a container started by runc on such a mount, by root and
 //!   rootless by a user on their own mount, runs a shell from the image;
+//! - [`catalog`]: the store's images listed (`foliofs images`) and
+//!   removed (`foliofs rmi`, `--prune`), as root and as a user, a
+//!   damaged record named and skipped;
 //! - [`debian`]: a debootstrap root as the first layer of an image, with
 //!   layers of changes on top, against umoci, the kernel's overlayfs over
 //!   the layers and mkfs.erofs 1.9.3's rebuild mode.
@@ -22,6 +25,7 @@ use std::time::Duration;
 use crate::common;
 use crate::erofs::walk::Tree;
 
+mod catalog;
 mod debian;
 mod runc;
 mod umoci;
