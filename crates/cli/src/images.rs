@@ -40,7 +40,14 @@ pub fn record(
     prepared: &Prepared,
 ) -> anyhow::Result<()> {
     let name = name_of(reference).unwrap_or_else(|| reference.to_owned());
-    store.record(&name, image, prepared)?;
+    // The image is there to mount whether or not it is recorded (a store
+    // this user may only read takes no record).
+    if let Err(e) = store.record(&name, image, prepared) {
+        eprintln!(
+            "foliofs: warning: {name} is not recorded in the store (foliofs images will not list it): {}",
+            foliofs_vfs::chain_line(&e)
+        );
+    }
     Ok(())
 }
 

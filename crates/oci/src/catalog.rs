@@ -148,7 +148,7 @@ impl Listing {
 /// A lock on the store, held until dropped.
 #[derive(Debug)]
 pub struct StoreLock {
-    _lock: nix::fcntl::Flock<File>,
+    _lock: Option<nix::fcntl::Flock<File>>,
 }
 
 /// The file name of the merged image of layers `diff_ids` (as
@@ -228,16 +228,37 @@ impl Store {
 
     fn lock(&self, arg: nix::fcntl::FlockArg) -> Result<Option<StoreLock>, OciError> {
         let path = self.dir().join(LOCK_FILE);
-        let mut file = OpenOptions::new()
+        let shared = matches!(arg, nix::fcntl::FlockArg::LockShared);
+        let mut file = match OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(self.io(LOCK_FILE))?;
+        {
+            Ok(f) => f,
+            // A store this user may only read (another's, shared): its
+            // images are read, never built or removed, so a shared lock
+            // is taken where the lock file can be read and none needed
+            // where there is none.
+            Err(e)
+                if shared
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::PermissionDenied
+                            | std::io::ErrorKind::ReadOnlyFilesystem
+                    ) =>
+            {
+                match File::open(&path) {
+                    Ok(f) => f,
+                    Err(_) => return Ok(Some(StoreLock { _lock: None })),
+                }
+            }
+            Err(e) => return Err(self.io(LOCK_FILE)(e)),
+        };
         loop {
             match nix::fcntl::Flock::lock(file, arg) {
-                Ok(l) => return Ok(Some(StoreLock { _lock: l })),
+                Ok(l) => return Ok(Some(StoreLock { _lock: Some(l) })),
                 Err((f, nix::errno::Errno::EINTR)) => file = f,
                 Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(None),
                 Err((_, e)) => return Err(self.io(LOCK_FILE)(e.into())),
