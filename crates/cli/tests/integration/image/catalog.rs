@@ -3,7 +3,8 @@
 //! a store; `foliofs images` against the layout's own index, manifests
 //! and configs (ids, layer counts) and the store's files (sizes); `rmi`
 //! of one under a live mount of it; a damaged record, an unknown name;
-//! and a prune that leaves nothing but the lock. As root with
+//! and a prune that waits for a build's lock, then leaves nothing but
+//! the lock file. As root with
 //! `$FOLIOFS_STORE`, and as the test user with their own default store.
 
 use std::collections::BTreeMap;
@@ -205,6 +206,16 @@ impl Who {
     }
 }
 
+/// A child process, killed if the test ends before it does.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn layer(d: &str) -> String {
     format!("layer-{}.erofs", &d[7..])
 }
@@ -324,7 +335,41 @@ head -c 1000000 /dev/zero > "$1/{huge}"
     // their files; a temporary file left an hour ago goes, one a build
     // may be writing stays.
     who.ok(&["rmi", &id_b[7..19], &junk, &huge]);
-    who.ok(&["rmi", "--prune"]);
+    // A build in another process holds the lock shared (flock(1) here):
+    // the prune waits for it, saying so.
+    let lock = who.store.join(".lock");
+    let mut flock = match who.user {
+        Some(u) => common::user_command(u, "flock"),
+        None => Command::new("flock"),
+    };
+    let holder = Killed(
+        flock
+            .arg("-s")
+            .arg(&lock)
+            .args(["sleep", "2"])
+            .spawn()
+            .unwrap(),
+    );
+    let held = || {
+        !Command::new("flock")
+            .args(["-n", "-x"])
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(common::wait_until(Duration::from_secs(10), held));
+    let start = std::time::Instant::now();
+    let out = who.foliofs(&["rmi", "--prune"]);
+    assert!(out.status.success());
+    assert!(
+        start.elapsed() >= Duration::from_millis(500),
+        "the prune did not wait for the lock"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("waiting for the store's lock"), "{err}");
+    drop(holder);
     let left: Vec<String> = who.files().into_keys().collect();
     assert_eq!(left, [".layer.building", ".lock"]);
     who.sh(r#"rm "$1/.layer.building""#);
@@ -333,7 +378,7 @@ head -c 1000000 /dev/zero > "$1/{huge}"
 
 #[test]
 fn images_in_the_store_are_listed_and_removed() {
-    require!("root", "fuse", "umoci");
+    require!("root", "fuse", "umoci", "flock");
     let tmp = tempfile::tempdir().unwrap();
     two_images(tmp.path());
     scenario(&Who::root(tmp.path()), tmp.path());
@@ -341,7 +386,7 @@ fn images_in_the_store_are_listed_and_removed() {
 
 #[test]
 fn a_user_lists_and_removes_images_in_their_own_store() {
-    require!("root", "user-fuse", "umoci");
+    require!("root", "user-fuse", "umoci", "flock");
     let tmp = tempfile::tempdir().unwrap();
     common::open_to_all(tmp.path());
     two_images(tmp.path());
