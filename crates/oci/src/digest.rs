@@ -36,7 +36,7 @@ impl Digest {
         Digest::from_hasher(Sha256::new_with_prefix(bytes))
     }
 
-    fn from_hasher(h: Sha256) -> Digest {
+    pub(crate) fn from_hasher(h: Sha256) -> Digest {
         let hex = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
         Digest { hex }
     }

@@ -19,10 +19,10 @@ pub const MAX_JSON: u64 = 4 << 20;
 /// Most nested indexes followed from `index.json` to a manifest.
 const MAX_DEPTH: usize = 4;
 
-const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
-const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+pub(crate) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub(crate) const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+pub(crate) const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
 
 /// How a layer blob is compressed.
@@ -72,7 +72,7 @@ pub struct Descriptor {
 }
 
 /// A platform, as an index entry names it.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 pub struct Platform {
     /// `linux`.
     #[serde(default)]
@@ -80,6 +80,71 @@ pub struct Platform {
     /// `amd64`, `arm64`, ...
     #[serde(default)]
     pub architecture: String,
+    /// `v7`, `v8`, ... (empty when not given).
+    #[serde(default)]
+    pub variant: String,
+}
+
+impl Platform {
+    /// This machine's platform, as OCI names it (any variant).
+    pub fn host() -> Platform {
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            "x86" => "386",
+            "powerpc64" => "ppc64le",
+            other => other,
+        };
+        Platform {
+            os: "linux".into(),
+            architecture: arch.into(),
+            variant: String::new(),
+        }
+    }
+
+    /// `OS/ARCH[/VARIANT]`, as `--platform` spells it.
+    pub fn parse(s: &str) -> Result<Platform, OciError> {
+        let parts: Vec<&str> = s.split('/').collect();
+        let ok = |p: &&str| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        };
+        match parts.as_slice() {
+            [os, arch] | [os, arch, _] if parts.iter().all(ok) => Ok(Platform {
+                os: (*os).into(),
+                architecture: (*arch).into(),
+                variant: parts.get(2).map_or(String::new(), |v| (*v).into()),
+            }),
+            _ => Err(OciError::Json {
+                what: format!("platform {s:?}"),
+                why: "expected OS/ARCH or OS/ARCH/VARIANT, e.g. linux/arm64/v8".into(),
+            }),
+        }
+    }
+
+    /// Whether an index entry for `entry` is an image for this platform:
+    /// the same OS and architecture, and the same variant when this one
+    /// names one (arm64's is v8 when an entry names none).
+    fn takes(&self, entry: &Platform) -> bool {
+        let variant = |p: &Platform| match (p.architecture.as_str(), p.variant.as_str()) {
+            ("arm64", "") => "v8".to_owned(),
+            (_, v) => v.to_owned(),
+        };
+        entry.os == self.os
+            && entry.architecture == self.architecture
+            && (self.variant.is_empty() || variant(entry) == variant(self))
+    }
+}
+
+impl std::fmt::Display for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.os, self.architecture)?;
+        if !self.variant.is_empty() {
+            write!(f, "/{}", self.variant)?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Deserialize)]
@@ -181,8 +246,14 @@ impl Layout {
         self.dir.join("blobs/sha256").join(d.hex())
     }
 
-    /// The image tagged `tag` (or the only one, when no tag is given).
+    /// The image tagged `tag` (or the only one, when no tag is given),
+    /// this machine's where the tag names an index.
     pub fn image(&self, tag: Option<&str>) -> Result<Image, OciError> {
+        self.image_for(tag, &Platform::host())
+    }
+
+    /// The image tagged `tag`, `platform`'s where the tag names an index.
+    pub fn image_for(&self, tag: Option<&str>, platform: &Platform) -> Result<Image, OciError> {
         let index_path = self.dir.join("index.json");
         let raw = read_bounded(&index_path, MAX_JSON)?;
         let index: Index = serde_json::from_slice(&raw).map_err(|e| OciError::Json {
@@ -224,78 +295,13 @@ impl Layout {
                 )))
             }
         };
-        self.manifest(d, 0)
-    }
-
-    /// Follows `d` (a manifest, or an index to this platform's entry).
-    fn manifest(&self, d: Descriptor, depth: usize) -> Result<Image, OciError> {
         let digest = Digest::parse(&d.digest)?;
-        match d.media_type.as_str() {
-            OCI_INDEX | DOCKER_LIST => {
-                if depth >= MAX_DEPTH {
-                    return Err(self.bad(format!("indexes nested over {MAX_DEPTH} deep")));
-                }
-                let index: Index = self.json(&digest, d.size)?;
-                let (os, arch) = platform();
-                let pick = index.manifests.into_iter().find(|m| {
-                    m.platform
-                        .as_ref()
-                        .is_some_and(|p| p.os == os && p.architecture == arch)
-                });
-                let Some(m) = pick else {
-                    return Err(self.bad(format!("{digest}: no image for {os}/{arch}")));
-                };
-                self.manifest(m, depth + 1)
-            }
-            OCI_MANIFEST | DOCKER_MANIFEST | "" => {
-                let m: Manifest = self.json(&digest, d.size)?;
-                if m.schema_version != 2 {
-                    return Err(self.bad(format!(
-                        "manifest {digest} has schemaVersion {}",
-                        m.schema_version
-                    )));
-                }
-                let config_digest = Digest::parse(&m.config.digest)?;
-                let config: Config = self.json(&config_digest, m.config.size)?;
-                if config.rootfs.diff_ids.len() != m.layers.len() {
-                    return Err(self.bad(format!(
-                        "manifest {digest}: {} layers, but its config lists {} diff_ids",
-                        m.layers.len(),
-                        config.rootfs.diff_ids.len()
-                    )));
-                }
-                let mut layers = Vec::with_capacity(m.layers.len());
-                for (l, diff) in m.layers.iter().zip(&config.rootfs.diff_ids) {
-                    let compression =
-                        Compression::of_media_type(&l.media_type).ok_or_else(|| {
-                            self.bad(format!(
-                                "layer {}: media type {:?} is not a tar layer this reads",
-                                l.digest, l.media_type
-                            ))
-                        })?;
-                    layers.push(Layer {
-                        digest: Digest::parse(&l.digest)?,
-                        size: l.size,
-                        compression,
-                        diff_id: Digest::parse(diff)?,
-                    });
-                }
-                Ok(Image {
-                    manifest: digest,
-                    config: config_digest,
-                    layers,
-                })
-            }
-            other => Err(self.bad(format!("{digest}: media type {other:?} is not an image"))),
-        }
+        let raw = self.manifest(&digest, d.size)?;
+        resolve(self, &d.media_type, digest, &raw, platform)
     }
 
-    /// The JSON blob `digest`, of `size` bytes, checked and parsed.
-    fn json<T: for<'de> Deserialize<'de>>(
-        &self,
-        digest: &Digest,
-        size: u64,
-    ) -> Result<T, OciError> {
+    /// The JSON blob `digest`, of `size` bytes, checked.
+    fn json(&self, digest: &Digest, size: u64) -> Result<Vec<u8>, OciError> {
         if size > MAX_JSON {
             return Err(self.bad(format!("{digest}: {size} bytes of JSON, over {MAX_JSON}")));
         }
@@ -315,10 +321,28 @@ impl Layout {
                 got,
             });
         }
-        serde_json::from_slice(&raw).map_err(|e| OciError::Json {
-            what: format!("{digest}"),
-            why: e.to_string(),
-        })
+        Ok(raw)
+    }
+}
+
+impl crate::store::BlobSource for Layout {
+    fn open_blob(&self, layer: &Layer) -> Result<Box<dyn Read + '_>, OciError> {
+        let path = self.blob_path(&layer.digest);
+        let f = File::open(&path).map_err(|e| OciError::Io {
+            what: path.display().to_string(),
+            source: e,
+        })?;
+        Ok(Box::new(f))
+    }
+}
+
+impl Documents for Layout {
+    fn manifest(&self, digest: &Digest, size: u64) -> Result<Vec<u8>, OciError> {
+        self.json(digest, size)
+    }
+
+    fn config(&self, digest: &Digest, size: u64) -> Result<Vec<u8>, OciError> {
+        self.json(digest, size)
     }
 
     fn bad(&self, why: String) -> OciError {
@@ -329,16 +353,124 @@ impl Layout {
     }
 }
 
-/// This machine's platform, as OCI names it.
-fn platform() -> (&'static str, &'static str) {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
-        "powerpc64" => "ppc64le",
-        other => other,
-    };
-    ("linux", arch)
+/// Where the JSON of an image is read from: a layout's blobs, or a
+/// registry's manifests and blobs. What either returns is whole, within
+/// [`MAX_JSON`], and checked against its digest and size.
+pub(crate) trait Documents {
+    /// The manifest or index `digest`, of `size` bytes.
+    fn manifest(&self, digest: &Digest, size: u64) -> Result<Vec<u8>, OciError>;
+    /// The config blob `digest`, of `size` bytes.
+    fn config(&self, digest: &Digest, size: u64) -> Result<Vec<u8>, OciError>;
+    /// An error of this source's, saying `why`.
+    fn bad(&self, why: String) -> OciError;
+}
+
+/// The image the checked manifest or index `raw` (named `digest`, of the
+/// media type `media_type` when known) leads to: an index to its entry
+/// for `platform`, a manifest to its config's diff_ids and its layers.
+pub(crate) fn resolve(
+    docs: &dyn Documents,
+    media_type: &str,
+    digest: Digest,
+    raw: &[u8],
+    platform: &Platform,
+) -> Result<Image, OciError> {
+    let (mut media_type, mut digest, mut raw) = (media_type.to_owned(), digest, raw.to_vec());
+    for _ in 0..=MAX_DEPTH {
+        if media_type.is_empty() {
+            // A descriptor (or a registry) that did not say: the
+            // document's own field, else a manifest as OCI's first
+            // layouts had them.
+            #[derive(Deserialize)]
+            struct Typed {
+                #[serde(rename = "mediaType", default)]
+                media_type: String,
+            }
+            media_type = serde_json::from_slice::<Typed>(&raw)
+                .map(|t| t.media_type)
+                .unwrap_or_default();
+        }
+        match media_type.as_str() {
+            OCI_INDEX | DOCKER_LIST => {
+                let index: Index = parse(&digest, &raw)?;
+                let listed: Vec<String> = index
+                    .manifests
+                    .iter()
+                    .filter_map(|m| m.platform.as_ref().map(Platform::to_string))
+                    .collect();
+                let pick = index
+                    .manifests
+                    .into_iter()
+                    .find(|m| m.platform.as_ref().is_some_and(|p| platform.takes(p)));
+                let Some(m) = pick else {
+                    return Err(docs.bad(format!(
+                        "{digest}: no image for {platform} (the index has {})",
+                        if listed.is_empty() {
+                            "none named by platform".to_owned()
+                        } else {
+                            listed.join(", ")
+                        }
+                    )));
+                };
+                digest = Digest::parse(&m.digest)?;
+                raw = docs.manifest(&digest, m.size)?;
+                media_type = m.media_type;
+            }
+            OCI_MANIFEST | DOCKER_MANIFEST | "" => return image(docs, digest, &raw),
+            other => {
+                return Err(docs.bad(format!("{digest}: media type {other:?} is not an image")))
+            }
+        }
+    }
+    Err(docs.bad(format!("indexes nested over {MAX_DEPTH} deep")))
+}
+
+/// The image of the checked manifest `raw`.
+fn image(docs: &dyn Documents, digest: Digest, raw: &[u8]) -> Result<Image, OciError> {
+    let m: Manifest = parse(&digest, raw)?;
+    if m.schema_version != 2 {
+        return Err(docs.bad(format!(
+            "manifest {digest} has schemaVersion {}",
+            m.schema_version
+        )));
+    }
+    let config_digest = Digest::parse(&m.config.digest)?;
+    let config: Config = parse(&config_digest, &docs.config(&config_digest, m.config.size)?)?;
+    if config.rootfs.diff_ids.len() != m.layers.len() {
+        return Err(docs.bad(format!(
+            "manifest {digest}: {} layers, but its config lists {} diff_ids",
+            m.layers.len(),
+            config.rootfs.diff_ids.len()
+        )));
+    }
+    let mut layers = Vec::with_capacity(m.layers.len());
+    for (l, diff) in m.layers.iter().zip(&config.rootfs.diff_ids) {
+        let compression = Compression::of_media_type(&l.media_type).ok_or_else(|| {
+            docs.bad(format!(
+                "layer {}: media type {:?} is not a tar layer this reads",
+                l.digest, l.media_type
+            ))
+        })?;
+        layers.push(Layer {
+            digest: Digest::parse(&l.digest)?,
+            size: l.size,
+            compression,
+            diff_id: Digest::parse(diff)?,
+        });
+    }
+    Ok(Image {
+        manifest: digest,
+        config: config_digest,
+        layers,
+    })
+}
+
+/// The JSON document `digest`, parsed.
+fn parse<T: for<'de> Deserialize<'de>>(digest: &Digest, raw: &[u8]) -> Result<T, OciError> {
+    serde_json::from_slice(raw).map_err(|e| OciError::Json {
+        what: format!("{digest}"),
+        why: e.to_string(),
+    })
 }
 
 /// The file at `path`, refused past `max` bytes.

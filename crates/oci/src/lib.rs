@@ -14,8 +14,8 @@ pub mod store;
 use std::path::PathBuf;
 
 pub use digest::Digest;
-pub use layout::{parse_reference, Image, Layout};
-pub use store::{Prepared, Store};
+pub use layout::{parse_reference, Image, Layout, Platform};
+pub use store::{BlobSource, Prepared, Store};
 
 /// What went wrong with an image.
 #[derive(Debug, thiserror::Error)]

@@ -9,15 +9,22 @@
 //! could be taken for a layer.
 
 use std::collections::HashSet;
-use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use foliofs_erofs::mkfs::{Builder, MergeLayer, Options};
 
 use crate::digest::{Digest, Hashing};
-use crate::layout::{Compression, Image, Layer, Layout};
+use crate::layout::{Compression, Image, Layer};
 use crate::OciError;
+
+/// Where the blobs of an image's layers come from: a layout's files, or a
+/// registry's answers. A blob is read once, as its layer is built.
+pub trait BlobSource {
+    /// The blob of `layer`, from its start. The store checks what it
+    /// reads against the layer's digest and size.
+    fn open_blob(&self, layer: &Layer) -> Result<Box<dyn Read + '_>, OciError>;
+}
 
 /// A content-addressed store of layer and merged images.
 #[derive(Clone, Debug)]
@@ -76,9 +83,9 @@ impl Store {
         self.dir.join(format!("layer-{}.implied", d.hex()))
     }
 
-    /// The image `image` of `layout` merged, building whatever the store
-    /// lacks of it.
-    pub fn prepare(&self, layout: &Layout, image: &Image) -> Result<Prepared, OciError> {
+    /// The image `image` merged, building whatever the store lacks of it
+    /// from the blobs of `layout`.
+    pub fn prepare(&self, layout: &dyn BlobSource, image: &Image) -> Result<Prepared, OciError> {
         if image.layers.is_empty() {
             return Err(OciError::Layout {
                 dir: PathBuf::from(image.manifest.to_string()),
@@ -115,7 +122,7 @@ impl Store {
     /// missing, and how many were.
     pub fn layers(
         &self,
-        layout: &Layout,
+        layout: &dyn BlobSource,
         image: &Image,
     ) -> Result<(Vec<MergeLayer>, usize), OciError> {
         let mut layers = Vec::with_capacity(image.layers.len());
@@ -130,7 +137,12 @@ impl Store {
 
     /// Layer `i` of an image from the store, built first if missing; true
     /// with it when built now.
-    fn layer(&self, layout: &Layout, l: &Layer, i: usize) -> Result<(MergeLayer, bool), OciError> {
+    fn layer(
+        &self,
+        layout: &dyn BlobSource,
+        l: &Layer,
+        i: usize,
+    ) -> Result<(MergeLayer, bool), OciError> {
         let path = self.layer_path(&l.diff_id);
         let implied_path = self.implied_path(&l.diff_id);
         if path.exists() {
@@ -145,17 +157,16 @@ impl Store {
     /// blob's digest and size and the tar's digest on the way.
     fn build_layer(
         &self,
-        layout: &Layout,
+        layout: &dyn BlobSource,
         l: &Layer,
         i: usize,
         path: &Path,
         implied_path: &Path,
     ) -> Result<HashSet<Vec<u8>>, OciError> {
         let what = format!("layer {} ({})", i + 1, l.digest);
-        let blob_path = layout.blob_path(&l.digest);
-        let blob = File::open(&blob_path).map_err(|e| OciError::Io {
-            what: format!("{what}: {}", blob_path.display()),
-            source: e,
+        let blob = layout.open_blob(l).map_err(|e| OciError::Io {
+            what: what.clone(),
+            source: std::io::Error::other(e),
         })?;
         let tmp = tempfile::Builder::new()
             .prefix(".layer.")
