@@ -1,7 +1,8 @@
 //! Container images for foliofs: OCI image layouts read and verified
-//! ([`layout`]), and the store that keeps each layer as an EROFS image and
-//! each image's layers merged into one ([`store`]), with a record of the
-//! name each image was prepared under ([`catalog`]).
+//! ([`layout`]) or pulled from a registry ([`registry`]), and the store
+//! that keeps each layer as an EROFS image and each image's layers merged
+//! into one ([`store`]), with a record of the name each image was prepared
+//! under ([`catalog`]).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -9,6 +10,7 @@
 pub mod catalog;
 pub mod digest;
 pub mod layout;
+pub mod registry;
 pub mod store;
 
 use std::path::PathBuf;
@@ -61,6 +63,14 @@ pub enum OciError {
         what: String,
         /// Why it failed.
         source: std::io::Error,
+    },
+    /// A registry refused a request or answered what it should not.
+    #[error("{what}: {why}")]
+    Registry {
+        /// The image reference (and what of it was asked for).
+        what: String,
+        /// What went wrong.
+        why: String,
     },
     /// Building a layer or the merged image failed.
     #[error("{what}: {source}")]
