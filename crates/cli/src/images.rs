@@ -51,8 +51,13 @@ pub fn record(
     Ok(())
 }
 
-/// The name a record keeps for `reference`: a layout's made absolute.
+/// The name a record keeps for `reference`: a layout's made absolute, a
+/// registry's spelled out in full (host, repository and tag), so that
+/// two spellings of one image are one name.
 fn name_of(reference: &str) -> Option<String> {
+    if let Some(Ok(r)) = foliofs_oci::registry::Reference::parse(reference) {
+        return Some(r.to_string());
+    }
     let (dir, tag) = foliofs_oci::parse_reference(reference)?;
     Some(foliofs_oci::catalog::oci_name(&dir, tag.as_deref()))
 }

@@ -35,6 +35,9 @@ struct Cli {
 enum Command {
     /// Mount an image (or a ramfs) over FUSE; returns once the mount is live.
     Mount(mount::MountArgs),
+    /// Pull an image (docker://HOST/REPO[:TAG]) into the store: its layers
+    /// and merged image, whose path is printed.
+    Pull(image::PullArgs),
     /// Unmount a foliofs mount (also one whose server was killed).
     Umount(umount::UmountArgs),
     /// List live foliofs mounts with their source and effective options.
@@ -150,6 +153,7 @@ pub fn error_line(e: &anyhow::Error) -> String {
 fn run(cmd: Command) -> anyhow::Result<i32> {
     match cmd {
         Command::Mount(a) => mount::run(a),
+        Command::Pull(a) => image::pull(a),
         Command::Umount(a) => umount::run(a),
         Command::Takeover(a) => takeover::run(a),
         Command::Mounts(a) => mounts::run(a),

@@ -115,6 +115,9 @@ pub struct ErofsOpts {
 pub struct ErofsArgs {
     #[command(flatten)]
     pub opts: ErofsOpts,
+    /// With --merge, how a `docker://` image is pulled.
+    #[command(flatten)]
+    pub registry: crate::image::RegistryArgs,
     /// A directory, a tar file (plain, gzip or zstd), or `-` for a tar on
     /// standard input; with --tar it may be left out (standard input).
     /// With --merge, the layer images, lowest first.
@@ -410,7 +413,7 @@ pub fn run(a: ErofsArgs) -> anyhow::Result<i32> {
         bail!("--clean: copies the layers of a --merge; there is no merge here");
     }
     if a.opts.merge {
-        return merge(&a.opts, &a.src, &a.image);
+        return merge(&a.opts, &a.registry, &a.src, &a.image);
     }
     if a.src.len() > 1 {
         bail!(
@@ -423,7 +426,12 @@ pub fn run(a: ErofsArgs) -> anyhow::Result<i32> {
 
 /// `foliofs mkfs erofs --merge LAYER... IMAGE`: each LAYER an EROFS
 /// image, or a tar that is first built into one beside IMAGE.
-fn merge(a: &ErofsOpts, sources: &[PathBuf], image: &Path) -> anyhow::Result<i32> {
+fn merge(
+    a: &ErofsOpts,
+    registry: &crate::image::RegistryArgs,
+    sources: &[PathBuf],
+    image: &Path,
+) -> anyhow::Result<i32> {
     if let Some(m) = &a.tar {
         bail!("--tar={m}: --merge takes layer images or tars, each found out by its bytes");
     }
@@ -444,7 +452,7 @@ fn merge(a: &ErofsOpts, sources: &[PathBuf], image: &Path) -> anyhow::Result<i32
     let mut built: Vec<(PathBuf, bool)> = Vec::new();
     let mut res = Ok(());
     for src in sources {
-        if let Some(image_layers) = crate::image::layers(src)? {
+        if let Some(image_layers) = crate::image::layers(src, registry)? {
             layers.extend(image_layers);
             continue;
         }
@@ -583,7 +591,7 @@ pub fn run_as_mkfs_erofs(a: MkfsErofsCli) -> anyhow::Result<i32> {
             s.display()
         );
     }
-    merge(&a.opts, &a.src, &a.image)
+    merge(&a.opts, &Default::default(), &a.src, &a.image)
 }
 
 fn build(a: &ErofsOpts, src: Option<PathBuf>, image: &Path) -> anyhow::Result<i32> {

@@ -45,6 +45,8 @@ pub struct MountArgs {
     /// prefetch=FILE, and the usual noexec/noatime/sync.
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
+    #[command(flatten)]
+    pub registry: crate::image::RegistryArgs,
     /// Serve in the foreground instead of returning once the mount is live.
     #[arg(short = 'f', long)]
     pub foreground: bool,
@@ -94,9 +96,9 @@ pub fn run(mut args: MountArgs) -> anyhow::Result<i32> {
     // A URL is not a path: made absolute it would name a local file.
     let source = if args.fstype == "ramfs" || is_remote(&args.source) {
         args.source.clone()
-    } else if let Some(merged) = crate::image::merged(&args.source)? {
-        // An image (oci:DIR[:TAG]) is mounted as its merged image in the
-        // store, with its layers beside it.
+    } else if let Some(merged) = crate::image::merged(&args.source, &args.registry)? {
+        // An image (oci:DIR[:TAG], docker://...) is mounted as its merged
+        // image in the store, with its layers beside it.
         merged
     } else {
         std::path::absolute(&args.source)

@@ -133,7 +133,16 @@ impl Client {
             if let Some(a) = authorization {
                 req = req.header("authorization", a);
             }
-            req.call().map_err(transport)
+            req.call().map_err(|e| {
+                let mut f = transport(e);
+                if !self.base.starts_with("http:")
+                    && (f.why.contains("TLS") || f.why.contains("corrupt message"))
+                {
+                    f.why
+                        .push_str(" (a registry on plain HTTP needs --tls-verify=false)");
+                }
+                f
+            })
         };
         let held = self
             .authorization
