@@ -28,11 +28,11 @@ use crate::erofs::walk::Tree;
 mod catalog;
 mod debian;
 mod runc;
-mod umoci;
+pub(crate) mod umoci;
 
 /// What the two sides cannot agree on: inode numbers, and a directory's
 /// size (each file system's own).
-pub(super) fn comparable(mut t: Tree) -> Tree {
+pub(crate) fn comparable(mut t: Tree) -> Tree {
     for n in t.values_mut() {
         n.ino = 0;
         if n.kind == "dir" {
@@ -43,7 +43,7 @@ pub(super) fn comparable(mut t: Tree) -> Tree {
 }
 
 /// The store's environment variable.
-pub(super) const STORE_ENV: &str = "FOLIOFS_STORE";
+pub(crate) const STORE_ENV: &str = "FOLIOFS_STORE";
 
 /// `foliofs mount REFERENCE` with the store at `store`.
 pub(super) fn mount_image(reference: &str, store: &Path) -> common::Mount {
@@ -101,7 +101,7 @@ pub(super) fn store_layers(store: &Path, img: &Path) -> Vec<PathBuf> {
 /// Every path's type, mode, owner, link count, size (but a directory's),
 /// mtime, symlink target, user xattrs and readable data, as the test user
 /// reads them.
-pub(super) fn user_listing(dir: &Path) -> String {
+pub(crate) fn user_listing(dir: &Path) -> String {
     const SCRIPT: &str = r#"cd "$1" || exit 1
 export LC_ALL=C
 find . ! -type d -printf '%P %y %m %U:%G %n %s %T@ %l\n' 2>&1 | sort

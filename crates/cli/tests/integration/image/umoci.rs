@@ -13,7 +13,7 @@ use crate::erofs::walk::{assert_same, walk_mounted};
 /// An OCI layout `L` in `dir` with the image `t`: a base and three layers
 /// of changes, made in a bundle as a container would make them and
 /// recorded by `umoci repack` (a layer per repack).
-fn umoci_image(dir: &Path) {
+pub(crate) fn umoci_image(dir: &Path) {
     common::sh_in(
         dir,
         r#"umoci init --layout L
