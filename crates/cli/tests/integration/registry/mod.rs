@@ -204,6 +204,7 @@ pub fn store_traces(store: &Path, hex: &str) -> Vec<String> {
     };
     rd.flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(hex) || n.starts_with('.'))
+        // The store's lock file is the store's, not a build's trace.
+        .filter(|n| n != ".lock" && (n.contains(hex) || n.starts_with('.')))
         .collect()
 }

@@ -86,6 +86,25 @@ fn an_image_pulled_from_a_registry_mounts_as_umoci_unpacks_it() {
         &want,
         &comparable(got),
     );
+    // The store lists the image under its reference, and removes it by
+    // that name, and everything of it with a prune.
+    let out = common::run_timeout(
+        foliofs(&store, None).args(["images", "--json"]),
+        Duration::from_secs(60),
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = listed.to_string();
+    assert!(text.contains(&reference), "{text}");
+    let out = common::run_timeout(
+        foliofs(&store, None).args(["rmi", "--prune", &reference]),
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(store_traces(&store, "erofs"), Vec::<String>::new());
     // Without --tls-verify=false the registry is spoken to over HTTPS,
     // and refused in one line that says so.
     let out = common::run_timeout(
