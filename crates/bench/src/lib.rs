@@ -20,6 +20,7 @@ mod mount;
 mod ramfs;
 mod readahead;
 mod realstart;
+mod registry;
 mod remote;
 mod report;
 mod rows;
@@ -63,13 +64,19 @@ pub enum Which {
     Remote,
     /// A container image of many layers, from an OCI layout, made into a root file system (foliofs mount oci:, the kernel's mount of the merged image, mkfs.erofs per layer under overlayfs, umoci unpack) and started from; then a lookup-heavy start on the merged image and on the overlay stack.
     Image,
-    /// Every section but `remote`.
+    /// An image pulled from a registry (docker-registry on loopback, pushed with skopeo): foliofs mount docker:// beside skopeo copy with mkfs.erofs per layer under overlayfs, and with umoci unpack (needs docker-registry and skopeo; not part of `all`: it adds a server).
+    Registry,
+    /// Every section but `remote` and `registry`.
     All,
     /// Reads every file under `--tree` and prints the seconds: the image
     /// section's reader, run as a process of its own by whoever a row
     /// runs as.
     #[value(hide = true)]
     ReadTree,
+    /// Reads the first byte of the first file under `--tree` and prints
+    /// the seconds: the registry section's first-byte reader.
+    #[value(hide = true)]
+    FirstByte,
 }
 
 /// Arguments of `foliofs bench`.
@@ -168,9 +175,14 @@ impl Config {
 
 /// Runs the benchmark and prints its tables; exit code 1 if a row failed.
 pub fn run(args: BenchArgs) -> Result<i32> {
-    if args.which == Which::ReadTree {
-        let dir = args.tree.context("read-tree needs --tree DIR")?;
-        println!("{}", timing::time_read_tree(&dir)?);
+    if matches!(args.which, Which::ReadTree | Which::FirstByte) {
+        let dir = args.tree.context("needs --tree DIR")?;
+        let secs = if args.which == Which::ReadTree {
+            timing::time_read_tree(&dir)?
+        } else {
+            timing::time_first_byte(&dir)?
+        };
+        println!("{secs}");
         return Ok(0);
     }
     let cfg = Config::from_args(&args)?;
@@ -222,7 +234,8 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             Which::Bigdir => bigdir::bigdir(&env, &cfg).map(|s| vec![s]),
             Which::Remote => remote::remote(&env, &cfg).map(|s| vec![s]),
             Which::Image => image::image(&env, &cfg),
-            Which::All | Which::ReadTree => unreachable!("handled above"),
+            Which::Registry => registry::registry(&env, &cfg).map(|s| vec![s]),
+            Which::All | Which::ReadTree | Which::FirstByte => unreachable!("handled above"),
         }?;
         for s in sections {
             if cfg.tty {

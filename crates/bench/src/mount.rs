@@ -42,11 +42,13 @@ fn read_ahead_kb(dir: &Path) -> Option<u32> {
 pub enum How {
     /// `foliofs mount -t TYPE -o OPTS`.
     Foliofs { fstype: &'static str, opts: String },
-    /// `foliofs mount oci:DIR:TAG` with its store at `store`, by `user`
-    /// (uid, gid) when one is given, else by whoever runs the bench.
+    /// `foliofs mount oci:DIR:TAG` (or `docker://...`) with its store at
+    /// `store`, by `who`.
     Image {
         store: PathBuf,
-        user: Option<(u32, u32)>,
+        who: crate::image::Who,
+        /// Options of `mount` before the reference (`--tls-verify=false`).
+        extra: Vec<String>,
     },
     /// The kernel, mount(2) with the image file itself as the source.
     KernelFile { fstype: &'static str, opts: String },
@@ -125,23 +127,13 @@ impl Mounted {
                     }
                 }
             }
-            How::Image { store, user } => {
-                let mut c = match user {
-                    Some((uid, gid)) => {
-                        let mut c = Command::new("setpriv");
-                        c.arg(format!("--reuid={uid}"))
-                            .arg(format!("--regid={gid}"))
-                            .args(["--clear-groups", "--"])
-                            .arg(&env.exe);
-                        c
-                    }
-                    None => Command::new(&env.exe),
-                };
+            How::Image { store, who, extra } => {
+                let mut c = who.command(&env.exe);
                 c.env("FOLIOFS_STORE", store).arg("mount");
                 if env.uring {
                     c.args(["-o", "noio_uring"]);
                 }
-                run(c.arg(source).arg(dir))?;
+                run(c.args(extra).arg(source).arg(dir))?;
             }
             How::KernelFile { fstype, opts } | How::KernelMem { fstype, opts } => {
                 sys_mount(source, dir, fstype, opts)?

@@ -126,3 +126,31 @@ fn read_tree(dir: &Path, buf: &mut [u8]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Seconds to read the first byte of the first regular file a walk of
+/// `dir` meets (as [`time_read_tree`] walks it): how long a start waits
+/// before its first file's data.
+pub fn time_first_byte(dir: &Path) -> Result<f64> {
+    fn first(dir: &Path) -> Result<Option<std::path::PathBuf>> {
+        for e in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+            let e = e?;
+            let t = e.file_type()?;
+            if t.is_file() {
+                return Ok(Some(e.path()));
+            }
+            if t.is_dir() {
+                if let Some(f) = first(&e.path())? {
+                    return Ok(Some(f));
+                }
+            }
+        }
+        Ok(None)
+    }
+    let start = Instant::now();
+    let f = first(dir)?.with_context(|| format!("no file under {}", dir.display()))?;
+    let mut byte = [0u8; 1];
+    File::open(&f)
+        .and_then(|mut h| h.read(&mut byte))
+        .with_context(|| format!("reading {}", f.display()))?;
+    Ok(start.elapsed().as_secs_f64())
+}

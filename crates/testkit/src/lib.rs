@@ -16,6 +16,7 @@ pub mod data;
 pub mod folios;
 pub mod mapping;
 pub mod proxy;
+pub mod registry;
 pub mod weed;
 
 use std::path::{Path, PathBuf};

@@ -268,7 +268,8 @@ fn mount(
         Mount::Foliofs => {
             let how = How::Image {
                 store: plan.store.clone(),
-                user: plan.who.ids(),
+                who: plan.who.clone(),
+                extra: Vec::new(),
             };
             stack
                 .0

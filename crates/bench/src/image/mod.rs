@@ -10,9 +10,9 @@
 //! against. A second table ([`lookups`]) measures a lookup-heavy start
 //! on the merged image and on the overlay stack.
 
-mod layout;
+pub(crate) mod layout;
 mod lookups;
-mod who;
+pub(crate) mod who;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,7 +30,7 @@ pub(crate) use who::Who;
 
 /// Layers in the image: past the 10 the issue of stack depth starts at,
 /// and as many as a package-a-layer build makes.
-const LAYERS: usize = 20;
+pub(crate) const LAYERS: usize = 20;
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Way {
@@ -62,7 +62,7 @@ struct Paths {
 
 /// Mounts taken down in the reverse of their order (an overlay before
 /// its layers).
-struct Stack(Vec<Mounted>);
+pub(crate) struct Stack(pub(crate) Vec<Mounted>);
 
 impl Drop for Stack {
     fn drop(&mut self) {
@@ -258,7 +258,8 @@ fn unpack(
         Way::Oci => {
             let how = How::Image {
                 store: p.store.clone(),
-                user: plan.who.ids(),
+                who: plan.who.clone(),
+                extra: Vec::new(),
             };
             stack
                 .0
@@ -282,30 +283,7 @@ fn unpack(
         }
         Way::MkfsOverlay => {
             let mkfs = mkfs.context("no mkfs.erofs")?;
-            std::fs::create_dir(&p.layers)?;
-            let mut lower = Vec::new();
-            for (i, blob) in made.blobs.iter().enumerate() {
-                let img = p.layers.join(format!("{i}.erofs"));
-                let uuid = format!("6f1a2b3c-4d5e-8f60-9a1b-{:012x}", i + 1);
-                run(Command::new("sh")
-                    .args([
-                        "-c",
-                        "gzip -dc < \"$1\" | \"$2\" --tar=f --aufs --quiet -Enoinline_data -b4096 -U \"$3\" \"$4\"",
-                        "sh",
-                    ])
-                    .arg(blob)
-                    .arg(mkfs)
-                    .arg(&uuid)
-                    .arg(&img))?;
-                let dir = p.layers.join(format!("{i}.mnt"));
-                let how = How::KernelFile {
-                    fstype: "erofs",
-                    opts: String::new(),
-                };
-                stack.0.push(Mounted::new(env, &how, &img, &dir)?);
-                lower.push(dir);
-            }
-            stack.0.push(overlay(env, &lower, mnt)?);
+            mkfs_overlay(env, mkfs, &made.blobs, &p.layers, mnt, &mut stack)?;
         }
         Way::Umoci => {
             let mut c = Command::new("umoci");
@@ -331,9 +309,48 @@ fn unpack(
     Ok((stack, mnt.to_owned()))
 }
 
+/// containerd's EROFS snapshotter's way: each gzipped layer `blobs`
+/// (lowest first) built by mkfs.erofs into `dir` with its differ's flags,
+/// each image mounted by the kernel, and overlayfs over them at `mnt`;
+/// the mounts go on `stack`.
+pub(crate) fn mkfs_overlay(
+    env: &BenchEnv,
+    mkfs: &Path,
+    blobs: &[PathBuf],
+    dir: &Path,
+    mnt: &Path,
+    stack: &mut Stack,
+) -> Result<()> {
+    std::fs::create_dir(dir)?;
+    let mut lower = Vec::new();
+    for (i, blob) in blobs.iter().enumerate() {
+        let img = dir.join(format!("{i}.erofs"));
+        let uuid = format!("6f1a2b3c-4d5e-8f60-9a1b-{:012x}", i + 1);
+        run(Command::new("sh")
+            .args([
+                "-c",
+                "gzip -dc < \"$1\" | \"$2\" --tar=f --aufs --quiet -Enoinline_data -b4096 -U \"$3\" \"$4\"",
+                "sh",
+            ])
+            .arg(blob)
+            .arg(mkfs)
+            .arg(&uuid)
+            .arg(&img))?;
+        let at = dir.join(format!("{i}.mnt"));
+        let how = How::KernelFile {
+            fstype: "erofs",
+            opts: String::new(),
+        };
+        stack.0.push(Mounted::new(env, &how, &img, &at)?);
+        lower.push(at);
+    }
+    stack.0.push(overlay(env, &lower, mnt)?);
+    Ok(())
+}
+
 /// The kernel's overlayfs of `lower` (lowest first) at `mnt`, stacked as
 /// containerd stacks a snapshot's parents: the top layer first.
-fn overlay(env: &BenchEnv, lower: &[PathBuf], mnt: &Path) -> Result<Mounted> {
+pub(crate) fn overlay(env: &BenchEnv, lower: &[PathBuf], mnt: &Path) -> Result<Mounted> {
     let dirs: Vec<String> = lower
         .iter()
         .rev()

@@ -19,7 +19,12 @@ pub(crate) enum Who {
     /// Whoever runs the bench.
     Me,
     /// An ordinary user, through `setpriv` with no supplementary groups.
-    User { name: String, uid: u32, gid: u32 },
+    User {
+        name: String,
+        uid: u32,
+        gid: u32,
+        home: std::path::PathBuf,
+    },
 }
 
 impl Who {
@@ -47,6 +52,7 @@ impl Who {
             name: USER.into(),
             uid: u.uid.as_raw(),
             gid: u.gid.as_raw(),
+            home: u.dir,
         })
     }
 
@@ -54,22 +60,27 @@ impl Who {
     pub(crate) fn command(&self, prog: impl AsRef<OsStr>) -> Command {
         match self {
             Who::Me => Command::new(prog),
-            Who::User { uid, gid, .. } => {
+            Who::User {
+                name,
+                uid,
+                gid,
+                home,
+            } => {
                 let mut c = Command::new("setpriv");
                 c.arg(format!("--reuid={uid}"))
                     .arg(format!("--regid={gid}"))
                     .args(["--clear-groups", "--"])
-                    .arg(prog);
+                    .arg(prog)
+                    // The user's own environment, not root's: what it
+                    // looks up under its home (auth files) is its own.
+                    .env("HOME", home)
+                    .env("USER", name)
+                    .env("LOGNAME", name)
+                    .env_remove("XDG_RUNTIME_DIR")
+                    .env_remove("XDG_CACHE_HOME")
+                    .env_remove("REGISTRY_AUTH_FILE");
                 c
             }
-        }
-    }
-
-    /// The (uid, gid) a mount is made as, `None` for the bench's own.
-    pub(crate) fn ids(&self) -> Option<(u32, u32)> {
-        match self {
-            Who::Me => None,
-            Who::User { uid, gid, .. } => Some((*uid, *gid)),
         }
     }
 

@@ -154,6 +154,66 @@ fn quick_remote_bench_measures_cold_warm_and_local() {
     assert!(stdout.contains("bytes fetched / bytes read"), "{stdout}");
 }
 
+/// `foliofs bench registry --quick` starts its own docker-registry, pushes
+/// its image with skopeo, and pulls it to a root file system each way:
+/// foliofs as root and as a user, skopeo with umoci, and (with a
+/// mkfs.erofs that reads tars) skopeo with mkfs.erofs under overlayfs.
+#[test]
+fn quick_registry_bench_pulls_every_way() {
+    require!(
+        "root",
+        "fuse",
+        "user-fuse",
+        "docker-registry",
+        "skopeo",
+        "umoci"
+    );
+    let _alone = common::dropping_caches();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args(["bench", "registry", "--quick", "--runs", "1", "--json"])
+        .arg(&json);
+    let mkfs = crate::erofs::erofs_utils_193_bin();
+    if let Some(bin) = &mkfs {
+        cmd.arg("--mkfs-erofs").arg(bin.join("mkfs.erofs"));
+    }
+    let out = common::run_timeout(&mut cmd, Duration::from_secs(600));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let s = &v["sections"][0];
+    assert_eq!(s["name"], "registry");
+    let rows = s["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{stdout}");
+    for (i, r) in rows.iter().enumerate() {
+        // The mkfs.erofs row needs one that reads tars.
+        if i == 2 && mkfs.is_none() {
+            assert!(r["note"].as_str().unwrap().contains("--tar"), "{r}");
+            continue;
+        }
+        assert!(r["note"].is_null(), "{r}");
+        for key in ["pull", "byte", "first", "next", "total"] {
+            assert_eq!(
+                r["runs"][key].as_array().map(Vec::len),
+                Some(1),
+                "{key}: {r}"
+            );
+        }
+    }
+    // Nothing of the run stays mounted.
+    let left: Vec<_> = common::mount_points()
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("foliofs-bench."))
+        .collect();
+    assert!(left.is_empty(), "left mounted: {left:?}");
+}
+
 /// `foliofs bench all --quick` as the user `tests`: every section measures
 /// foliofs, each kernel row a user cannot mount says why in its skip line,
 /// cold runs say how they were made cold, and nothing stays mounted.

@@ -49,7 +49,7 @@ pub fn erofs_utils_193(what: &str) -> Option<PathBuf> {
 /// without `../shared` has none. A worktree kept one directory further
 /// down, beside others (`wt/NAME`), finds the same `shared` one more
 /// level up.
-fn erofs_utils_193_bin() -> Option<&'static Path> {
+pub fn erofs_utils_193_bin() -> Option<&'static Path> {
     static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
     BIN.get_or_init(|| {
         let root = common::workspace_root();
