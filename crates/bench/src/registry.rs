@@ -17,7 +17,7 @@ use foliofs_testkit::registry::{Options, Registry};
 
 use crate::env::{have, run, BenchEnv};
 use crate::image::layout::{self, Made};
-use crate::image::who::{read_tree, Who};
+use crate::image::who::{first_byte, read_tree, Who};
 use crate::image::{mkfs_overlay, Stack, LAYERS};
 use crate::mount::{How, Mounted};
 use crate::report::{Column, Row, Section, Unit};
@@ -292,29 +292,6 @@ fn pull(
         }
     }
     Ok((stack, mnt.to_owned()))
-}
-
-/// Seconds `who` takes to read the first byte of the first file a walk
-/// of `dir` meets, as a process of its own.
-fn first_byte(env: &BenchEnv, who: &Who, dir: &Path) -> Result<f64> {
-    let out = who
-        .command(&env.exe)
-        .args(["bench", "first-byte", "--tree"])
-        .arg(dir)
-        .output()
-        .context("starting foliofs bench first-byte")?;
-    if !out.status.success() {
-        bail!(
-            "first byte under {} ({}): {}",
-            dir.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let s = String::from_utf8_lossy(&out.stdout);
-    s.trim()
-        .parse()
-        .with_context(|| format!("first-byte printed {s:?}"))
 }
 
 fn notes(

@@ -105,15 +105,26 @@ impl Who {
 /// own reader (`foliofs bench read-tree`), run as a process of its own
 /// for every row alike.
 pub(crate) fn read_tree(env: &BenchEnv, who: &Who, dir: &Path) -> Result<f64> {
+    reader(env, who, "read-tree", dir)
+}
+
+/// Seconds this runner takes to read the first byte of the first file a
+/// walk of `dir` meets (`foliofs bench first-byte`).
+pub(crate) fn first_byte(env: &BenchEnv, who: &Who, dir: &Path) -> Result<f64> {
+    reader(env, who, "first-byte", dir)
+}
+
+/// `foliofs bench WHAT --tree DIR` as `who`: the seconds it prints.
+fn reader(env: &BenchEnv, who: &Who, what: &str, dir: &Path) -> Result<f64> {
     let out = who
         .command(&env.exe)
-        .args(["bench", "read-tree", "--tree"])
+        .args(["bench", what, "--tree"])
         .arg(dir)
         .output()
-        .context("starting foliofs bench read-tree")?;
+        .with_context(|| format!("starting foliofs bench {what}"))?;
     if !out.status.success() {
         bail!(
-            "reading {} ({}): {}",
+            "{what} of {} ({}): {}",
             dir.display(),
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
@@ -122,5 +133,5 @@ pub(crate) fn read_tree(env: &BenchEnv, who: &Who, dir: &Path) -> Result<f64> {
     let s = String::from_utf8_lossy(&out.stdout);
     s.trim()
         .parse()
-        .with_context(|| format!("read-tree printed {s:?}"))
+        .with_context(|| format!("{what} printed {s:?}"))
 }
