@@ -78,33 +78,13 @@ pub fn registry(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         .args(["copy", "--quiet", "--dest-tls-verify=false"])
         .arg(format!("oci:{}:{}", made.layout.display(), layout::TAG))
         .arg(&reference))?;
-    for round in 0..cfg.runs {
-        for plan in plans.iter_mut() {
-            if plan.row.note.is_some() {
-                continue;
-            }
-            progress(
-                cfg,
-                &format!(
-                    "[registry] round {}/{}: {}",
-                    round + 1,
-                    cfg.runs,
-                    plan.row.label
-                ),
-            );
-            match round_of(env, &made, &reference, mkfs.as_deref(), plan) {
-                Ok(figures) => {
-                    for (k, v) in figures {
-                        plan.row.runs.entry(k).or_default().push(v);
-                    }
-                }
-                Err(e) => {
-                    plan.row.note = Some(format!("failed: {e:#}"));
-                    plan.row.failed = true;
-                }
-            }
-        }
-    }
+    crate::rows::interleaved(
+        cfg,
+        "registry",
+        &mut plans,
+        |p| &mut p.row,
+        |plan| round_of(env, &made, &reference, mkfs.as_deref(), plan),
+    );
     drop(server);
     let rows: Vec<Row> = plans.into_iter().map(|p| p.row).collect();
     section.reference = if rows[2].note.is_none() { 2 } else { 3 };

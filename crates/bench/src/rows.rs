@@ -269,6 +269,44 @@ pub(crate) fn foliofs_pairs(rows: &[Row], reference: usize) -> Vec<(usize, usize
         .collect()
 }
 
+/// Every row of `plans` without a note measured once per round, rows
+/// interleaved (the machine's drift lands on all alike): `measure` gives
+/// a round's figures by column; a row that fails keeps why in its note
+/// and runs no more.
+pub(crate) fn interleaved<P>(
+    cfg: &Config,
+    section: &str,
+    plans: &mut [P],
+    row: impl Fn(&mut P) -> &mut Row,
+    mut measure: impl FnMut(&P) -> Result<Vec<(&'static str, f64)>>,
+) {
+    for round in 0..cfg.runs {
+        for plan in plans.iter_mut() {
+            if row(plan).note.is_some() {
+                continue;
+            }
+            let label = row(plan).label.clone();
+            progress(
+                cfg,
+                &format!("[{section}] round {}/{}: {label}", round + 1, cfg.runs),
+            );
+            let res = measure(plan);
+            let r = row(plan);
+            match res {
+                Ok(figures) => {
+                    for (k, v) in figures {
+                        r.runs.entry(k).or_default().push(v);
+                    }
+                }
+                Err(e) => {
+                    r.note = Some(format!("failed: {e:#}"));
+                    r.failed = true;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

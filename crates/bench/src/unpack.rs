@@ -276,20 +276,12 @@ fn run_rounds(
         peak: [None; 3 + 2 * ALGS.len()],
         sizes: [None; 3 + 2 * ALGS.len()],
     };
-    for round in 0..cfg.runs {
-        for plan in plans.iter_mut() {
-            if plan.row.note.is_some() {
-                continue;
-            }
-            progress(
-                cfg,
-                &format!(
-                    "[unpack] round {}/{}: {}",
-                    round + 1,
-                    cfg.runs,
-                    plan.row.label
-                ),
-            );
+    crate::rows::interleaved(
+        cfg,
+        "unpack",
+        plans,
+        |p| &mut p.row,
+        |plan| {
             let _ = std::fs::remove_file(&paths.img);
             let _ = std::fs::remove_dir_all(&paths.dir);
             let _ = std::fs::remove_file(&paths.rss);
@@ -297,21 +289,10 @@ fn run_rounds(
                 format!("{} -f %M -o \"$RSS\" ", t.display())
             });
             let script = script(plan.way, &timer);
-            let res = unpack_and_read(env, &paths, mkfs, plan, &script, &mut built);
-            let row = &mut plan.row;
-            match res {
-                Ok((u, f, n)) => {
-                    for (k, v) in [("unpack", u), ("first", f), ("next", n)] {
-                        row.runs.entry(k).or_default().push(v);
-                    }
-                }
-                Err(e) => {
-                    row.note = Some(format!("failed: {e:#}"));
-                    row.failed = true;
-                }
-            }
-        }
-    }
+            let (u, f, n) = unpack_and_read(env, &paths, mkfs, plan, &script, &mut built)?;
+            Ok(vec![("unpack", u), ("first", f), ("next", n)])
+        },
+    );
     let _ = std::fs::remove_file(&paths.img);
     let _ = std::fs::remove_dir_all(&paths.dir);
     built

@@ -23,7 +23,6 @@ use anyhow::{Context, Result};
 use crate::env::{have, run, BenchEnv};
 use crate::mount::{How, Mounted};
 use crate::report::{Column, Row, Section, Unit};
-use crate::rows::progress;
 use crate::Config;
 
 pub(crate) use who::Who;
@@ -176,7 +175,7 @@ fn plans(env: &BenchEnv, user: &Result<Who, String>, mkfs: Option<&Path>) -> Vec
 }
 
 /// Every runnable row once per round, interleaved, each from an empty
-/// store and no image; a row that fails keeps why and runs no more.
+/// store and no image.
 fn run_rounds(
     env: &BenchEnv,
     cfg: &Config,
@@ -184,34 +183,16 @@ fn run_rounds(
     mkfs: Option<&Path>,
     plans: &mut [Plan],
 ) {
-    for round in 0..cfg.runs {
-        for plan in plans.iter_mut() {
-            if plan.row.note.is_some() {
-                continue;
-            }
-            progress(
-                cfg,
-                &format!(
-                    "[image] round {}/{}: {}",
-                    round + 1,
-                    cfg.runs,
-                    plan.row.label
-                ),
-            );
-            let res = round_of(env, made, mkfs, plan);
-            match res {
-                Ok((u, f, n)) => {
-                    for (k, v) in [("unpack", u), ("first", f), ("next", n)] {
-                        plan.row.runs.entry(k).or_default().push(v);
-                    }
-                }
-                Err(e) => {
-                    plan.row.note = Some(format!("failed: {e:#}"));
-                    plan.row.failed = true;
-                }
-            }
-        }
-    }
+    crate::rows::interleaved(
+        cfg,
+        "image",
+        plans,
+        |p| &mut p.row,
+        |plan| {
+            let (u, f, n) = round_of(env, made, mkfs, plan)?;
+            Ok(vec![("unpack", u), ("first", f), ("next", n)])
+        },
+    );
 }
 
 /// One row's round: the unpack's seconds, then every file read on what
