@@ -349,11 +349,9 @@ fn unpack_and_read(
 /// mkfs.erofs's buffered row is the reference when it ran, else `tar x`;
 /// each foliofs row pairs with mkfs.erofs's same row.
 fn reference_and_pairs(rows: &[Row]) -> (usize, Vec<(usize, usize)>) {
-    let reference = if rows[3].note.is_none() {
-        3
-    } else {
-        rows.len() - 1
-    };
+    // `tar x` is the row after the builders' six, before the compressed
+    // pairs.
+    let reference = if rows[3].note.is_none() { 3 } else { 6 };
     let mut pairs: Vec<(usize, usize)> = (0..3)
         .filter(|&i| rows[i + 3].note.is_none())
         .map(|i| (i, i + 3))
