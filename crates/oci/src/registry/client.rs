@@ -118,7 +118,10 @@ impl Client {
     }
 
     /// `GET /v2/NAME/PATH` with `headers`, answering a 401 once with the
-    /// authorization it asks for; any other status is the caller's.
+    /// authorization it asks for; any other status is the caller's. Every
+    /// request is answered so, not just a client's first: a bearer token
+    /// that expires mid-pull is replaced by a new one at the next request
+    /// it fails (a blob's `Range` resume too).
     pub(crate) fn get(
         &self,
         path: &str,
@@ -173,10 +176,36 @@ impl Client {
         }
         *self.authorization.lock().unwrap_or_else(|p| p.into_inner()) = Some(authorization.clone());
         let resp = send(Some(&authorization))?;
-        if resp.status() == 401 {
-            return Err(self.unauthorized());
+        if resp.status() != 401 {
+            return Ok(resp);
         }
-        Ok(resp)
+        // A token just issued and refused at once is the token service's
+        // or the registry's fault (a token already expired, for another
+        // service, ...), not the credentials': asking again would only
+        // get the same, so this is the end.
+        match header(&resp, "www-authenticate").and_then(auth::parse_challenge) {
+            Some(c) if authorization.starts_with("Bearer") && c.scheme == "bearer" => {
+                Err(Failure::fatal(format!(
+                    "401 Unauthorized: the registry refused the token its token service {} \
+                     had just given{}",
+                    c.params.get("realm").map_or("", String::as_str),
+                    c.params
+                        .get("error")
+                        .map(|e| format!(" ({e})"))
+                        .unwrap_or_default()
+                )))
+            }
+            _ => Err(self.unauthorized()),
+        }
+    }
+
+    /// Where credentials were looked for, for an error without them.
+    fn looked_in(&self) -> &str {
+        if self.looked_in.is_empty() {
+            "any auth file (none is set)"
+        } else {
+            &self.looked_in
+        }
     }
 
     fn unauthorized(&self) -> Failure {
@@ -189,11 +218,7 @@ impl Client {
             None => format!(
                 "401 Unauthorized: the registry wants credentials, and none for {} are in {}",
                 self.reference.host,
-                if self.looked_in.is_empty() {
-                    "any auth file (none is set)"
-                } else {
-                    &self.looked_in
-                }
+                self.looked_in()
             ),
         })
     }
@@ -239,6 +264,12 @@ impl Client {
                 (Some(cr), 401 | 403) => format!(
                     "the token service {realm} refused the credentials from {}: {}",
                     cr.from.display(),
+                    f.why
+                ),
+                (None, 401 | 403) => format!(
+                    "the token service {realm} wants credentials, and none for {} are in {}: {}",
+                    self.reference.host,
+                    self.looked_in(),
                     f.why
                 ),
                 _ => format!("the token service {realm}: {}", f.why),
