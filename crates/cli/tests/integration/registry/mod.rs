@@ -4,7 +4,9 @@
 //! mounted as `docker://` references and compared with `umoci unpack` of
 //! the same layout; with htpasswd basic auth, an index of platforms, a
 //! blob damaged in the registry's storage, a connection broken off mid
-//! blob (a fault proxy in front) and a registry killed mid-pull.
+//! blob (a fault proxy in front) and a registry killed mid-pull; and with
+//! token auth, the tokens from a token service of the tests' own
+//! ([`token`]), expiring mid-pull too.
 
 use std::fs;
 use std::io::Write;
@@ -16,6 +18,8 @@ use std::time::Duration;
 use crate::common;
 
 mod pull;
+mod token;
+mod token_auth;
 
 /// How long a registry has to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -32,7 +36,7 @@ pub struct Registry {
 impl Registry {
     /// Starts one, with htpasswd basic auth for `user`:`pass` when given.
     pub fn start(basic: Option<(&str, &str)>) -> Registry {
-        let mut dir = tempfile::Builder::new()
+        let dir = tempfile::Builder::new()
             .prefix("foliofs-registry.")
             .tempdir()
             .unwrap();
@@ -56,6 +60,27 @@ impl Registry {
             }
             None => String::new(),
         };
+        Registry::start_with(dir, auth)
+    }
+
+    /// Starts one that takes the bearer tokens of `tokens`.
+    pub fn with_tokens(tokens: &token::TokenServer) -> Registry {
+        let dir = tempfile::Builder::new()
+            .prefix("foliofs-registry.")
+            .tempdir()
+            .unwrap();
+        let auth = format!(
+            "auth: {{token: {{realm: \"{}\", service: {}, issuer: {}, rootcertbundle: {}}}}}\n",
+            tokens.realm(),
+            token::SERVICE,
+            token::ISSUER,
+            tokens.cert().display()
+        );
+        Registry::start_with(dir, auth)
+    }
+
+    /// Starts one in `dir` with the `auth:` section `auth` of its config.
+    fn start_with(mut dir: tempfile::TempDir, auth: String) -> Registry {
         // The port is free when asked for; another process may take it
         // before the registry does, so a registry that exits is tried
         // again on another.

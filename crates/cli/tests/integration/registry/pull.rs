@@ -14,7 +14,7 @@ use crate::image::umoci::umoci_image;
 use crate::image::{comparable, user_listing};
 
 /// `foliofs mount --tls-verify=false REFERENCE` as root.
-fn mount(store: &Path, auth: Option<&Path>, reference: &str) -> common::Mount {
+pub(super) fn mount(store: &Path, auth: Option<&Path>, reference: &str) -> common::Mount {
     let mnt = tempfile::Builder::new()
         .prefix("foliofs-mnt.")
         .tempdir()
@@ -42,7 +42,7 @@ fn layer_digests(l: &Path) -> Vec<String> {
         .collect()
 }
 
-fn one_line_error(out: &std::process::Output) -> String {
+pub(super) fn one_line_error(out: &std::process::Output) -> String {
     assert!(!out.status.success(), "succeeded");
     let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
     assert_eq!(err.lines().count(), 1, "{err}");
