@@ -10,9 +10,8 @@
 
 use std::fs;
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use crate::common;
@@ -21,23 +20,20 @@ mod pull;
 mod token;
 mod token_auth;
 
-/// How long a registry has to start listening.
-const START_TIMEOUT: Duration = Duration::from_secs(20);
-
 /// A docker-registry serving plain HTTP on a free loopback port, its
-/// storage in a directory of its own; killed when dropped (a failed test
-/// too).
+/// storage in a directory of its own (testkit's); killed when dropped (a
+/// failed test too).
 pub struct Registry {
-    child: Option<Child>,
-    port: u16,
-    dir: tempfile::TempDir,
+    inner: foliofs_testkit::registry::Registry,
+    /// What its config names (an htpasswd file), kept while it runs.
+    _aux: tempfile::TempDir,
 }
 
 impl Registry {
     /// Starts one, with htpasswd basic auth for `user`:`pass` when given.
     pub fn start(basic: Option<(&str, &str)>) -> Registry {
-        let dir = tempfile::Builder::new()
-            .prefix("foliofs-registry.")
+        let aux = tempfile::Builder::new()
+            .prefix("foliofs-registry-auth.")
             .tempdir()
             .unwrap();
         let auth = match basic {
@@ -51,93 +47,48 @@ impl Registry {
                     "{}",
                     String::from_utf8_lossy(&out.stderr)
                 );
-                let file = dir.path().join("htpasswd");
+                let file = aux.path().join("htpasswd");
                 fs::write(&file, &out.stdout).unwrap();
                 format!(
-                    "auth: {{htpasswd: {{realm: foliofs-test, path: {}}}}}\n",
+                    "auth: {{htpasswd: {{realm: foliofs-test, path: {}}}}}",
                     file.display()
                 )
             }
             None => String::new(),
         };
-        Registry::start_with(dir, auth)
+        Registry::start_with(aux, auth)
     }
 
     /// Starts one that takes the bearer tokens of `tokens`.
     pub fn with_tokens(tokens: &token::TokenServer) -> Registry {
-        let dir = tempfile::Builder::new()
-            .prefix("foliofs-registry.")
+        let aux = tempfile::Builder::new()
+            .prefix("foliofs-registry-auth.")
             .tempdir()
             .unwrap();
         let auth = format!(
-            "auth: {{token: {{realm: \"{}\", service: {}, issuer: {}, rootcertbundle: {}}}}}\n",
+            "auth: {{token: {{realm: \"{}\", service: {}, issuer: {}, rootcertbundle: {}}}}}",
             tokens.realm(),
             token::SERVICE,
             token::ISSUER,
             tokens.cert().display()
         );
-        Registry::start_with(dir, auth)
+        Registry::start_with(aux, auth)
     }
 
-    /// Starts one in `dir` with the `auth:` section `auth` of its config.
-    fn start_with(mut dir: tempfile::TempDir, auth: String) -> Registry {
-        // The port is free when asked for; another process may take it
-        // before the registry does, so a registry that exits is tried
-        // again on another.
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let config = dir.path().join("config.yml");
-            fs::write(
-                &config,
-                format!(
-                    "version: 0.1\nlog: {{level: error}}\n\
-                     storage: {{filesystem: {{rootdirectory: {}}}, delete: {{enabled: true}}}}\n\
-                     http: {{addr: 127.0.0.1:{port}}}\n{auth}",
-                    dir.path().join("data").display()
-                ),
-            )
-            .unwrap();
-            let log = fs::File::create(dir.path().join("log")).unwrap();
-            let child = Command::new("docker-registry")
-                .arg("serve")
-                .arg(&config)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap();
-            let mut r = Registry {
-                child: Some(child),
-                port,
-                dir,
-            };
-            let up = common::wait_until(START_TIMEOUT, || {
-                r.exited() || TcpStream::connect(("127.0.0.1", port)).is_ok()
-            });
-            if up && !r.exited() {
-                return r;
-            }
-            r.kill();
-            let log = fs::read_to_string(r.dir.path().join("log")).unwrap_or_default();
-            eprintln!("docker-registry on port {port} did not start: {log}");
-            dir = std::mem::replace(&mut r.dir, tempfile::tempdir().unwrap());
-        }
-        panic!("docker-registry did not start in 5 tries");
-    }
-
-    fn exited(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_none_or(|c| c.try_wait().ok().flatten().is_some())
+    /// Starts one with the `auth:` section `auth` of its config.
+    fn start_with(aux: tempfile::TempDir, auth: String) -> Registry {
+        let inner =
+            foliofs_testkit::registry::Registry::start(&foliofs_testkit::registry::Options {
+                auth,
+                parent: None,
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        Registry { inner, _aux: aux }
     }
 
     /// `127.0.0.1:PORT`.
     pub fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.inner.host()
     }
 
     /// `http://127.0.0.1:PORT`, for a proxy in front.
@@ -147,27 +98,12 @@ impl Registry {
 
     /// The file a blob is stored in.
     pub fn blob_file(&self, digest: &str) -> PathBuf {
-        let hex = digest.strip_prefix("sha256:").unwrap();
-        self.dir
-            .path()
-            .join("data/docker/registry/v2/blobs/sha256")
-            .join(&hex[..2])
-            .join(hex)
-            .join("data")
+        self.inner.blob_file(digest)
     }
 
     /// Kills the registry (SIGKILL) and reaps it.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        self.kill();
+        self.inner.kill();
     }
 }
 
