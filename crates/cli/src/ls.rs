@@ -162,8 +162,13 @@ fn mode_string(a: &Attr) -> String {
 
 /// `YYYY-MM-DD HH:MM` in UTC.
 fn date(t: Timespec) -> String {
-    let days = t.sec.div_euclid(86_400);
-    let secs = t.sec.rem_euclid(86_400);
+    utc_minutes(t.sec)
+}
+
+/// `YYYY-MM-DD HH:MM` in UTC, of seconds since the epoch.
+pub(crate) fn utc_minutes(sec: i64) -> String {
+    let days = sec.div_euclid(86_400);
+    let secs = sec.rem_euclid(86_400);
     // Civil date from days since 1970-01-01 (proleptic Gregorian).
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
