@@ -39,6 +39,16 @@ const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most of an error answer's body kept for its message.
 const MAX_ERROR_BODY: u64 = 64 << 10;
 
+/// What a request sends.
+pub(crate) enum Payload<'a> {
+    /// Nothing.
+    None,
+    /// These bytes (a manifest).
+    Bytes(&'a [u8]),
+    /// The file's bytes, this many (a blob).
+    File(&'a std::path::Path, u64),
+}
+
 /// A failed request: whether another try may do better, and why.
 #[derive(Debug)]
 pub(crate) struct Failure {
@@ -127,16 +137,70 @@ impl Client {
         path: &str,
         headers: &[(&str, &str)],
     ) -> Result<Response<Body>, Failure> {
-        let url = format!("{}/v2/{}/{path}", self.base, self.reference.repository);
+        self.send("GET", &self.url(path), headers, &Payload::None)
+    }
+
+    /// `https://HOST/v2/NAME/PATH`.
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("{}/v2/{}/{path}", self.base, self.reference.repository)
+    }
+
+    /// The URL a `Location` header names, made absolute against the
+    /// registry (the distribution spec allows either).
+    pub(crate) fn absolute(&self, location: &str) -> String {
+        if location.starts_with("http://") || location.starts_with("https://") {
+            location.to_owned()
+        } else if location.starts_with('/') {
+            format!("{}{location}", self.base)
+        } else {
+            format!("{}/{location}", self.base)
+        }
+    }
+
+    /// `method` on `url` with `headers` and `payload` (sent afresh when a
+    /// 401 is answered), as [`Client::get`] does it.
+    pub(crate) fn send(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        payload: &Payload,
+    ) -> Result<Response<Body>, Failure> {
         let send = |authorization: Option<&str>| {
-            let mut req = self.agent.get(&url);
+            let mut req = ureq::http::Request::builder().method(method).uri(url);
             for (k, v) in headers {
                 req = req.header(*k, *v);
             }
             if let Some(a) = authorization {
                 req = req.header("authorization", a);
             }
-            req.call().map_err(|e| {
+            let build = |req: ureq::http::request::Builder, body| {
+                req.body(body)
+                    .map_err(|e| Failure::fatal(format!("{method} {url}: {e}")))
+            };
+            let sent = match payload {
+                Payload::None => {
+                    let req = req
+                        .body(())
+                        .map_err(|e| Failure::fatal(format!("{method} {url}: {e}")))?;
+                    self.agent.run(req)
+                }
+                Payload::Bytes(b) => {
+                    let mut bytes = *b;
+                    let req = req.header("content-length", b.len().to_string());
+                    self.agent
+                        .run(build(req, ureq::SendBody::from_reader(&mut bytes))?)
+                }
+                Payload::File(path, size) => {
+                    // Streamed from the file, never held whole.
+                    let mut file = std::fs::File::open(path)
+                        .map_err(|e| Failure::fatal(format!("{}: {e}", path.display())))?;
+                    let req = req.header("content-length", size.to_string());
+                    self.agent
+                        .run(build(req, ureq::SendBody::from_reader(&mut file))?)
+                }
+            };
+            sent.map_err(|e| {
                 let mut f = transport(e);
                 if !self.base.starts_with("http:")
                     && (f.why.contains("TLS") || f.why.contains("corrupt message"))
@@ -147,6 +211,7 @@ impl Client {
                 f
             })
         };
+        let push = !matches!(method, "GET" | "HEAD");
         let held = self
             .authorization
             .lock()
@@ -158,7 +223,7 @@ impl Client {
         }
         let challenge = header(&resp, "www-authenticate").and_then(auth::parse_challenge);
         let authorization = match challenge {
-            Some(c) if c.scheme == "bearer" => format!("Bearer {}", self.token(&c)?),
+            Some(c) if c.scheme == "bearer" => format!("Bearer {}", self.token(&c, push)?),
             Some(c) if c.scheme == "basic" => match &self.credentials {
                 Some(cr) => format!("Basic {}", cr.basic),
                 None => return Err(self.unauthorized()),
@@ -224,17 +289,20 @@ impl Client {
     }
 
     /// A bearer token from the token service `c` names, asked for with
-    /// the basic credentials when there are some.
-    fn token(&self, c: &Challenge) -> Result<String, Failure> {
+    /// the basic credentials when there are some, for the scope the
+    /// challenge names (else pulling, and pushing too when `push`).
+    fn token(&self, c: &Challenge, push: bool) -> Result<String, Failure> {
         use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
         let realm = c.params.get("realm").ok_or_else(|| {
             Failure::fatal("401 Unauthorized: a Bearer challenge without a realm")
         })?;
-        let scope = c
-            .params
-            .get("scope")
-            .cloned()
-            .unwrap_or_else(|| format!("repository:{}:pull", self.reference.repository));
+        let scope = c.params.get("scope").cloned().unwrap_or_else(|| {
+            format!(
+                "repository:{}:{}",
+                self.reference.repository,
+                if push { "pull,push" } else { "pull" }
+            )
+        });
         let mut url = realm.clone();
         let mut sep = if url.contains('?') { '&' } else { '?' };
         for (k, v) in [

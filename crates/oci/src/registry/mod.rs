@@ -8,6 +8,7 @@ pub mod auth;
 pub mod blob;
 pub mod client;
 pub mod reference;
+pub mod upload;
 
 pub use client::{Client, Options};
 pub use reference::Reference;
