@@ -19,8 +19,10 @@ pub const MAX_JSON: u64 = 4 << 20;
 /// Most nested indexes followed from `index.json` to a manifest.
 const MAX_DEPTH: usize = 4;
 
-pub(crate) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+/// An OCI image manifest.
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// An OCI image index.
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub(crate) const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 pub(crate) const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
@@ -474,7 +476,7 @@ fn parse<T: for<'de> Deserialize<'de>>(digest: &Digest, raw: &[u8]) -> Result<T,
 }
 
 /// The file at `path`, refused past `max` bytes.
-fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, OciError> {
+pub(crate) fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, OciError> {
     let io = |e: std::io::Error| OciError::Io {
         what: path.display().to_string(),
         source: e,

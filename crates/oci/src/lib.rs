@@ -2,16 +2,21 @@
 //! ([`layout`]) or pulled from a registry ([`registry`]), and the store
 //! that keeps each layer as an EROFS image and each image's layers merged
 //! into one ([`store`]), with a record of the name each image was prepared
-//! under ([`catalog`]).
+//! under ([`catalog`]); and images published as native EROFS layers
+//! ([`publish`], with their [`chunk_index`] and [`verity`] tree, pushed by
+//! the registry client).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod catalog;
+pub mod chunk_index;
 pub mod digest;
 pub mod layout;
+pub mod publish;
 pub mod registry;
 pub mod store;
+pub mod verity;
 
 use std::path::PathBuf;
 
@@ -72,6 +77,9 @@ pub enum OciError {
         /// What went wrong.
         why: String,
     },
+    /// A chunk index that is not one.
+    #[error(transparent)]
+    ChunkIndex(#[from] chunk_index::ChunkIndexError),
     /// Building a layer or the merged image failed.
     #[error("{what}: {source}")]
     Build {
