@@ -548,7 +548,8 @@ mod tests {
     fn every_bad_field_is_named_with_its_offset() {
         let (idx, _) = sample();
         let good = idx.encode();
-        let cases: Vec<(Box<dyn Fn(&mut Vec<u8>)>, &str, u64)> = vec![
+        type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+        let cases: Vec<(Damage, &str, u64)> = vec![
             (Box::new(|b| b[0] = 0), "Magic", 0),
             (Box::new(|b| b[4] = 2), "Version", 4),
             (Box::new(|b| b[5] = 2), "CompressionType", 5),

@@ -97,7 +97,8 @@ pub struct LayerBlob {
 /// The EROFS image `image` (a store layer) as a layer blob in `dir`,
 /// named by its digest.
 pub fn layer_blob(image: &Path, dir: &Path, o: &LayerOptions) -> Result<LayerBlob, OciError> {
-    if o.chunk_size == 0 || o.chunk_size % verity::BLOCK != 0 || o.chunk_size > MAX_CHUNK {
+    if o.chunk_size == 0 || !o.chunk_size.is_multiple_of(verity::BLOCK) || o.chunk_size > MAX_CHUNK
+    {
         return Err(OciError::Json {
             what: format!("chunk size {}", o.chunk_size),
             why: format!("a multiple of 4096 up to {MAX_CHUNK} is taken"),
