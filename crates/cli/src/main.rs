@@ -19,6 +19,7 @@ mod mounts;
 mod open;
 mod options;
 mod progress;
+mod push;
 mod takeover;
 mod umount;
 
@@ -38,6 +39,9 @@ enum Command {
     /// Pull an image (docker://HOST/REPO[:TAG]) into the store: its layers
     /// and merged image, whose path is printed.
     Pull(image::PullArgs),
+    /// Publish an OCI layout's image (oci:DIR[:TAG]) to a registry as
+    /// native EROFS layers, beside its tar image in one index.
+    Push(push::PushArgs),
     /// Unmount a foliofs mount (also one whose server was killed).
     Umount(umount::UmountArgs),
     /// List live foliofs mounts with their source and effective options.
@@ -154,6 +158,7 @@ fn run(cmd: Command) -> anyhow::Result<i32> {
     match cmd {
         Command::Mount(a) => mount::run(a),
         Command::Pull(a) => image::pull(a),
+        Command::Push(a) => push::run(a),
         Command::Umount(a) => umount::run(a),
         Command::Takeover(a) => takeover::run(a),
         Command::Mounts(a) => mounts::run(a),
