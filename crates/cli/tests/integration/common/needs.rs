@@ -25,6 +25,8 @@ pub fn fn_path(type_name: &str) -> &str {
 /// - `kernel-erofs`: the kernel's EROFS driver with file-backed mounts;
 /// - `huge-pages`: 2 MiB transparent huge pages for ramfs blocks;
 /// - `romfs-vm`: what the romfs oracle's VM runs with;
+/// - `veritysetup`: cryptsetup's `veritysetup` (Debian's `cryptsetup-bin`),
+///   the oracle for dm-verity trees;
 /// - `user-fuse`: mounting as the user [`TEST_USER`]: root (to become
 ///   them), the user, `/dev/fuse` open to everyone, `fusermount3` and
 ///   `setpriv`;
@@ -50,6 +52,9 @@ fn lacks(need: &str) -> Option<String> {
             (!probe.is_ok_and(|o| o.status.success()))
                 .then(|| "strace able to trace (ptrace is refused here)".to_owned())
         }),
+        "veritysetup" => find_program("veritysetup")
+            .is_none()
+            .then(|| "veritysetup (cryptsetup-bin; `bash scripts/setup` installs it)".to_owned()),
         "romfs-vm" => oracle::NEEDS
             .iter()
             .find(|p| find_program(p).is_none())

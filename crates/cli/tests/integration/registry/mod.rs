@@ -6,7 +6,9 @@
 //! blob damaged in the registry's storage, a connection broken off mid
 //! blob (a fault proxy in front) and a registry killed mid-pull; and with
 //! token auth, the tokens from a token service of the tests' own
-//! ([`token`]), expiring mid-pull too.
+//! ([`token`]), expiring mid-pull too; and `foliofs push` of native EROFS
+//! images, checked with skopeo, the kernel and veritysetup
+//! ([`push_erofs`]).
 
 use std::fs;
 use std::io::Write;
@@ -17,6 +19,7 @@ use std::time::Duration;
 use crate::common;
 
 mod pull;
+mod push_erofs;
 mod token;
 mod token_auth;
 
