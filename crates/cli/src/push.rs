@@ -73,6 +73,17 @@ pub fn run(a: PushArgs) -> anyhow::Result<i32> {
     let image = layout.image_for(tag.as_deref(), &platform)?;
     let store = crate::image::store()?;
     let (layers, built) = store.layers(&layout, &image)?;
+    // The format forbids overlayfs's markers in the bottom layer (nothing
+    // is below it for them to hide): refused, not dropped, so that what
+    // is published is what the layout holds.
+    if let Some(bottom) = layers.first() {
+        if let Some((path, what)) = foliofs_erofs::mkfs::first_overlay_marker(&bottom.path)? {
+            anyhow::bail!(
+                "{}: layer 1 (the bottom one) holds {what} at {path}, which the EROFS image layer format forbids in a bottom layer",
+                a.source
+            );
+        }
+    }
     let work = tempfile::Builder::new()
         .prefix(".push.")
         .tempdir_in(store.dir())

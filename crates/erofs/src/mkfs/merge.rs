@@ -36,9 +36,9 @@ const OVERLAY_PREFIX: &[u8] = b"trusted.overlay.";
 /// overlayfs's escape for a `trusted.overlay.*` xattr that is the
 /// layer's own content.
 const ESCAPED_PREFIX: &[u8] = b"trusted.overlay.overlay.";
-const OPAQUE: &[u8] = b"trusted.overlay.opaque";
-const AUFS_PREFIX: &[u8] = b".wh.";
-const AUFS_OPAQUE: &[u8] = b".wh..wh..opq";
+pub(super) const OPAQUE: &[u8] = b"trusted.overlay.opaque";
+pub(super) const AUFS_PREFIX: &[u8] = b".wh.";
+pub(super) const AUFS_OPAQUE: &[u8] = b".wh..wh..opq";
 
 /// Most extra devices the format's device table counts.
 pub const MAX_LAYERS: usize = u16::MAX as usize - 1;
@@ -449,7 +449,7 @@ fn open_layer(path: &Path, i: usize, blkszbits: u8) -> Result<(Layer, Device), B
     Ok((layer, device))
 }
 
-fn layer_error(path: &Path, entry: &str, why: String) -> BuildError {
+pub(super) fn layer_error(path: &Path, entry: &str, why: String) -> BuildError {
     BuildError::Source {
         path: if entry.is_empty() {
             path.to_owned()
@@ -460,13 +460,13 @@ fn layer_error(path: &Path, entry: &str, why: String) -> BuildError {
     }
 }
 
-fn shown(comps: &[Vec<u8>]) -> String {
+pub(super) fn shown(comps: &[Vec<u8>]) -> String {
     let mut s = String::from("/");
     s.push_str(&String::from_utf8_lossy(&comps.join(&b'/')));
     s
 }
 
-fn shown_child(comps: &[Vec<u8>], name: &[u8]) -> String {
+pub(super) fn shown_child(comps: &[Vec<u8>], name: &[u8]) -> String {
     let mut s = shown(comps);
     if !comps.is_empty() {
         s.push('/');
@@ -476,7 +476,7 @@ fn shown_child(comps: &[Vec<u8>], name: &[u8]) -> String {
 }
 
 /// A directory's entries, "." and ".." left out: (name, nid).
-fn entries(fs: &Erofs, dir: &Inode) -> foliofs_vfs::Result<Vec<(Vec<u8>, u64)>> {
+pub(super) fn entries(fs: &Erofs, dir: &Inode) -> foliofs_vfs::Result<Vec<(Vec<u8>, u64)>> {
     let bs = u64::from(fs.superblock().block_size());
     let mut out = Vec::new();
     for b in 0..dir.size.div_ceil(bs) {

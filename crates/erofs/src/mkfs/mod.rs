@@ -26,6 +26,7 @@ mod compress;
 mod data;
 mod error;
 mod layout;
+mod markers;
 mod merge;
 mod source_dir;
 mod source_tar;
@@ -43,6 +44,7 @@ use std::path::{Path, PathBuf};
 
 pub use compress::{Compression, Compressor, ZSTD_DEFAULT_LEVEL};
 pub use error::BuildError;
+pub use markers::first_overlay_marker;
 pub use merge::MergeLayer;
 pub use source_tar::open_tar;
 

@@ -393,3 +393,40 @@ fn foliofs_push_zstd_layers_are_one_frame_per_chunk_and_decompress_to_their_dige
         &without(as_overlay_shows(comparable(stacked)), &implied),
     );
 }
+
+/// A bottom layer that holds a whiteout (umoci adds such a tar as it is)
+/// is refused before anything is sent, naming the layer, the path and
+/// what is there: the format forbids overlayfs's markers where nothing
+/// lies below them.
+#[test]
+fn a_bottom_layer_with_a_whiteout_is_refused_before_anything_is_sent() {
+    require!("root", "umoci", "tar");
+    let tmp = tempfile::tempdir().unwrap();
+    common::sh_in(
+        tmp.path(),
+        "mkdir -p src/etc && echo kept > src/etc/kept && : > src/etc/.wh.gone
+tar --format=pax --owner=0 --group=0 -C src -cf bottom.tar etc
+umoci init --layout L
+umoci new --image L:t
+umoci raw add-layer --image L:t bottom.tar",
+    );
+    let store = tmp.path().join("store");
+    let layout = format!("oci:{}:t", tmp.path().join("L").display());
+    // No registry listens on port 1: anything sent would fail otherwise.
+    let out = common::run_timeout(
+        foliofs(&store, None).args([
+            "push",
+            "--tls-verify=false",
+            &layout,
+            "docker://127.0.0.1:1/bottom/img:t",
+        ]),
+        Duration::from_secs(120),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("layer 1") && err.contains("a whiteout at /etc/gone"),
+        "{err}"
+    );
+}
