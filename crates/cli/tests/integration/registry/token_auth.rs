@@ -296,3 +296,60 @@ fn a_blob_resumed_after_its_token_expired_gets_a_new_token() {
     tokens.set_valid_for(Duration::from_secs(300));
     assert_mount_is_umocis(tmp.path(), &store, Some(&auth), &reference);
 }
+
+/// `foliofs push` behind token auth: without credentials the token
+/// service refuses and nothing is published; with the auth file's, the
+/// token it gets for `pull,push` takes every upload, and the index pushed
+/// is the one skopeo then reads back with the same credentials.
+#[test]
+fn foliofs_push_behind_token_auth_takes_the_auth_files_credentials() {
+    require!(
+        "root",
+        "umoci",
+        "setfattr",
+        "docker-registry",
+        "skopeo",
+        "openssl"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    umoci_image(tmp.path());
+    let (tokens, reg) = token_registry(tmp.path(), "private/img", false);
+    let dest = format!("docker://{}/native/img:t", reg.host());
+    let layout = format!("oci:{}:t", tmp.path().join("L").display());
+    let store = tmp.path().join("store");
+    let push_with = |auth: Option<&Path>| {
+        common::run_timeout(
+            foliofs(&store, auth).args(["push", "--tls-verify=false", &layout, &dest]),
+            Duration::from_secs(300),
+        )
+    };
+    let refused = tokens.refused();
+    let err = one_line_error(&push_with(None));
+    assert!(
+        err.contains(&reg.host()) && err.contains("wants credentials"),
+        "{err}"
+    );
+    assert!(tokens.refused() > refused);
+    let auth = tmp.path().join("auth.json");
+    auth_file(&auth, &reg.host(), USER, PASS);
+    let issued = tokens.issued();
+    let out = push_with(Some(&auth));
+    ok(&out);
+    assert!(tokens.issued() > issued);
+    let index = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let raw = common::run_timeout(
+        std::process::Command::new("skopeo").args([
+            "inspect",
+            "--raw",
+            "--tls-verify=false",
+            "--creds",
+            &format!("{USER}:{PASS}"),
+            &dest,
+        ]),
+        Duration::from_secs(60),
+    );
+    ok(&raw);
+    use sha2::Digest as _;
+    let got = format!("sha256:{:x}", sha2::Sha256::digest(&raw.stdout));
+    assert_eq!(got, index, "the index skopeo reads is the one pushed");
+}
