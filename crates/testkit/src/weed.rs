@@ -262,15 +262,19 @@ impl Weed {
 
     /// [`Weed::run`], tried again on newly picked ports (all but the S3
     /// ones where `keep_s3`) while the server's log says one it was given
-    /// was taken.
+    /// was taken, and once after a start that failed otherwise.
     fn run_moving_lost_ports(&mut self, keep_s3: bool) -> io::Result<()> {
         let mut tries = 0;
         loop {
             match self.run() {
                 Ok(()) => return Ok(()),
-                Err(e) if tries < 3 && self.lost_a_port() => {
+                // A port taken by another process is tried again on others;
+                // so is, once, a start that failed some other way (on a
+                // loaded machine one of its servers can miss its health
+                // checks, and a second start succeeds).
+                Err(e) if tries < 3 && (self.lost_a_port() || tries == 0) => {
                     tries += 1;
-                    eprintln!("weed: a port it was given was taken; again on others: {e}");
+                    eprintln!("weed: did not start; again on other ports: {e}");
                     remove_sockets(&self.ports.all());
                     let _ = fs::remove_file(self.log_path());
                     let mut fresh = Ports::pick(self.options.tls.is_some())?;
