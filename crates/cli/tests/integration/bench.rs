@@ -10,7 +10,7 @@ use std::time::Duration;
 fn quick_bench_reports_every_section_with_kernel_rows() {
     require!("fuse");
     // The bench drops the machine's caches between its runs.
-    let _alone = common::dropping_caches();
+    let _alone = common::benching();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("bench.json");
     let plots = dir.path().join("plots");
@@ -119,7 +119,7 @@ fn quick_bench_reports_every_section_with_kernel_rows() {
 fn quick_remote_bench_measures_cold_warm_and_local() {
     require!("fuse", "weed", "mkfs.erofs");
     // The bench drops the machine's caches before each run.
-    let _alone = common::dropping_caches();
+    let _alone = common::benching();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("bench.json");
     let out = common::run_timeout(
@@ -168,7 +168,7 @@ fn quick_registry_bench_pulls_every_way() {
         "skopeo",
         "umoci"
     );
-    let _alone = common::dropping_caches();
+    let _alone = common::benching();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("bench.json");
     let mut cmd = std::process::Command::new(common::bin());

@@ -15,15 +15,18 @@ const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 /// `enable_uring` switched on while this lives, then put back as it was
 /// (also when the test fails). `None` where this kernel has no such
 /// switch or it cannot be written (not root).
+/// Held against a bench run as root, which switches it too.
 struct UringOn {
     was: String,
+    _alone: std::sync::MutexGuard<'static, ()>,
 }
 
 impl UringOn {
     fn new() -> Option<UringOn> {
+        let alone = common::owning_uring();
         let was = fs::read_to_string(ENABLE_URING).ok()?.trim().to_owned();
         fs::write(ENABLE_URING, "Y").ok()?;
-        Some(UringOn { was })
+        Some(UringOn { was, _alone: alone })
     }
 }
 

@@ -56,6 +56,27 @@ pub fn dropping_caches() -> std::sync::RwLockWriteGuard<'static, ()> {
     PAGE_CACHE.write().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Who may switch FUSE over io_uring (`enable_uring`) on and off: a test
+/// that needs it on, and a bench run as root, which switches it on for
+/// its own run and back after. Taken before [`PAGE_CACHE`] by whoever
+/// holds both.
+static URING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Sole hold on `enable_uring` (see [`URING`]).
+pub fn owning_uring() -> std::sync::MutexGuard<'static, ()> {
+    URING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a bench run as root needs to itself: `enable_uring`, which it
+/// switches, and the caches, which it drops; taken in that order.
+pub fn benching() -> (
+    std::sync::MutexGuard<'static, ()>,
+    std::sync::RwLockWriteGuard<'static, ()>,
+) {
+    let uring = owning_uring();
+    (uring, dropping_caches())
+}
+
 /// Drops the page cache (root only); returns false when it could not.
 pub fn drop_caches() -> bool {
     let _ = Command::new("sync").status();
