@@ -7,11 +7,13 @@ mod credentials;
 pub mod digest;
 mod object;
 mod options;
+pub mod scheme;
 mod stats;
 mod url;
 
 use std::path::Path;
 
+pub use client::{Backend, FetchError, Head};
 pub use credentials::{AwsConfig, Credentials};
 pub use object::{release_unused, settle_all, RemoteObject};
 pub use options::{
@@ -21,13 +23,15 @@ pub use stats::{stats, RemoteStats};
 pub use url::{redact, UrlError};
 
 /// Whether an image source names an object rather than a local path: it
-/// starts with `s3://`, `https://` or `http://`. A local file whose path
-/// starts so is still reachable as `./s3://...`.
+/// starts with `s3://`, `https://` or `http://`, or with a scheme
+/// registered in this process ([`scheme::register`]). A local file whose
+/// path starts so is still reachable as `./s3://...`.
 pub fn is_remote(source: &Path) -> bool {
     let s = source.as_os_str().as_encoded_bytes();
     [&b"s3://"[..], b"https://", b"http://"]
         .iter()
         .any(|scheme| s.len() > scheme.len() && s[..scheme.len()].eq_ignore_ascii_case(scheme))
+        || scheme::opener(s).is_some()
 }
 
 #[cfg(test)]

@@ -13,9 +13,12 @@ pub(crate) const MAX_REQUEST_TIME: Duration = Duration::from_secs(10);
 
 /// What a HEAD says about the object.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Head {
+pub struct Head {
+    /// The object's size in bytes.
     pub size: u64,
+    /// Its ETag, if the server gives one.
     pub etag: Option<String>,
+    /// Its Last-Modified, if the server gives one.
     pub last_modified: Option<String>,
 }
 
@@ -34,8 +37,11 @@ impl Head {
 /// A failed request: transient ones (connection, timeout, 5xx, 429) are
 /// tried again, the others are final.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct FetchError {
+pub struct FetchError {
+    /// Whether another try may do better.
     pub transient: bool,
+    /// The bytes came and failed their check: counted apart, tried again.
+    pub corrupt: bool,
     /// HTTP status, when the server answered.
     pub status: Option<u16>,
     /// What happened, without the URL (the caller names it) and never
@@ -44,22 +50,38 @@ pub(crate) struct FetchError {
 }
 
 impl FetchError {
+    /// A failure another try may not meet.
     pub fn transient(message: impl Into<String>) -> Self {
         FetchError {
             transient: true,
+            corrupt: false,
             status: None,
             message: message.into(),
         }
     }
 
+    /// A failure every try would meet.
     pub fn fatal(message: impl Into<String>) -> Self {
         FetchError {
             transient: false,
+            corrupt: false,
             status: None,
             message: message.into(),
         }
     }
 
+    /// Bytes that came and failed their check (damaged on the way or by
+    /// the server): never handed on, tried again.
+    pub fn corrupt(message: impl Into<String>) -> Self {
+        FetchError {
+            transient: true,
+            corrupt: true,
+            status: None,
+            message: message.into(),
+        }
+    }
+
+    /// The `io::ErrorKind` a final failure is reported as.
     pub fn io_kind(&self) -> std::io::ErrorKind {
         match self.status {
             Some(404) => std::io::ErrorKind::NotFound,
@@ -73,7 +95,7 @@ impl FetchError {
 /// One request at a time to one object. Implementations check what came
 /// back (status, Content-Range, version) and report it as a
 /// [`FetchError`]; the caller checks the body's length.
-pub(crate) trait Backend: Send + Sync {
+pub trait Backend: Send + Sync {
     /// One HEAD, within `timeout`.
     fn head(&self, timeout: Duration) -> Result<Head, FetchError>;
     /// One GET of `len` bytes at `start` of the object `head` described,
@@ -308,6 +330,7 @@ impl HttpBackend {
         };
         FetchError {
             transient,
+            corrupt: false,
             status: Some(status),
             message: format!("{status} {reason}{hint}"),
         }

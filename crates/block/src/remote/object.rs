@@ -19,7 +19,7 @@ mod open;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
@@ -28,6 +28,7 @@ use foliofs_vfs::{Error, Result};
 use super::cache::{DiskCache, Found};
 use super::client::{Backend, Head, RetryPolicy};
 use super::digest::Digest;
+use super::scheme::Verify;
 use super::stats::{Counters, RemoteStats, Stat};
 use fetch::Flight;
 pub(crate) use fetch::WORKERS;
@@ -83,6 +84,10 @@ struct Shared {
     cache: DiskCache,
     /// What every fetched chunk is checked against, when asked for.
     digest: Option<Digest>,
+    /// What a chunk read back from the disk cache is checked against, the
+    /// first time this process reads it, when its source asks for that;
+    /// with which chunks passed.
+    verify: Option<(Box<dyn Verify>, Vec<AtomicBool>)>,
     policy: RetryPolicy,
     /// Set when a fetch gave up, cleared by the next that succeeds.
     down: AtomicBool,
@@ -249,6 +254,11 @@ impl Shared {
 
     /// Reads from the cache, counting what it found; true on a hit.
     fn look(&self, c: u64, within: usize, out: &mut [u8]) -> bool {
+        if let Some((v, passed)) = &self.verify {
+            if !passed[c as usize].load(Ordering::Relaxed) {
+                return self.look_verified(c, within, out, &**v, &passed[c as usize]);
+            }
+        }
         match self.cache.lookup(c, within, out) {
             Found::Hit => {
                 self.counters.add(Stat::CacheHits, 1);
@@ -260,6 +270,41 @@ impl Shared {
             }
             Found::Miss => false,
         }
+    }
+
+    /// [`Shared::look`] of a chunk not yet verified in this process: the
+    /// whole chunk read and verified first, and dropped from the cache
+    /// (to be fetched, and checked, again) when it fails.
+    fn look_verified(
+        &self,
+        c: u64,
+        within: usize,
+        out: &mut [u8],
+        v: &dyn Verify,
+        passed: &AtomicBool,
+    ) -> bool {
+        let mut whole = vec![0u8; self.chunk_len(c)];
+        match self.cache.lookup(c, 0, &mut whole) {
+            Found::Hit => {}
+            Found::Damaged => {
+                self.counters.add(Stat::CacheCorrupt, 1);
+                return false;
+            }
+            Found::Miss => return false,
+        }
+        if let Err(why) = v.verify(c * self.chunk, &whole) {
+            log::warn!(
+                "{}: cached chunk {c} fails its verification ({why}): dropped, fetched again",
+                self.shown
+            );
+            self.counters.add(Stat::CacheCorrupt, 1);
+            self.cache.forget(c);
+            return false;
+        }
+        passed.store(true, Ordering::Relaxed);
+        self.counters.add(Stat::CacheHits, 1);
+        out.copy_from_slice(&whole[within..within + out.len()]);
+        true
     }
 
     /// The flight chunk `c` is fetched by, started if none is, and

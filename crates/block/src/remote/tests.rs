@@ -773,3 +773,83 @@ fn a_wrong_digest_fails_the_open_by_name() {
         assert!(!e.contains('\n'), "{e}");
     }
 }
+
+/// Accepts a chunk only when it is the truth (or, with `refuse_all`,
+/// never).
+struct Truth {
+    data: Vec<u8>,
+    refuse_all: bool,
+    asked: AtomicU32,
+}
+
+impl super::scheme::Verify for Arc<Truth> {
+    fn verify(&self, start: u64, chunk: &[u8]) -> Result<(), String> {
+        self.asked.fetch_add(1, SeqCst);
+        let s = start as usize;
+        if self.refuse_all || self.data.get(s..s + chunk.len()) != Some(chunk) {
+            return Err("not the truth".into());
+        }
+        Ok(())
+    }
+}
+
+fn open_verified(m: &Arc<Mem>, dir: &std::path::Path, v: &Arc<Truth>) -> RemoteObject {
+    RemoteObject::open_checked(
+        Box::new(MemBackend(m.clone())),
+        "mem://obj",
+        "mem://obj",
+        dir,
+        &opts(),
+        None,
+        Some(Box::new(v.clone())),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_cached_chunk_is_verified_once_per_process_before_it_is_served() {
+    let m = mem(200_000);
+    let truth = m.data.lock().unwrap().clone();
+    let dir = tempfile::tempdir().unwrap();
+    let v = Arc::new(Truth {
+        data: truth.clone(),
+        refuse_all: false,
+        asked: AtomicU32::new(0),
+    });
+    let mut buf = vec![0u8; truth.len()];
+    {
+        // Fetched: checked by the backend as it came, not again.
+        let r = open_verified(&m, dir.path(), &v);
+        assert_eq!(r.read_at(&mut buf, 0).unwrap(), truth.len());
+        assert!(buf == truth);
+        assert_eq!(v.asked.load(SeqCst), 0);
+        assert!(r.settle(Duration::from_secs(10)));
+    }
+    let gets = m.gets.load(SeqCst);
+    {
+        // Another process: each cached chunk verified at its first read,
+        // whole, and not at the next.
+        let r = open_verified(&m, dir.path(), &v);
+        for _ in 0..2 {
+            buf.fill(0);
+            assert_eq!(r.read_at(&mut buf[..1000], 70_000).unwrap(), 1000);
+            assert!(buf[..1000] == truth[70_000..71_000]);
+        }
+        assert_eq!(v.asked.load(SeqCst), 1);
+        assert_eq!(m.gets.load(SeqCst), gets);
+    }
+    // A verification that fails drops the chunk and fetches it again,
+    // never serving what failed.
+    let refuse = Arc::new(Truth {
+        data: truth.clone(),
+        refuse_all: true,
+        asked: AtomicU32::new(0),
+    });
+    let r = open_verified(&m, dir.path(), &refuse);
+    buf.fill(0);
+    assert_eq!(r.read_at(&mut buf[..1000], 70_000).unwrap(), 1000);
+    assert!(buf[..1000] == truth[70_000..71_000]);
+    assert_eq!(refuse.asked.load(SeqCst), 1);
+    assert_eq!(m.gets.load(SeqCst), gets + 1);
+    assert_eq!(r.stats().cache_corrupt, 1);
+}

@@ -185,6 +185,16 @@ impl DiskCache {
         self.obj.stamps[index as usize].load(Ordering::Relaxed) != 0
     }
 
+    /// Drops chunk `index`, whose bytes failed a check of the reader's
+    /// own: fetched again at its next read.
+    pub fn forget(&self, index: u64) {
+        let o = &*self.obj;
+        let _shared = o.gate.read().unwrap();
+        if o.stamps[index as usize].load(Ordering::Relaxed) != 0 {
+            o.forget(index);
+        }
+    }
+
     /// [`DiskCache::lookup`], as a yes or no.
     #[cfg(test)]
     pub fn read(&self, index: u64, within: usize, out: &mut [u8]) -> bool {

@@ -195,6 +195,11 @@ impl Shared {
         };
         let attempt = |t| {
             tried(t).inspect_err(|e: &FetchError| {
+                if e.corrupt {
+                    // The backend's own check (a chunk index's checksum,
+                    // a dm-verity tree) refused what came.
+                    self.counters.add(Stat::FetchCorrupt, 1);
+                }
                 *flight.last_try.lock().unwrap() = Some(e.message.clone());
             })
         };
@@ -223,6 +228,10 @@ impl Shared {
         match got {
             Ok(body) => {
                 self.counters.add(Stat::BytesFetched, len);
+                if let Some((_, passed)) = &self.verify {
+                    // Checked by the backend as it came.
+                    passed[c as usize].store(true, Ordering::Relaxed);
+                }
                 Ok(Arc::new(body))
             }
             Err(e) => {

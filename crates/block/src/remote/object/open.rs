@@ -19,6 +19,7 @@ use crate::remote::client::{retrying, Backend, HttpBackend, RetryPolicy};
 use crate::remote::credentials::AwsConfig;
 use crate::remote::digest::{self, Digest};
 use crate::remote::options::{self, check_chunk};
+use crate::remote::scheme::{self, Verify};
 use crate::remote::stats::Counters;
 use crate::remote::url::{parse, redact, Location};
 use crate::remote::RemoteOptions;
@@ -39,17 +40,47 @@ impl RemoteObject {
         if let Some(o) = reg.get(&key) {
             return Ok(o.clone());
         }
-        let shown = redact(source);
-        let (location, backend, digest_backend) = backends(source, opts, &shown)?;
-        let cache_dir = cache_dir(opts, &shown)?;
-        let object = Arc::new(Self::open_with(
-            Box::new(backend),
-            &location.identity(),
-            &shown,
-            &cache_dir,
-            opts,
-            digest_backend,
-        )?);
+        let object = match scheme::opener(source.as_bytes()) {
+            Some(opener) => {
+                let shown = redact(source);
+                let cache_dir = cache_dir(opts, &shown)?;
+                let o = opener(source, opts, &cache_dir)
+                    .map_err(|why| open_error(io::ErrorKind::InvalidData, &shown, why))?;
+                if opts.digest.is_some() {
+                    return Err(open_error(
+                        io::ErrorKind::InvalidInput,
+                        &o.shown,
+                        "-o digest: this source is checked by its own chunk checksums",
+                    ));
+                }
+                let opts = RemoteOptions {
+                    chunk: o.chunk,
+                    ..opts.clone()
+                };
+                Arc::new(Self::open_checked(
+                    o.backend,
+                    &o.identity,
+                    &o.shown,
+                    &cache_dir,
+                    &opts,
+                    None,
+                    o.verify,
+                )?)
+            }
+            None => {
+                let shown = redact(source);
+                let (location, backend, digest_backend) = backends(source, opts, &shown)?;
+                let cache_dir = cache_dir(opts, &shown)?;
+                Arc::new(Self::open_with(
+                    Box::new(backend),
+                    &location.identity(),
+                    &shown,
+                    &cache_dir,
+                    opts,
+                    digest_backend,
+                )?)
+            }
+        };
         reg.insert(key, object.clone());
         Ok(object)
     }
@@ -64,6 +95,20 @@ impl RemoteObject {
         cache_dir: &Path,
         opts: &RemoteOptions,
         digest: Option<DigestSource>,
+    ) -> Result<RemoteObject> {
+        Self::open_checked(backend, identity, shown, cache_dir, opts, digest, None)
+    }
+
+    /// [`RemoteObject::open_with`], with the check of chunks read back
+    /// from the disk cache that `verify` makes.
+    pub(crate) fn open_checked(
+        backend: Box<dyn Backend>,
+        identity: &str,
+        shown: &str,
+        cache_dir: &Path,
+        opts: &RemoteOptions,
+        digest: Option<DigestSource>,
+        verify: Option<Box<dyn Verify>>,
     ) -> Result<RemoteObject> {
         check_chunk(opts.chunk).map_err(|e| open_error(io::ErrorKind::InvalidInput, shown, e))?;
         let counters = Counters::new();
@@ -135,6 +180,7 @@ impl RemoteObject {
             max_window: (MAX_AHEAD / chunk).clamp(1, 32),
             cache,
             digest,
+            verify: verify.map(|v| (v, (0..chunks).map(|_| AtomicBool::new(false)).collect())),
             policy,
             down: AtomicBool::new(false),
             counters,
