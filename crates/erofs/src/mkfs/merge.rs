@@ -423,9 +423,8 @@ fn open_layer(path: &Path, i: usize, blkszbits: u8) -> Result<(Layer, Device), B
             "has extra devices of its own; merge the layers it is made of instead".into(),
         ));
     }
-    let size = std::fs::metadata(path)
-        .map_err(|e| layer_error(path, "", e.to_string()))?
-        .len();
+    // The store's size, not the file's: a layer may be a remote object.
+    let size = fs.block_dev().size();
     let tag: Vec<u8> = sb
         .uuid
         .iter()
