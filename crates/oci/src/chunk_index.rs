@@ -422,6 +422,18 @@ pub fn read_embedded<R: Read + Seek>(
     if raw.len() as u64 != len {
         return Err(io(std::io::ErrorKind::UnexpectedEof.into()));
     }
+    from_section(&raw, start, zstd, digest)
+}
+
+/// The chunk index in `raw`, the bytes of its section (which starts at
+/// `start` of the blob), as [`read_embedded`] checks it.
+pub fn from_section(
+    raw: &[u8],
+    start: u64,
+    zstd: bool,
+    digest: Option<&crate::Digest>,
+) -> Result<ChunkIndex, crate::OciError> {
+    let len = raw.len() as u64;
     let payload = if zstd {
         if raw.len() < 8 {
             return Err(bad("skippable frame", 0, "shorter than its 8-byte header").into());
@@ -446,7 +458,7 @@ pub fn read_embedded<R: Read + Seek>(
         }
         &raw[8..]
     } else {
-        &raw[..]
+        raw
     };
     if let Some(want) = digest {
         let got = crate::Digest::of(payload);

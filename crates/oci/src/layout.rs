@@ -85,6 +85,10 @@ pub struct Platform {
     /// `v7`, `v8`, ... (empty when not given).
     #[serde(default)]
     pub variant: String,
+    /// `os.features`: `erofs` marks a native EROFS image (erofs-image-spec
+    /// §6), which a tar image's reader passes over.
+    #[serde(rename = "os.features", default)]
+    pub features: Vec<String>,
 }
 
 impl Platform {
@@ -101,6 +105,7 @@ impl Platform {
             os: "linux".into(),
             architecture: arch.into(),
             variant: String::new(),
+            features: Vec::new(),
         }
     }
 
@@ -117,6 +122,7 @@ impl Platform {
                 os: (*os).into(),
                 architecture: (*arch).into(),
                 variant: parts.get(2).map_or(String::new(), |v| (*v).into()),
+                features: Vec::new(),
             }),
             _ => Err(OciError::Json {
                 what: format!("platform {s:?}"),
@@ -125,10 +131,15 @@ impl Platform {
         }
     }
 
+    /// Whether an index entry for this platform is a native EROFS image.
+    pub fn is_erofs(&self) -> bool {
+        self.features.iter().any(|f| f == "erofs")
+    }
+
     /// Whether an index entry for `entry` is an image for this platform:
     /// the same OS and architecture, and the same variant when this one
     /// names one (arm64's is v8 when an entry names none).
-    fn takes(&self, entry: &Platform) -> bool {
+    pub(crate) fn takes(&self, entry: &Platform) -> bool {
         let variant = |p: &Platform| match (p.architecture.as_str(), p.variant.as_str()) {
             ("arm64", "") => "v8".to_owned(),
             (_, v) => v.to_owned(),
@@ -150,11 +161,11 @@ impl std::fmt::Display for Platform {
 }
 
 #[derive(Deserialize)]
-struct Index {
+pub(crate) struct Index {
     #[serde(rename = "schemaVersion")]
-    schema_version: u32,
+    pub(crate) schema_version: u32,
     #[serde(default)]
-    manifests: Vec<Descriptor>,
+    pub(crate) manifests: Vec<Descriptor>,
 }
 
 #[derive(Deserialize)]
@@ -400,10 +411,13 @@ pub(crate) fn resolve(
                     .iter()
                     .filter_map(|m| m.platform.as_ref().map(Platform::to_string))
                     .collect();
-                let pick = index
-                    .manifests
-                    .into_iter()
-                    .find(|m| m.platform.as_ref().is_some_and(|p| platform.takes(p)));
+                // A native EROFS image beside the tar one is not a tar
+                // image, wherever the index lists it.
+                let pick = index.manifests.into_iter().find(|m| {
+                    m.platform
+                        .as_ref()
+                        .is_some_and(|p| platform.takes(p) && !p.is_erofs())
+                });
                 let Some(m) = pick else {
                     return Err(docs.bad(format!(
                         "{digest}: no image for {platform} (the index has {})",
@@ -468,7 +482,10 @@ fn image(docs: &dyn Documents, digest: Digest, raw: &[u8]) -> Result<Image, OciE
 }
 
 /// The JSON document `digest`, parsed.
-fn parse<T: for<'de> Deserialize<'de>>(digest: &Digest, raw: &[u8]) -> Result<T, OciError> {
+pub(crate) fn parse<T: for<'de> Deserialize<'de>>(
+    digest: &Digest,
+    raw: &[u8],
+) -> Result<T, OciError> {
     serde_json::from_slice(raw).map_err(|e| OciError::Json {
         what: format!("{digest}"),
         why: e.to_string(),

@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod chunk_index;
 pub mod digest;
 pub mod layout;
+pub mod native;
 pub mod publish;
 pub mod registry;
 pub mod store;

@@ -118,6 +118,45 @@ impl Store {
         Ok(out)
     }
 
+    /// The merged image of a native EROFS image whose layers are read
+    /// lazily: its metadata built from the layers named by `sources`
+    /// (sources the block layer opens, lowest first), each file pointing
+    /// into its layer, kept as `lazy-<manifest>.erofs` with the sources
+    /// beside it (`.erofs.devices`, one per line, read back by whatever
+    /// opens the image); built once, and true with it when built now.
+    pub fn prepare_lazy(
+        &self,
+        manifest: &Digest,
+        sources: &[String],
+    ) -> Result<(PathBuf, bool), OciError> {
+        let _shared = self.lock_shared()?;
+        let image = self.dir.join(format!("lazy-{}.erofs", manifest.hex()));
+        let devices = lazy_devices(&image);
+        let io = |what: &Path| {
+            let what = what.display().to_string();
+            move |e: std::io::Error| OciError::Io { what, source: e }
+        };
+        let listed: String = sources.iter().map(|s| format!("{s}\n")).collect();
+        if image.exists() && std::fs::read_to_string(&devices).ok().as_deref() == Some(&listed) {
+            return Ok((image, false));
+        }
+        let layers: Vec<MergeLayer> = sources.iter().map(|s| PathBuf::from(s).into()).collect();
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".lazy-{}.", manifest.hex()))
+            .tempfile_in(&self.dir)
+            .map_err(io(&self.dir))?
+            .into_temp_path();
+        Builder::build_merge(&layers, &tmp, Options::default()).map_err(|e| OciError::Build {
+            what: format!("merging the layers of {manifest}"),
+            source: e,
+        })?;
+        let dtmp = devices.with_extension("devices.tmp");
+        std::fs::write(&dtmp, listed).map_err(io(&dtmp))?;
+        std::fs::rename(&dtmp, &devices).map_err(io(&devices))?;
+        tmp.persist(&image).map_err(|e| io(&image)(e.error))?;
+        Ok((image, true))
+    }
+
     /// The layers of `image`, lowest first, built into the store where
     /// missing, and how many were.
     pub fn layers(
@@ -242,6 +281,14 @@ impl Store {
         tmp.persist(path).map_err(|e| io(path)(e.error))?;
         Ok(summary.implied_dirs.into_iter().collect())
     }
+}
+
+/// Where the sources of a lazily read image's layers are listed: its
+/// name with `.devices` added.
+pub fn lazy_devices(image: &Path) -> PathBuf {
+    let mut p = image.as_os_str().to_owned();
+    p.push(".devices");
+    PathBuf::from(p)
 }
 
 /// How a layer is built: as containerd builds one for its EROFS

@@ -127,6 +127,18 @@ impl Client {
         resolve(self, &media_type, digest, &raw, platform)
     }
 
+    /// The native EROFS image the reference names (an index's entry for
+    /// `platform` with `erofs` in its `os.features`, or a manifest of
+    /// EROFS layers); `None` when it names only a tar image.
+    pub fn native_image(
+        &self,
+        platform: &Platform,
+    ) -> Result<Option<crate::native::NativeImage>, OciError> {
+        let r = self.reference.manifest_ref();
+        let (raw, media_type, digest) = self.manifest_raw(&r, None)?;
+        crate::native::resolve_native(self, &media_type, digest, &raw, platform)
+    }
+
     /// `GET /v2/NAME/PATH` with `headers`, answering a 401 once with the
     /// authorization it asks for; any other status is the caller's. Every
     /// request is answered so, not just a client's first: a bearer token
@@ -166,6 +178,20 @@ impl Client {
         headers: &[(&str, &str)],
         payload: &Payload,
     ) -> Result<Response<Body>, Failure> {
+        self.send_within(method, url, headers, payload, None)
+    }
+
+    /// [`Client::send`], each request within `timeout` when one is given
+    /// (a lazy read's, whose caller retries) rather than the client's own
+    /// bounds.
+    pub(crate) fn send_within(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        payload: &Payload,
+        timeout: Option<Duration>,
+    ) -> Result<Response<Body>, Failure> {
         let send = |authorization: Option<&str>| {
             let mut req = ureq::http::Request::builder().method(method).uri(url);
             for (k, v) in headers {
@@ -180,9 +206,16 @@ impl Client {
             };
             let sent = match payload {
                 Payload::None => {
-                    let req = req
+                    let mut req = req
                         .body(())
                         .map_err(|e| Failure::fatal(format!("{method} {url}: {e}")))?;
+                    if let Some(t) = timeout {
+                        req = self
+                            .agent
+                            .configure_request(req)
+                            .timeout_global(Some(t))
+                            .build();
+                    }
                     self.agent.run(req)
                 }
                 Payload::Bytes(b) => {
