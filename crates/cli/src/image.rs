@@ -110,11 +110,16 @@ pub fn layers(reference: &Path, args: &RegistryArgs) -> anyhow::Result<Option<Ve
 }
 
 /// The merged image in the store for the image `reference` names, built
-/// where missing; `None` when it is not an image reference.
+/// where missing; `None` when it is not an image reference. A registry's
+/// image with a native EROFS manifest whose layers carry chunk indexes is
+/// read lazily ([`lazy`]); any other is pulled first.
 pub fn merged(reference: &Path, args: &RegistryArgs) -> anyhow::Result<Option<PathBuf>> {
     let Some(s) = reference.to_str() else {
         return Ok(None);
     };
+    if let Some(p) = lazy(s, args)? {
+        return Ok(Some(p));
+    }
     let Some(r) = resolve(s, args)? else {
         return Ok(None);
     };
@@ -123,6 +128,50 @@ pub fn merged(reference: &Path, args: &RegistryArgs) -> anyhow::Result<Option<Pa
     crate::images::record(&store()?, s, &r.image, &prepared)?;
     log::info!("{s}: {}", summary(&r.image, &prepared));
     Ok(Some(prepared.image))
+}
+
+/// The merged image of the native EROFS image `reference` names, its
+/// layers read lazily from the registry through the disk cache; `None`
+/// when it is not a `docker://` reference or names no native image whose
+/// every layer has a chunk index.
+fn lazy(reference: &str, args: &RegistryArgs) -> anyhow::Result<Option<PathBuf>> {
+    let Some(r) = Reference::parse(reference) else {
+        return Ok(None);
+    };
+    let r = r?;
+    let platform = match &args.platform {
+        Some(p) => Platform::parse(p)?,
+        None => Platform::host(),
+    };
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let options = registry::Options {
+        plain_http: !args.tls_verify,
+        auth_files: registry::auth::auth_files(&env),
+    };
+    let client = Client::new(r.clone(), &options)?;
+    let Some(native) = client.native_image(&platform)? else {
+        return Ok(None);
+    };
+    if let Some(i) = native.layers.iter().position(|l| l.index_range.is_none()) {
+        log::info!(
+            "{reference}: layer {} of its EROFS image has no chunk index: pulling its tar image rather than reading it lazily",
+            i + 1
+        );
+        return Ok(None);
+    }
+    let sources: Vec<String> = native
+        .layers
+        .iter()
+        .map(|l| registry::lazy::source(&r, options.plain_http, l))
+        .collect();
+    let (image, built) = store()?.prepare_lazy(&native.manifest, &sources)?;
+    log::info!(
+        "{reference}: {}, {} native EROFS layers read lazily, merged image {}",
+        native.manifest,
+        native.layers.len(),
+        if built { "built" } else { "in the store" }
+    );
+    Ok(Some(image))
 }
 
 fn summary(image: &Image, p: &foliofs_oci::Prepared) -> String {

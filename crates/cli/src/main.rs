@@ -94,6 +94,9 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp(None)
         .init();
+    // Native EROFS layers in a registry are images like any other, named
+    // by their sources wherever an image's path goes.
+    foliofs_oci::registry::lazy::register();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     // Installed (or linked) as `mkfs.erofs`, foliofs takes mkfs.erofs's
     // command lines, so that tools which run mkfs.erofs (containerd's

@@ -130,6 +130,9 @@ const MAX_BESIDE: usize = 10_000;
 /// layers, by UUID, or as that path beside the image. None found for an
 /// image that needs none.
 pub fn find_devices(path: &Path, opts: &OpenOptions) -> anyhow::Result<Vec<PathBuf>> {
+    if let Some(sources) = lazy_devices(path)? {
+        return Ok(sources);
+    }
     let (_, slots) = Erofs::device_table(path, opts)
         .with_context(|| format!("{}: cannot read its device table", shown(path)))?;
     if slots.is_empty() || slots.iter().all(|s| s.mapped_blkaddr != 0) {
@@ -167,6 +170,18 @@ pub fn find_devices(path: &Path, opts: &OpenOptions) -> anyhow::Result<Vec<PathB
     Ok(out)
 }
 
+/// The sources of a lazily read image's layers, listed beside it (see
+/// `foliofs_oci::store::lazy_devices`); `None` for any other image.
+pub fn lazy_devices(path: &Path) -> anyhow::Result<Option<Vec<PathBuf>>> {
+    let list = foliofs_oci::store::lazy_devices(path);
+    let text = match std::fs::read_to_string(&list) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("{}", list.display())),
+    };
+    Ok(Some(text.lines().map(PathBuf::from).collect()))
+}
+
 /// The UUIDs (hex, lower case) of the EROFS images in `dir` but `image`.
 fn uuids_beside(dir: &Path, image: &Path) -> std::collections::HashMap<String, PathBuf> {
     let mut out = std::collections::HashMap::new();
@@ -198,13 +213,22 @@ fn uuids_beside(dir: &Path, image: &Path) -> std::collections::HashMap<String, P
     out
 }
 
+/// Whether a mount of `source` with the extra devices `devices` reads
+/// anything remote: the image, a device given, or the layers of a lazily
+/// read image listed beside it.
+pub fn reads_remote(source: &Path, devices: &[PathBuf]) -> bool {
+    is_remote(source)
+        || devices.iter().any(|d| is_remote(d))
+        || foliofs_oci::store::lazy_devices(source).exists()
+}
+
 /// Refuses the options that cannot apply to where `source` is: a remote
 /// key (`chunk=`, `cache=`, ...) for a local image, and `directio` for an
 /// image in object storage, which is read through its disk cache.
 pub fn refuse_misplaced(source: &Path, opts: &MountOpts) -> anyhow::Result<()> {
     // An EROFS image's blob may be remote while the image is not: the
     // remote keys then apply to the blob.
-    let remote = is_remote(source) || opts.image.devices.iter().any(|d| is_remote(d));
+    let remote = crate::open::reads_remote(source, &opts.image.devices);
     if remote {
         if opts.image.open.io_mode == IoMode::Direct {
             bail!(

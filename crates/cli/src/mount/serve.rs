@@ -7,7 +7,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use foliofs_block::remote::is_remote;
 use foliofs_block::IoMode;
 use foliofs_fuse::{MountConfig, Overrides, ServerConfig};
 
@@ -80,7 +79,7 @@ pub(super) fn gauges(
     opts: &MountOpts,
     own: Option<foliofs_fuse::records::published::Gauge>,
 ) -> Vec<foliofs_fuse::records::published::Gauge> {
-    let remote = is_remote(source) || opts.image.devices.iter().any(|d| is_remote(d));
+    let remote = crate::open::reads_remote(source, &opts.image.devices);
     let mut gauges: Vec<_> = own.into_iter().collect();
     if remote {
         gauges.push(remote_gauge());

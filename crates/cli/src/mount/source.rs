@@ -108,7 +108,7 @@ pub(super) fn open_source(fstype: &str, source: &Path, opts: &MountOpts) -> anyh
     } else {
         shown.push("nopush".to_owned());
     }
-    if is_remote(source) || opts.image.devices.iter().any(|d| is_remote(d)) {
+    if open::reads_remote(source, &opts.image.devices) {
         shown.extend(remote_shown(&opts.image.open.remote));
     }
     Ok(Opened {
