@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crate::common;
 
+mod lazy;
 mod pull;
 mod push_erofs;
 mod token;

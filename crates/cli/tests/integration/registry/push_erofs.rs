@@ -39,7 +39,7 @@ fn ok(out: &Output, what: &str) -> String {
 
 /// `foliofs push --tls-verify=false EXTRA oci:L:t DEST` as root with the
 /// store at `store`; the index digest it printed.
-fn push(store: &Path, layout: &Path, dest: &str, extra: &[&str]) -> String {
+pub(super) fn push(store: &Path, layout: &Path, dest: &str, extra: &[&str]) -> String {
     let out = common::run_timeout(
         foliofs(store, None)
             .args(["push", "--tls-verify=false"])
@@ -51,7 +51,7 @@ fn push(store: &Path, layout: &Path, dest: &str, extra: &[&str]) -> String {
     ok(&out, "foliofs push").trim().to_owned()
 }
 
-fn skopeo(args: &[&str]) -> String {
+pub(super) fn skopeo(args: &[&str]) -> String {
     let out = common::run_timeout(Command::new("skopeo").args(args), Duration::from_secs(300));
     ok(&out, &format!("skopeo {args:?}"))
 }
@@ -71,7 +71,7 @@ fn top_digest(layout: &Path) -> String {
 
 /// The implied directories the store recorded for every layer (each
 /// NUL-terminated), which overlayfs shows as the layer image has them.
-fn all_implied(store: &Path) -> BTreeSet<PathBuf> {
+pub(super) fn all_implied(store: &Path) -> BTreeSet<PathBuf> {
     let mut out = BTreeSet::new();
     for e in fs::read_dir(store).unwrap().flatten() {
         if e.path().extension().is_some_and(|x| x == "implied") {
@@ -86,7 +86,7 @@ fn all_implied(store: &Path) -> BTreeSet<PathBuf> {
     out
 }
 
-fn without(t: Tree, out: &BTreeSet<PathBuf>) -> Tree {
+pub(super) fn without(t: Tree, out: &BTreeSet<PathBuf>) -> Tree {
     t.into_iter().filter(|(p, _)| !out.contains(p)).collect()
 }
 
