@@ -113,11 +113,15 @@ pub fn layers(reference: &Path, args: &RegistryArgs) -> anyhow::Result<Option<Ve
 /// where missing; `None` when it is not an image reference. A registry's
 /// image with a native EROFS manifest whose layers carry chunk indexes is
 /// read lazily ([`lazy`]); any other is pulled first.
-pub fn merged(reference: &Path, args: &RegistryArgs) -> anyhow::Result<Option<PathBuf>> {
+pub fn merged(
+    reference: &Path,
+    args: &RegistryArgs,
+    open: &foliofs_block::OpenOptions,
+) -> anyhow::Result<Option<PathBuf>> {
     let Some(s) = reference.to_str() else {
         return Ok(None);
     };
-    if let Some(p) = lazy(s, args)? {
+    if let Some(p) = lazy(s, args, open)? {
         return Ok(Some(p));
     }
     let Some(r) = resolve(s, args)? else {
@@ -133,8 +137,12 @@ pub fn merged(reference: &Path, args: &RegistryArgs) -> anyhow::Result<Option<Pa
 /// The merged image of the native EROFS image `reference` names, its
 /// layers read lazily from the registry through the disk cache; `None`
 /// when it is not a `docker://` reference or names no native image whose
-/// every layer has a chunk index.
-fn lazy(reference: &str, args: &RegistryArgs) -> anyhow::Result<Option<PathBuf>> {
+/// every layer has a chunk index. Its layers are opened as `open` says.
+fn lazy(
+    reference: &str,
+    args: &RegistryArgs,
+    open: &foliofs_block::OpenOptions,
+) -> anyhow::Result<Option<PathBuf>> {
     let Some(r) = Reference::parse(reference) else {
         return Ok(None);
     };
@@ -164,7 +172,7 @@ fn lazy(reference: &str, args: &RegistryArgs) -> anyhow::Result<Option<PathBuf>>
         .iter()
         .map(|l| registry::lazy::source(&r, options.plain_http, l))
         .collect();
-    let (image, built) = store()?.prepare_lazy(&native.manifest, &sources)?;
+    let (image, built) = store()?.prepare_lazy(&native.manifest, &sources, open)?;
     log::info!(
         "{reference}: {}, {} native EROFS layers read lazily, merged image {}",
         native.manifest,

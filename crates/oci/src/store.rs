@@ -123,11 +123,14 @@ impl Store {
     /// (sources the block layer opens, lowest first), each file pointing
     /// into its layer, kept as `lazy-<manifest>.erofs` with the sources
     /// beside it (`.erofs.devices`, one per line, read back by whatever
-    /// opens the image); built once, and true with it when built now.
+    /// opens the image), the layers opened as `open` says (the mount's
+    /// disk cache and timeouts); built once, and true with it when built
+    /// now.
     pub fn prepare_lazy(
         &self,
         manifest: &Digest,
         sources: &[String],
+        open: &foliofs_block::OpenOptions,
     ) -> Result<(PathBuf, bool), OciError> {
         let _shared = self.lock_shared()?;
         let image = self.dir.join(format!("lazy-{}.erofs", manifest.hex()));
@@ -146,7 +149,11 @@ impl Store {
             .tempfile_in(&self.dir)
             .map_err(io(&self.dir))?
             .into_temp_path();
-        Builder::build_merge(&layers, &tmp, Options::default()).map_err(|e| OciError::Build {
+        let opts = Options {
+            layer_open: open.clone(),
+            ..Options::default()
+        };
+        Builder::build_merge(&layers, &tmp, opts).map_err(|e| OciError::Build {
             what: format!("merging the layers of {manifest}"),
             source: e,
         })?;

@@ -96,7 +96,9 @@ pub fn run(mut args: MountArgs) -> anyhow::Result<i32> {
     // A URL is not a path: made absolute it would name a local file.
     let source = if args.fstype == "ramfs" || is_remote(&args.source) {
         args.source.clone()
-    } else if let Some(merged) = crate::image::merged(&args.source, &args.registry)? {
+    } else if let Some(merged) =
+        crate::image::merged(&args.source, &args.registry, &opts.image.open)?
+    {
         // An image (oci:DIR[:TAG], docker://...) is mounted as its merged
         // image in the store, with its layers beside it.
         merged

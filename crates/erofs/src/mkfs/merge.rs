@@ -19,7 +19,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use foliofs_block::OpenOptions;
 use foliofs_vfs::{FileType, Scratch};
 use zerocopy::IntoBytes;
 
@@ -120,7 +119,7 @@ impl Builder {
         let mut opened = Vec::with_capacity(layers.len());
         let mut devices = Vec::with_capacity(layers.len());
         for (i, l) in layers.iter().enumerate() {
-            let (mut layer, device) = open_layer(&l.path, i, opts.blkszbits)?;
+            let (mut layer, device) = open_layer(&l.path, i, &opts)?;
             layer.implied = l.implied.clone();
             opened.push(layer);
             devices.push(device);
@@ -395,8 +394,9 @@ impl Builder {
 }
 
 /// Opens layer `i` of a merge, and its slot in the device table.
-fn open_layer(path: &Path, i: usize, blkszbits: u8) -> Result<(Layer, Device), BuildError> {
-    let fs = Erofs::open(path, &OpenOptions::default(), &[]).map_err(|e| {
+fn open_layer(path: &Path, i: usize, opts: &Options) -> Result<(Layer, Device), BuildError> {
+    let blkszbits = opts.blkszbits;
+    let fs = Erofs::open(path, &opts.layer_open, &[]).map_err(|e| {
         layer_error(
             path,
             "",

@@ -98,6 +98,9 @@ pub struct Options {
     /// which then needs no layer to be read (mkfs.erofs's
     /// `--clean=data`); without it, files point into their layers.
     pub merge_copy: bool,
+    /// How a merge opens its layer images: a layer in remote storage is
+    /// read through the disk cache and within the timeouts these say.
+    pub layer_open: foliofs_block::OpenOptions,
 }
 
 impl Default for Options {
@@ -117,6 +120,7 @@ impl Default for Options {
             legacy_compress: false,
             tar_index: false,
             merge_copy: false,
+            layer_open: foliofs_block::OpenOptions::default(),
         }
     }
 }

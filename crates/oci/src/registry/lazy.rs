@@ -17,7 +17,8 @@
 //! - an embedded chunk index with checksums (`HashSize` 32 or 64): a
 //!   layer without one could only be checked whole, so it is pulled, not
 //!   mounted lazily;
-//! - chunks of one size but the last, from 64 KiB to 16 MiB, so that
+//! - chunks of one size but the last, a power of two from 64 KiB to
+//!   16 MiB (or one chunk of at most 16 MiB), so that
 //!   each fetch of the block layer is one checked chunk;
 //! - a raw layer's chunks at the same offsets in the blob as in the data.
 
@@ -428,9 +429,9 @@ fn open(source: &str, _opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened,
             ));
         }
     }
-    if n > 1 && !(MIN_UNIT..=MAX_UNIT).contains(&unit) {
+    if n > 1 && (!(MIN_UNIT..=MAX_UNIT).contains(&unit) || !unit.is_power_of_two()) {
         return Err(format!(
-            "its chunks are {unit} bytes: a lazy read takes {MIN_UNIT} to {MAX_UNIT}"
+            "its chunks are {unit} bytes: a lazy read takes a power of two from {MIN_UNIT} to {MAX_UNIT}"
         ));
     }
     if layer.verity.is_some() && !unit.is_multiple_of(BLOCK) {
@@ -438,7 +439,17 @@ fn open(source: &str, _opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened,
             "its chunks are {unit} bytes: with a dm-verity tree they must be whole blocks of {BLOCK}"
         ));
     }
-    let unit = unit.max(MIN_UNIT);
+    // One chunk: read as one, in a fetch of any size the cache takes.
+    let unit = if n == 1 {
+        unit.next_power_of_two().max(MIN_UNIT)
+    } else {
+        unit
+    };
+    if unit > MAX_UNIT {
+        return Err(format!(
+            "its one chunk is {unit} bytes: a lazy read takes at most {MAX_UNIT}"
+        ));
+    }
     backend.index = Arc::new(index);
     backend.unit = unit;
     let size = backend.index.uncompressed_size;
