@@ -5,9 +5,13 @@
 //! it streams in, merged, mounted) as root and as a user; `skopeo copy`
 //! and mkfs.erofs per layer under the kernel's overlayfs (containerd's
 //! EROFS snapshotter); `skopeo copy` and `umoci unpack` (the overlayfs
-//! snapshotter). Then the time to the first byte of the container's
-//! first file, the 1st run and a later run.
+//! snapshotter); and `foliofs mount docker://` of the same image pushed
+//! by `foliofs push` as native EROFS layers (with dm-verity), read lazily.
+//! Then the time to the first byte of the container's first file, the
+//! 1st run and a later run; and for the lazy rows, the bytes fetched
+//! for what the 1st run read.
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -26,6 +30,8 @@ use crate::Config;
 
 /// Where the image is in the registry.
 const REPO: &str = "bench/image";
+/// Where its native EROFS image is.
+const NATIVE_REPO: &str = "bench/native";
 
 #[derive(Clone, Copy, PartialEq)]
 enum Way {
@@ -35,12 +41,18 @@ enum Way {
     SkopeoMkfs,
     /// `skopeo copy` to a layout, `umoci unpack`.
     SkopeoUmoci,
+    /// `foliofs mount docker://...` of the native EROFS image, lazy, from
+    /// an empty store and disk cache.
+    Lazy,
 }
 
 struct Plan {
     way: Way,
     who: Who,
     row: Row,
+    /// Lazy rows: bytes fetched (what the disk cache holds after the 1st
+    /// run) and bytes the 1st run read, summed over rounds.
+    traffic: Cell<(u64, u64)>,
 }
 
 pub fn registry(env: &BenchEnv, cfg: &Config) -> Result<Section> {
@@ -78,22 +90,43 @@ pub fn registry(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         .args(["copy", "--quiet", "--dest-tls-verify=false"])
         .arg(format!("oci:{}:{}", made.layout.display(), layout::TAG))
         .arg(&reference))?;
+    let native = format!("docker://{}/{NATIVE_REPO}:{}", server.host(), layout::TAG);
+    let pushed = env.fresh_dir("registry-push")?;
+    run(Command::new(&env.exe)
+        .env("FOLIOFS_STORE", &pushed)
+        .args(["push", "--tls-verify=false", "--dm-verity"])
+        .arg(format!("oci:{}:{}", made.layout.display(), layout::TAG))
+        .arg(&native))?;
+    std::fs::remove_dir_all(&pushed)?;
     crate::rows::interleaved(
         cfg,
         "registry",
         &mut plans,
         |p| &mut p.row,
-        |plan| round_of(env, &made, &reference, mkfs.as_deref(), plan),
+        |plan| {
+            let from = if plan.way == Way::Lazy {
+                &native
+            } else {
+                &reference
+            };
+            round_of(env, &made, from, mkfs.as_deref(), plan)
+        },
     );
     drop(server);
+    let plans_traffic: Vec<(String, (u64, u64))> = plans
+        .iter()
+        .filter(|p| p.way == Way::Lazy && p.row.note.is_none())
+        .map(|p| (p.row.label.clone(), p.traffic.get()))
+        .collect();
     let rows: Vec<Row> = plans.into_iter().map(|p| p.row).collect();
     section.reference = if rows[2].note.is_none() { 2 } else { 3 };
-    section.pairs = [(0, 2), (0, 3), (1, 0)]
+    section.pairs = [(0, 2), (0, 3), (1, 0), (4, 2), (4, 3), (5, 4)]
         .into_iter()
         .filter(|&(a, b)| a != section.reference || b != section.reference)
         .filter(|&(a, b)| rows[a].note.is_none() && rows[b].note.is_none())
         .collect();
     section.notes = notes(env, cfg, &made, &user, mkfs.as_deref());
+    section.notes.extend(traffic_note(&plans_traffic, cfg));
     section.rows = rows;
     Ok(section)
 }
@@ -127,39 +160,55 @@ fn missing() -> Option<&'static str> {
 }
 
 fn plans(env: &BenchEnv, user: &Result<Who, String>, mkfs: Option<&Path>) -> Vec<Plan> {
+    let plan = |way, who: &Who, label: &str, kind| Plan {
+        way,
+        who: who.clone(),
+        row: Row::new(label, kind),
+        traffic: Cell::new((0, 0)),
+    };
+    let ordinary = user.clone().unwrap_or(Who::Me);
     let mut plans = vec![
-        Plan {
-            way: Way::Foliofs,
-            who: Who::Me,
-            row: Row::new(
-                "foliofs mount docker:// (pulled, built, merged, mounted), root",
-                "foliofs",
-            ),
-        },
-        Plan {
-            way: Way::Foliofs,
-            who: user.clone().unwrap_or(Who::Me),
-            row: Row::new("foliofs mount docker://, as a user", "foliofs"),
-        },
-        Plan {
-            way: Way::SkopeoMkfs,
-            who: Who::Me,
-            row: Row::new(
-                "skopeo copy, mkfs.erofs --tar=f per layer, kernel overlayfs over kernel erofs",
-                "kernel",
-            ),
-        },
-        Plan {
-            way: Way::SkopeoUmoci,
-            who: Who::Me,
-            row: Row::new(
-                "skopeo copy, umoci unpack into a directory (overlayfs snapshotter)",
-                "baseline",
-            ),
-        },
+        plan(
+            Way::Foliofs,
+            &Who::Me,
+            "foliofs mount docker:// (pulled, built, merged, mounted), root",
+            "foliofs",
+        ),
+        plan(
+            Way::Foliofs,
+            &ordinary,
+            "foliofs mount docker://, as a user",
+            "foliofs",
+        ),
+        plan(
+            Way::SkopeoMkfs,
+            &Who::Me,
+            "skopeo copy, mkfs.erofs --tar=f per layer, kernel overlayfs over kernel erofs",
+            "kernel",
+        ),
+        plan(
+            Way::SkopeoUmoci,
+            &Who::Me,
+            "skopeo copy, umoci unpack into a directory (overlayfs snapshotter)",
+            "baseline",
+        ),
+        plan(
+            Way::Lazy,
+            &Who::Me,
+            "foliofs mount docker:// of the native EROFS image (dm-verity), lazy, root",
+            "foliofs",
+        ),
+        plan(
+            Way::Lazy,
+            &ordinary,
+            "foliofs mount docker:// of the native EROFS image, lazy, as a user",
+            "foliofs",
+        ),
     ];
     plans[0].row.note = (!env.root).then(|| "needs root: the user row is this one's".into());
     plans[1].row.note = user.as_ref().err().cloned();
+    plans[4].row.note = (!env.root).then(|| "needs root: the user row is this one's".into());
+    plans[5].row.note = user.as_ref().err().cloned();
     plans[2].row.note = if !env.root {
         Some("needs root: mounting the kernel's erofs".into())
     } else if mkfs.is_none() {
@@ -193,6 +242,11 @@ fn round_of(
     let pulled = start.elapsed().as_secs_f64();
     let byte = first_byte(env, &plan.who, &dir)?;
     let first = read_tree(env, &plan.who, &dir)?;
+    if plan.way == Way::Lazy {
+        let (f, r) = plan.traffic.get();
+        plan.traffic
+            .set((f + allocated(&base.join("cache")), r + made.bytes));
+    }
     let next = read_tree(env, &plan.who, &dir)?;
     drop(stack);
     std::fs::remove_dir_all(&base)?;
@@ -227,11 +281,19 @@ fn pull(
             .arg(format!("oci:{}:{}", copied.display(), layout::TAG)))
     };
     match plan.way {
-        Way::Foliofs => {
+        Way::Foliofs | Way::Lazy => {
+            let mut extra = vec!["--tls-verify=false".to_owned()];
+            if plan.way == Way::Lazy {
+                let cache = base.join("cache");
+                std::fs::create_dir(&cache)?;
+                plan.who.own(&cache)?;
+                extra.push("-o".into());
+                extra.push(format!("cache={}", cache.display()));
+            }
             let how = How::Image {
                 store: store.to_owned(),
                 who: plan.who.clone(),
-                extra: vec!["--tls-verify=false".into()],
+                extra,
             };
             stack
                 .0
@@ -295,6 +357,49 @@ fn notes(
             Ok(w) => format!("the user row mounts and reads as {}, with its own store", w.describe()),
             Err(why) => format!("no user row: {why}"),
         },
-        "no lazy row yet: a native EROFS image in the registry is not mounted lazily by this build".into(),
+        "the lazy rows: the image pushed once by `foliofs push --dm-verity` (raw layers in chunks of 1 MiB, each with its SHA-256 in the chunk index and a dm-verity tree) beside the tar image; pull = the mount: the manifest, each layer's chunk index and tree fetched and checked, the merged metadata built from the layers' metadata chunks; every chunk a read needs is fetched then, checked and kept in a disk cache of the row's own, empty at each round's start".into(),
     ]
+}
+
+/// The bytes the lazy rows fetched for the bytes their 1st run read.
+fn traffic_note(rows: &[(String, (u64, u64))], cfg: &Config) -> Option<String> {
+    let mb = |b: u64| b as f64 / 1e6 / cfg.runs.max(1) as f64;
+    let each: Vec<String> = rows
+        .iter()
+        .filter(|(_, (_, read))| *read > 0)
+        .map(|(label, (fetched, read))| {
+            format!(
+                "{label}: {:.2} ({:.1} MB fetched for {:.1} MB of files read)",
+                *fetched as f64 / *read as f64,
+                mb(*fetched),
+                mb(*read)
+            )
+        })
+        .collect();
+    (!each.is_empty()).then(|| {
+        format!(
+            "lazy rows, bytes fetched / bytes the 1st run read (fetched = the disk cache's allocated bytes after the 1st run, the chunk indexes and trees kept beside it included; read = the files' bytes), per run: {}",
+            each.join("; ")
+        )
+    })
+}
+
+/// Bytes allocated to the files under `dir`.
+fn allocated(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => todo.push(e.path()),
+                Ok(m) => total += m.blocks() * 512,
+                Err(_) => {}
+            }
+        }
+    }
+    total
 }

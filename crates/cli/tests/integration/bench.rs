@@ -140,7 +140,7 @@ fn quick_remote_bench_measures_cold_warm_and_local() {
     assert_eq!(s["name"], "remote");
     let rows = s["rows"].as_array().unwrap();
     // local, cold, cold with -o digest, warm
-    assert_eq!(rows.len(), 4, "{stdout}");
+    assert_eq!(rows.len(), 6, "{stdout}");
     for r in rows {
         assert!(r["note"].is_null(), "{r}");
         for key in ["seq", "startup", "find_ls"] {
@@ -190,7 +190,7 @@ fn quick_registry_bench_pulls_every_way() {
     let s = &v["sections"][0];
     assert_eq!(s["name"], "registry");
     let rows = s["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 4, "{stdout}");
+    assert_eq!(rows.len(), 6, "{stdout}");
     for (i, r) in rows.iter().enumerate() {
         // The mkfs.erofs row needs one that reads tars.
         if i == 2 && mkfs.is_none() {
@@ -206,6 +206,19 @@ fn quick_registry_bench_pulls_every_way() {
             );
         }
     }
+    // The lazy rows say what they fetched for what they read: about the
+    // files' bytes, the metadata and the trees beside them.
+    let notes = s["notes"].to_string();
+    let ratio: f64 = notes
+        .split("lazy, root: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no lazy traffic in {notes}"));
+    assert!(
+        (0.9..1.5).contains(&ratio),
+        "fetched / read {ratio}: {notes}"
+    );
     // Nothing of the run stays mounted.
     let left: Vec<_> = common::mount_points()
         .into_iter()
