@@ -42,6 +42,9 @@ pub struct RemoteOptions {
     /// Bytes per ranged GET and per cache entry (`chunk=SIZE`): a power of
     /// two from 64 KiB to 16 MiB.
     pub chunk: u32,
+    /// Whether `chunk=` was given (a source whose chunks its own format
+    /// fixes refuses another size rather than ignore it).
+    pub chunk_given: bool,
     /// The cache directory (`cache=DIR`); `None` for the default:
     /// `$XDG_CACHE_HOME/foliofs` (or `~/.cache/foliofs`), `/var/cache/foliofs`
     /// for root.
@@ -84,6 +87,7 @@ impl Default for RemoteOptions {
     fn default() -> Self {
         RemoteOptions {
             chunk: DEFAULT_CHUNK,
+            chunk_given: false,
             cache_dir: None,
             cache_size: None,
             prefetch_all: false,
@@ -138,6 +142,7 @@ impl RemoteOptions {
                             format!("`{v}` is not a power of two from 64K to 16M"),
                         )
                     })?;
+                self.chunk_given = true;
             }
             "cache" => {
                 let v = required(key, value)?;

@@ -41,6 +41,10 @@ pub const SCHEME: &str = "erofs-layer:";
 /// Chunk sizes a lazy read takes (the block layer's `chunk=` range).
 const MIN_UNIT: u64 = foliofs_block::remote::MIN_CHUNK as u64;
 const MAX_UNIT: u64 = foliofs_block::remote::MAX_CHUNK as u64;
+/// The fetch size of a raw layer with a dm-verity tree, unless `chunk=`
+/// says: a start-up reads small files here and there, and each fetch of
+/// one costs this much at least.
+const VERITY_UNIT: u64 = 64 << 10;
 /// Tries of the chunk index's fetch at open.
 const OPEN_TRIES: u32 = 3;
 /// Each request's bound at open.
@@ -156,7 +160,10 @@ struct LayerBackend {
     client: Client,
     digest: Digest,
     index: Arc<ChunkIndex>,
-    /// Each chunk's size in the data (the last may be shorter).
+    /// Each index chunk's size in the data (the last may be shorter).
+    index_unit: u64,
+    /// Each fetch's size: the index's chunk, or with a dm-verity tree
+    /// over a raw layer any size (every block is checked by the tree).
     unit: u64,
     tree: Option<Arc<Verified>>,
 }
@@ -320,17 +327,25 @@ impl Backend for LayerBackend {
         len: u64,
         timeout: Duration,
     ) -> Result<Vec<u8>, FetchError> {
-        if !start.is_multiple_of(self.unit) {
-            return Err(FetchError::fatal(format!(
-                "bytes {start}-: not on a chunk's start"
-            )));
+        let end = start + len;
+        if let Some(v) = &self.tree {
+            if self.index.compression == Compression::None && end <= v.hash_offset {
+                // The bytes asked for and no more: the tree checks each
+                // block, whatever chunk it lies in.
+                let out = self.range(start, len, timeout)?;
+                v.check(start, &out).map_err(FetchError::corrupt)?;
+                return Ok(out);
+            }
         }
-        let first = (start / self.unit) as usize;
-        let last = ((start + len - 1) / self.unit) as usize;
+        // The index's chunks that hold the range, each checked.
+        let first = (start / self.index_unit) as usize;
+        let last = ((end - 1) / self.index_unit) as usize;
         let mut out = Vec::with_capacity(len as usize);
         for i in first..=last.min(self.index.entries.len() - 1) {
             out.extend_from_slice(&self.chunk(i, timeout)?);
         }
+        let skip = (start - first as u64 * self.index_unit) as usize;
+        let mut out = out.split_off(skip.min(out.len()));
         out.truncate(len as usize);
         if let Some(v) = &self.tree {
             v.check(start, &out).map_err(FetchError::corrupt)?;
@@ -341,7 +356,7 @@ impl Backend for LayerBackend {
 
 /// Opens a [`SCHEME`] source: its registry, its chunk index fetched and
 /// checked, its dm-verity tree fetched and checked up to the root.
-fn open(source: &str, _opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened, String> {
+fn open(source: &str, opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened, String> {
     let spec = parse(source)?;
     let shown = format!(
         "docker://{}/{}@{}",
@@ -373,6 +388,7 @@ fn open(source: &str, _opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened,
             entries: Vec::new(),
             index_start: 0,
         }),
+        index_unit: 1,
         unit: 1,
         tree: None,
     };
@@ -429,7 +445,9 @@ fn open(source: &str, _opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened,
             ));
         }
     }
-    if n > 1 && (!(MIN_UNIT..=MAX_UNIT).contains(&unit) || !unit.is_power_of_two()) {
+    // With a tree over a raw layer, fetches need not follow the index.
+    let verity_raw = layer.verity.is_some() && !layer.zstd;
+    if !verity_raw && n > 1 && (!(MIN_UNIT..=MAX_UNIT).contains(&unit) || !unit.is_power_of_two()) {
         return Err(format!(
             "its chunks are {unit} bytes: a lazy read takes a power of two from {MIN_UNIT} to {MAX_UNIT}"
         ));
@@ -439,11 +457,29 @@ fn open(source: &str, _opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened,
             "its chunks are {unit} bytes: with a dm-verity tree they must be whole blocks of {BLOCK}"
         ));
     }
-    // One chunk: read as one, in a fetch of any size the cache takes.
-    let unit = if n == 1 {
-        unit.next_power_of_two().max(MIN_UNIT)
+    let index_unit = unit;
+    let unit = if verity_raw {
+        // Every block is checked by the tree: fetched in pieces of the
+        // size asked for, or small enough that a start-up's scattered
+        // reads fetch little more than they read.
+        if opts.chunk_given {
+            u64::from(opts.chunk)
+        } else {
+            VERITY_UNIT
+        }
     } else {
-        unit
+        if opts.chunk_given && u64::from(opts.chunk) != unit && n > 1 {
+            return Err(format!(
+                "chunk={}: its chunks are checked as the chunk index cuts them, {unit} bytes (give that or none)",
+                opts.chunk
+            ));
+        }
+        // One chunk: read as one, in a fetch of any size the cache takes.
+        if n == 1 {
+            unit.next_power_of_two().max(MIN_UNIT)
+        } else {
+            unit
+        }
     };
     if unit > MAX_UNIT {
         return Err(format!(
@@ -451,6 +487,7 @@ fn open(source: &str, _opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened,
         ));
     }
     backend.index = Arc::new(index);
+    backend.index_unit = index_unit;
     backend.unit = unit;
     let size = backend.index.uncompressed_size;
     let verify: Box<dyn Verify> = match &layer.verity {
