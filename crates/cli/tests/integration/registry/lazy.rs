@@ -321,3 +321,80 @@ fn a_registry_gone_mid_read_is_eio_within_the_timeout() {
     );
     m.unmount().unwrap();
 }
+
+/// Each fault of a registry (through a proxy in front of it) met by a
+/// lazy read of a file none of whose chunks is cached yet: a fault that
+/// goes on ends in EIO within `timeout=`, one that passes in the right
+/// bytes; either way the same read once the registry answers again gives
+/// the right bytes, so nothing wrong was cached.
+#[test]
+fn registry_faults_end_in_right_bytes_or_eio_and_nothing_wrong_is_cached() {
+    use foliofs_testkit::proxy::{Fault, FaultProxy};
+    require!("root", "fuse", "umoci", "docker-registry", "skopeo");
+    let tmp = tempfile::tempdir().unwrap();
+    let reg = Registry::start(None);
+    let (big, _) = one_big_file(
+        tmp.path(),
+        &reg,
+        &format!("docker://{}/lazy/faults:t", reg.host()),
+    );
+    let proxy = FaultProxy::start(&reg.endpoint()).unwrap();
+    let host = proxy.endpoint().trim_start_matches("http://").to_owned();
+    let reference = format!("docker://{host}/lazy/faults:t");
+    // (fault, whether the read gets the right bytes while it lasts)
+    let faults = [
+        (Fault::Reset, false),
+        (Fault::Short, false),
+        (Fault::WrongRange, false),
+        (Fault::Flip, false),
+        (
+            Fault::Burst {
+                status: 503,
+                count: 2,
+            },
+            true,
+        ),
+        (
+            Fault::Burst {
+                status: 404,
+                count: 1_000_000,
+            },
+            false,
+        ),
+        (Fault::Delay(Duration::from_millis(300)), true),
+    ];
+    for (i, (fault, passes)) in faults.into_iter().enumerate() {
+        let what = format!("{fault:?}");
+        proxy.set(Fault::None);
+        let store = tmp.path().join(format!("store{i}"));
+        let cache = tmp.path().join(format!("cache{i}"));
+        // Mounted (the metadata fetched) while the registry answers.
+        let m = mount(&store, &cache, &reference, ",timeout=3").unwrap();
+        proxy.set(fault);
+        let t = std::time::Instant::now();
+        match fs::read(m.path().join("big")) {
+            Ok(b) => {
+                assert!(passes, "{what}: read");
+                assert!(b == big, "{what}: wrong bytes");
+            }
+            Err(e) => {
+                assert!(!passes, "{what}: {e}");
+                assert_eq!(e.raw_os_error(), Some(libc::EIO), "{what}: {e}");
+            }
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{what}: {:?}",
+            t.elapsed()
+        );
+        if matches!(what.as_str(), "Flip") {
+            assert!(remote_counter(m.path(), "fetch_corrupt") > 0, "{what}");
+        }
+        proxy.set(Fault::None);
+        assert!(
+            fs::read(m.path().join("big")).unwrap() == big,
+            "{what}: wrong bytes once the registry answers again"
+        );
+        m.unmount().unwrap();
+    }
+}
