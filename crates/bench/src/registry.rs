@@ -26,6 +26,7 @@ use crate::image::{mkfs_overlay, Stack, LAYERS};
 use crate::mount::{How, Mounted};
 use crate::report::{Column, Row, Section, Unit};
 use crate::rows::progress;
+use crate::timing::time_cmd;
 use crate::Config;
 
 /// Where the image is in the registry.
@@ -46,13 +47,24 @@ enum Way {
     Lazy,
 }
 
+/// What a lazy row fetched and read (see [`Plan::traffic`]).
+#[derive(Clone, Copy, Default)]
+struct Traffic {
+    mount: u64,
+    start_fetched: u64,
+    start_read: u64,
+    run_fetched: u64,
+    run_read: u64,
+}
+
 struct Plan {
     way: Way,
     who: Who,
     row: Row,
-    /// Lazy rows: bytes fetched (what the disk cache holds after the 1st
-    /// run) and bytes the 1st run read, summed over rounds.
-    traffic: Cell<(u64, u64)>,
+    /// Lazy rows, summed over rounds: bytes fetched by the mount, by the
+    /// start-up and read by it, fetched by the end of the 1st run and read
+    /// by it.
+    traffic: Cell<Traffic>,
 }
 
 pub fn registry(env: &BenchEnv, cfg: &Config) -> Result<Section> {
@@ -64,7 +76,7 @@ pub fn registry(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         title: format!(
             "registry: an OCI image of {LAYERS} layers pulled from a registry on loopback to a root file system, then started from"
         ),
-        columns: columns(),
+        columns: columns(false),
         rows: Vec::new(),
         reference: 2,
         pairs: Vec::new(),
@@ -79,6 +91,7 @@ pub fn registry(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         return Ok(section);
     }
     let made = layout::make(env, cfg, LAYERS)?;
+    section.columns = columns(made.python.is_some());
     progress(cfg, "[registry] starting a registry and pushing the image");
     let server = Registry::start(&Options {
         auth: String::new(),
@@ -113,7 +126,7 @@ pub fn registry(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         },
     );
     drop(server);
-    let plans_traffic: Vec<(String, (u64, u64))> = plans
+    let plans_traffic: Vec<(String, Traffic)> = plans
         .iter()
         .filter(|p| p.way == Way::Lazy && p.row.note.is_none())
         .map(|p| (p.row.label.clone(), p.traffic.get()))
@@ -131,19 +144,23 @@ pub fn registry(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     Ok(section)
 }
 
-fn columns() -> Vec<Column> {
+fn columns(python: bool) -> Vec<Column> {
     let col = |key, label| Column {
         key,
         label,
         unit: Unit::Seconds,
     };
-    vec![
-        col("pull", "pull"),
-        col("byte", "first byte"),
+    let mut c = vec![col("pull", "pull"), col("byte", "first byte")];
+    if python {
+        c.push(col("start", "start-up"));
+        c.push(col("started", "pull + start-up"));
+    }
+    c.extend([
         col("first", "1st run"),
         col("next", "later run"),
         col("total", "pull + 1st run"),
-    ]
+    ]);
+    c
 }
 
 /// What this host lacks to run the section, if anything.
@@ -164,7 +181,7 @@ fn plans(env: &BenchEnv, user: &Result<Who, String>, mkfs: Option<&Path>) -> Vec
         way,
         who: who.clone(),
         row: Row::new(label, kind),
-        traffic: Cell::new((0, 0)),
+        traffic: Cell::new(Traffic::default()),
     };
     let ordinary = user.clone().unwrap_or(Who::Me);
     let mut plans = vec![
@@ -240,23 +257,48 @@ fn round_of(
     let start = Instant::now();
     let (stack, dir) = pull(env, made, reference, mkfs, plan, &base, &store, &mnt)?;
     let pulled = start.elapsed().as_secs_f64();
+    let cache = base.join("cache");
+    let lazy = plan.way == Way::Lazy;
+    let mut t = plan.traffic.get();
+    if lazy {
+        t.mount += allocated(&cache);
+    }
     let byte = first_byte(env, &plan.who, &dir)?;
+    let mut figures = Vec::new();
+    if made.python.is_some() {
+        // The container's start-up: its interpreter importing modules.
+        let fetched = allocated(&cache);
+        let read = lazy.then(|| crate::remote::remote_counts(&dir)).flatten();
+        let script = crate::realstart::script(crate::realstart::MODULES);
+        let start = time_cmd(&mut crate::image::lookups::step(
+            &plan.who, "python", &dir, made, &script,
+        ))?;
+        if let (Some((_, r0)), Some((_, r1))) = (read, crate::remote::remote_counts(&dir)) {
+            t.start_fetched += allocated(&cache) - fetched;
+            t.start_read += r1 - r0;
+        }
+        figures.push(("start", start));
+    }
     let first = read_tree(env, &plan.who, &dir)?;
-    if plan.way == Way::Lazy {
-        let (f, r) = plan.traffic.get();
-        plan.traffic
-            .set((f + allocated(&base.join("cache")), r + made.bytes));
+    if lazy {
+        t.run_fetched += allocated(&cache);
+        t.run_read += made.bytes;
+        plan.traffic.set(t);
     }
     let next = read_tree(env, &plan.who, &dir)?;
     drop(stack);
     std::fs::remove_dir_all(&base)?;
-    Ok(vec![
+    figures.extend([
         ("pull", pulled),
         ("byte", pulled + byte),
         ("first", first),
         ("next", next),
         ("total", pulled + first),
-    ])
+    ]);
+    if let Some(&(_, start)) = figures.iter().find(|(k, _)| *k == "start") {
+        figures.push(("started", pulled + start));
+    }
+    Ok(figures)
 }
 
 /// `plan`'s root file system from the registry: the mounts to hold and
@@ -345,7 +387,7 @@ fn notes(
 ) -> Vec<String> {
     vec![
         format!(
-            "the image section's image ({LAYERS} gzipped layers, {} bytes; flattened, {} files, {} MB) pushed with skopeo into docker-registry on 127.0.0.1 (plain HTTP; --tls-verify=false, --src-tls-verify=false); each row from an empty store{}; pull = from the registry to a root file system: foliofs builds each layer as its blob streams in and merges them; skopeo copies the blobs into an OCI layout, then mkfs.erofs{} per layer behind `gzip -dc |` with containerd's flags, mounted and stacked under overlayfs, or umoci unpack; first byte = pull, then the first byte of the first file a walk meets; 1st run = every file read, later run = again; {} rounds, rows interleaved; ratios are to the mkfs.erofs row",
+            "the image section's image ({LAYERS} gzipped layers, {} bytes; flattened, {} files, {} MB) pushed with skopeo into docker-registry on 127.0.0.1 (plain HTTP; --tls-verify=false, --src-tls-verify=false); each row from an empty store{}; pull = from the registry to a root file system: foliofs builds each layer as its blob streams in and merges them; skopeo copies the blobs into an OCI layout, then mkfs.erofs{} per layer behind `gzip -dc |` with containerd's flags, mounted and stacked under overlayfs, or umoci unpack; first byte = pull, then the first byte of the first file a walk meets; start-up = then, the image's Python (when this machine has one to lay out) run with -I -S importing the realstart section's modules from the image, the container's start; 1st run = then every file read, later run = again; {} rounds, rows interleaved; ratios are to the mkfs.erofs row",
             made.blob_bytes,
             made.files,
             made.bytes / 1_000_000,
@@ -361,24 +403,37 @@ fn notes(
     ]
 }
 
-/// The bytes the lazy rows fetched for the bytes their 1st run read.
-fn traffic_note(rows: &[(String, (u64, u64))], cfg: &Config) -> Option<String> {
+/// The bytes the lazy rows fetched for the bytes their start-up and 1st
+/// run read.
+fn traffic_note(rows: &[(String, Traffic)], cfg: &Config) -> Option<String> {
     let mb = |b: u64| b as f64 / 1e6 / cfg.runs.max(1) as f64;
+    let ratio = |f: u64, r: u64| if r == 0 { 0.0 } else { f as f64 / r as f64 };
     let each: Vec<String> = rows
         .iter()
-        .filter(|(_, (_, read))| *read > 0)
-        .map(|(label, (fetched, read))| {
+        .filter(|(_, t)| t.run_read > 0)
+        .map(|(label, t)| {
+            let start = if t.start_read > 0 {
+                format!(
+                    "start-up {:.2} ({:.1} MB fetched for {:.1} MB read), ",
+                    ratio(t.start_fetched, t.start_read),
+                    mb(t.start_fetched),
+                    mb(t.start_read)
+                )
+            } else {
+                String::new()
+            };
             format!(
-                "{label}: {:.2} ({:.1} MB fetched for {:.1} MB of files read)",
-                *fetched as f64 / *read as f64,
-                mb(*fetched),
-                mb(*read)
+                "{label}: mount {:.1} MB fetched, {start}1st run {:.2} ({:.1} MB fetched by its end for {:.1} MB of files read)",
+                mb(t.mount),
+                ratio(t.run_fetched, t.run_read),
+                mb(t.run_fetched),
+                mb(t.run_read)
             )
         })
         .collect();
     (!each.is_empty()).then(|| {
         format!(
-            "lazy rows, bytes fetched / bytes the 1st run read (fetched = the disk cache's allocated bytes after the 1st run, the chunk indexes and trees kept beside it included; read = the files' bytes), per run: {}",
+            "lazy rows, bytes fetched / bytes read, per run (fetched = the growth of the disk cache's allocated bytes, the chunk indexes and trees kept beside it included; the start-up's read = the bytes its server read from the layers, metadata and the kernel's read-ahead included; the 1st run's read = the files' bytes): {}",
             each.join("; ")
         )
     })

@@ -356,7 +356,7 @@ fn notes(cfg: &Config, image: &Image, traffic: [Traffic; 3]) -> Vec<String> {
 
 /// (bytes fetched, bytes read) of the mount at `dir` so far, from the
 /// counters its server publishes.
-fn remote_counts(dir: &Path) -> Option<(u64, u64)> {
+pub(crate) fn remote_counts(dir: &Path) -> Option<(u64, u64)> {
     let dir = dir.canonicalize().ok()?;
     let m = foliofs_fuse::mount_table()
         .ok()?

@@ -285,7 +285,7 @@ fn mount(
 }
 
 /// The command of the step `key` on the tree at `dir`, as `who`.
-fn step(who: &Who, key: &str, dir: &Path, made: &layout::Made, script: &str) -> Command {
+pub(crate) fn step(who: &Who, key: &str, dir: &Path, made: &layout::Made, script: &str) -> Command {
     match key {
         "find" => {
             let mut c = who.command("find");

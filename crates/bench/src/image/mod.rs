@@ -11,7 +11,7 @@
 //! on the merged image and on the overlay stack.
 
 pub(crate) mod layout;
-mod lookups;
+pub(crate) mod lookups;
 pub(crate) mod who;
 
 use std::path::{Path, PathBuf};

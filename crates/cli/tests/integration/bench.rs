@@ -212,6 +212,7 @@ fn quick_registry_bench_pulls_every_way() {
     let ratio: f64 = notes
         .split("lazy, root: ")
         .nth(1)
+        .and_then(|r| r.split("1st run ").nth(1))
         .and_then(|r| r.split(' ').next())
         .and_then(|r| r.parse().ok())
         .unwrap_or_else(|| panic!("no lazy traffic in {notes}"));
