@@ -19,7 +19,7 @@ mod open;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
@@ -81,6 +81,8 @@ struct Shared {
     chunk: u64,
     chunks: u64,
     max_window: u64,
+    /// Most adjacent chunks one fetch takes (see `scheme::Opened`).
+    max_run: AtomicU64,
     cache: DiskCache,
     /// What every fetched chunk is checked against, when asked for.
     digest: Option<Digest>,
@@ -174,6 +176,14 @@ impl RemoteObject {
     /// Bytes per ranged GET and per cache entry.
     pub fn chunk_size(&self) -> u32 {
         self.shared.chunk as u32
+    }
+
+    /// Lets one fetch take up to `n` adjacent chunks that are queued one
+    /// after another (1: each chunk its own request).
+    pub(crate) fn set_max_run(&self, n: u32) {
+        self.shared
+            .max_run
+            .store(u64::from(n.max(1)), Ordering::Relaxed);
     }
 
     /// This object's counters (the process's are [`super::stats`]).

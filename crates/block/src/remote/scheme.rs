@@ -33,6 +33,10 @@ pub struct Opened {
     pub chunk: u32,
     /// The check of chunks read back from the disk cache, if any.
     pub verify: Option<Box<dyn Verify>>,
+    /// Most chunks one fetch may take when they follow each other in a
+    /// queue (read-ahead, a read across chunks, `prefetch=all`): 1 for a
+    /// backend whose every request costs the same whatever its length.
+    pub max_run: u32,
 }
 
 /// Opens a source of a registered scheme, whose chunks go to the disk

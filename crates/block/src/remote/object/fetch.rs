@@ -73,33 +73,79 @@ enum Priority {
     Prefetch,
 }
 
-/// Work for a fetch thread: a chunk to fetch.
-type Job = (u64, Priority, Arc<Flight>);
+/// Work for a fetch thread: a run of adjacent chunks from the first, each
+/// with its flight.
+struct Job {
+    first: u64,
+    prio: Priority,
+    flights: Vec<Arc<Flight>>,
+}
 
 impl Shared {
+    /// A new flight for chunk `c`, listed.
+    fn claim(st: &mut State, c: u64) -> Arc<Flight> {
+        let f = Flight::new();
+        st.inflight.insert(c, f.clone());
+        f
+    }
+
     /// The next job, by priority; background work only while another
-    /// thread stays free for readers.
+    /// thread stays free for readers. A job takes the chunks queued right
+    /// after its first (as many as `max_run` allows), so that a source
+    /// whose requests cost more than their bytes makes fewer of them.
     fn next_job(&self, st: &mut State) -> Option<Job> {
+        let max_run = self.max_run.load(Ordering::Relaxed).max(1) as usize;
         if let Some(c) = st.demand.pop_front() {
-            let f = st.inflight.get(&c).cloned().unwrap_or_else(Flight::new);
-            return Some((c, Priority::Demand, f));
+            let mut flights = vec![st.inflight.get(&c).cloned().unwrap_or_else(Flight::new)];
+            while flights.len() < max_run && st.demand.front() == Some(&(c + flights.len() as u64))
+            {
+                let d = st.demand.pop_front().unwrap_or(c);
+                flights.push(st.inflight.get(&d).cloned().unwrap_or_else(Flight::new));
+            }
+            return Some(Job {
+                first: c,
+                prio: Priority::Demand,
+                flights,
+            });
         }
         if st.background + 1 >= WORKERS {
             return None;
         }
         while let Some(c) = st.ahead.pop_front() {
             if self.wanted(st, c) {
-                let f = Flight::new();
-                st.inflight.insert(c, f.clone());
-                return Some((c, Priority::Ahead, f));
+                let mut flights = vec![Self::claim(st, c)];
+                while flights.len() < max_run {
+                    let d = c + flights.len() as u64;
+                    if st.ahead.front() != Some(&d) || !self.wanted(st, d) {
+                        break;
+                    }
+                    st.ahead.pop_front();
+                    flights.push(Self::claim(st, d));
+                }
+                return Some(Job {
+                    first: c,
+                    prio: Priority::Ahead,
+                    flights,
+                });
             }
         }
         while let Some(c) = st.prefetch {
             st.prefetch = (c + 1 < self.chunks).then_some(c + 1);
             if self.wanted(st, c) {
-                let f = Flight::new();
-                st.inflight.insert(c, f.clone());
-                return Some((c, Priority::Prefetch, f));
+                let mut flights = vec![Self::claim(st, c)];
+                while flights.len() < max_run {
+                    let d = c + flights.len() as u64;
+                    if st.prefetch != Some(d) || !self.wanted(st, d) {
+                        break;
+                    }
+                    st.prefetch = (d + 1 < self.chunks).then_some(d + 1);
+                    flights.push(Self::claim(st, d));
+                }
+                return Some(Job {
+                    first: c,
+                    prio: Priority::Prefetch,
+                    flights,
+                });
             }
         }
         None
@@ -111,32 +157,47 @@ impl Shared {
             if st.shutdown {
                 return;
             }
-            let Some((c, prio, flight)) = self.next_job(&mut st) else {
+            let Some(job) = self.next_job(&mut st) else {
                 st = self.work.wait(st).unwrap();
                 continue;
             };
-            if prio != Priority::Demand {
+            if job.prio != Priority::Demand {
                 st.background += 1;
             }
             drop(st);
-            let outcome = self.fetch(c, &flight);
-            if let Ok(data) = &outcome {
+            let outcome = self.fetch(job.first, &job.flights);
+            if let Ok(body) = &outcome {
                 // Readers first (the disk write can wait), but counted
                 // from now on, so that settling waits for it.
-                let arriving = self.cache.arriving();
-                *flight.result.lock().unwrap() = Some(outcome.clone());
-                flight.done.notify_all();
-                arriving.store(c, data);
+                let mut at = 0;
+                for (k, flight) in job.flights.iter().enumerate() {
+                    let c = job.first + k as u64;
+                    let len = self.chunk_len(c);
+                    let data = if job.flights.len() == 1 {
+                        body.clone()
+                    } else {
+                        Arc::new(body[at..at + len].to_vec())
+                    };
+                    at += len;
+                    let arriving = self.cache.arriving();
+                    *flight.result.lock().unwrap() = Some(Ok(data.clone()));
+                    flight.done.notify_all();
+                    arriving.store(c, &data);
+                }
             }
             st = self.state.lock().unwrap();
-            st.inflight.remove(&c);
-            if let Err(e) = outcome {
-                // Answered only once it is unlisted: a reader's next try
-                // must make a new flight, not find this failed one.
-                *flight.result.lock().unwrap() = Some(Err(e));
-                flight.done.notify_all();
+            for k in 0..job.flights.len() {
+                st.inflight.remove(&(job.first + k as u64));
             }
-            if prio != Priority::Demand {
+            if let Err(e) = outcome {
+                // Answered only once unlisted: a reader's next try must
+                // make a new flight, not find this failed one.
+                for flight in &job.flights {
+                    *flight.result.lock().unwrap() = Some(Err(e.clone()));
+                    flight.done.notify_all();
+                }
+            }
+            if job.prio != Priority::Demand {
                 st.background -= 1;
                 // A thread held back for readers may take background work.
                 self.work.notify_one();
@@ -165,13 +226,16 @@ impl Shared {
         }
     }
 
-    /// Fetches chunk `c` and checks its length: with retries within
-    /// `timeout=`, or, once a fetch gave up and until the server answers
-    /// again, one try, so that readers fail fast rather than each wait
-    /// out the whole timeout against a server that is down.
-    fn fetch(&self, c: u64, flight: &Flight) -> Outcome {
+    /// Fetches the chunks from `c` that `flights` stand for, in one
+    /// request, and checks its length: with retries within `timeout=`,
+    /// or, once a fetch gave up and until the server answers again, one
+    /// try, so that readers fail fast rather than each wait out the whole
+    /// timeout against a server that is down.
+    fn fetch(&self, c: u64, flights: &[Arc<Flight>]) -> Outcome {
         let start = c * self.chunk;
-        let len = self.chunk_len(c) as u64;
+        let len: u64 = (0..flights.len() as u64)
+            .map(|k| self.chunk_len(c + k) as u64)
+            .sum();
         let tried = |t| {
             let body = self.backend.get(&self.head, start, len, t)?;
             if body.len() as u64 != len {
@@ -200,7 +264,9 @@ impl Shared {
                     // a dm-verity tree) refused what came.
                     self.counters.add(Stat::FetchCorrupt, 1);
                 }
-                *flight.last_try.lock().unwrap() = Some(e.message.clone());
+                for flight in flights {
+                    *flight.last_try.lock().unwrap() = Some(e.message.clone());
+                }
             })
         };
         let got = if self.down.load(Ordering::Relaxed) {
@@ -230,7 +296,9 @@ impl Shared {
                 self.counters.add(Stat::BytesFetched, len);
                 if let Some((_, passed)) = &self.verify {
                     // Checked by the backend as it came.
-                    passed[c as usize].store(true, Ordering::Relaxed);
+                    for k in 0..flights.len() {
+                        passed[c as usize + k].store(true, Ordering::Relaxed);
+                    }
                 }
                 Ok(Arc::new(body))
             }

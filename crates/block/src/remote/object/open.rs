@@ -5,7 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex};
 
 use foliofs_vfs::Result;
@@ -57,7 +57,7 @@ impl RemoteObject {
                     chunk: o.chunk,
                     ..opts.clone()
                 };
-                Arc::new(Self::open_checked(
+                let object = Self::open_checked(
                     o.backend,
                     &o.identity,
                     &o.shown,
@@ -65,7 +65,9 @@ impl RemoteObject {
                     &opts,
                     None,
                     o.verify,
-                )?)
+                )?;
+                object.set_max_run(o.max_run);
+                Arc::new(object)
             }
             None => {
                 let shown = redact(source);
@@ -178,6 +180,7 @@ impl RemoteObject {
             chunk,
             chunks,
             max_window: (MAX_AHEAD / chunk).clamp(1, 32),
+            max_run: AtomicU64::new(1),
             cache,
             digest,
             verify: verify.map(|v| (v, (0..chunks).map(|_| AtomicBool::new(false)).collect())),
