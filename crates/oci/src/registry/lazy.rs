@@ -45,6 +45,8 @@ const MAX_UNIT: u64 = foliofs_block::remote::MAX_CHUNK as u64;
 /// says: a start-up reads small files here and there, and each fetch of
 /// one costs this much at least.
 const VERITY_UNIT: u64 = 64 << 10;
+/// The most one request fetches of a run of chunks queued in order.
+const MAX_RUN_BYTES: u64 = 1 << 20;
 /// Tries of the chunk index's fetch at open.
 const OPEN_TRIES: u32 = 3;
 /// Each request's bound at open.
@@ -490,7 +492,7 @@ fn open(source: &str, opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened, 
     backend.index_unit = index_unit;
     backend.unit = unit;
     let size = backend.index.uncompressed_size;
-    let verify: Box<dyn Verify> = match &layer.verity {
+    let verify: Option<Box<dyn Verify>> = match &layer.verity {
         Some(v) => {
             if v.hash_offset >= size {
                 return Err(format!(
@@ -520,29 +522,29 @@ fn open(source: &str, opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened, 
                 hash_offset: v.hash_offset,
             });
             backend.tree = Some(verified.clone());
-            Box::new(CachedCheck::Tree(verified))
+            Some(Box::new(CachedCheck::Tree(verified)))
         }
         None if backend.index.compression == Compression::None => {
-            Box::new(CachedCheck::Raw(backend.index.clone(), unit))
+            Some(Box::new(CachedCheck::Raw(backend.index.clone(), unit)))
         }
-        None => {
-            // A zstd chunk's checksum is of its frame, which the cache
-            // does not keep: its own sums guard what it holds.
-            return Ok(Opened {
-                identity: layer.digest.to_string(),
-                shown,
-                chunk: unit as u32,
-                backend: Box::new(backend),
-                verify: None,
-            });
-        }
+        // A zstd chunk's checksum is of its frame, which the cache does
+        // not keep: its own sums guard what it holds.
+        None => None,
     };
     Ok(Opened {
         identity: layer.digest.to_string(),
         shown,
         chunk: unit as u32,
         backend: Box::new(backend),
-        verify: Some(verify),
+        verify,
+        // Fetched by the tree's blocks, a run of chunks is one request
+        // (a registry's request costs far more than 64 KiB of its bytes);
+        // by the index's, each chunk is its own, in parallel.
+        max_run: if verity_raw {
+            (MAX_RUN_BYTES / unit).max(1) as u32
+        } else {
+            1
+        },
     })
 }
 
