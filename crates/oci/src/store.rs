@@ -11,6 +11,8 @@
 use std::collections::HashSet;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use foliofs_erofs::mkfs::{Builder, MergeLayer, Options};
 
@@ -19,12 +21,19 @@ use crate::layout::{Compression, Image, Layer};
 use crate::OciError;
 
 /// Where the blobs of an image's layers come from: a layout's files, or a
-/// registry's answers. A blob is read once, as its layer is built.
-pub trait BlobSource {
+/// registry's answers. A blob is read once, as its layer is built; several
+/// layers are built at once.
+pub trait BlobSource: Sync {
     /// The blob of `layer`, from its start. The store checks what it
     /// reads against the layer's digest and size.
     fn open_blob(&self, layer: &Layer) -> Result<Box<dyn Read + '_>, OciError>;
 }
+
+/// A layer from the store, and whether it was built now.
+type Built = Result<(MergeLayer, bool), OciError>;
+
+/// Layers built at once (containerd downloads three at a time too).
+const PARALLEL_LAYERS: usize = 3;
 
 /// A content-addressed store of layer and merged images.
 #[derive(Clone, Debug)]
@@ -171,12 +180,49 @@ impl Store {
         layout: &dyn BlobSource,
         image: &Image,
     ) -> Result<(Vec<MergeLayer>, usize), OciError> {
-        let mut layers = Vec::with_capacity(image.layers.len());
+        let n = image.layers.len();
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let done: Vec<Mutex<Option<Built>>> = (0..n).map(|_| Mutex::new(None)).collect();
+        // A few layers at once: one's download waits on the network while
+        // another's build has the CPU. Each build streams its blob, so
+        // memory grows with the builds, not with the blobs.
+        std::thread::scope(|s| {
+            for _ in 0..PARALLEL_LAYERS.min(n) {
+                s.spawn(|| loop {
+                    if failed.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(l) = image.layers.get(i) else {
+                        return;
+                    };
+                    let r = self.layer(layout, l, i);
+                    if r.is_err() {
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                    *done[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+                });
+            }
+        });
+        let mut layers = Vec::with_capacity(n);
         let mut built = 0;
-        for (i, l) in image.layers.iter().enumerate() {
-            let (layer, new) = self.layer(layout, l, i)?;
-            built += usize::from(new);
-            layers.push(layer);
+        for slot in done {
+            match slot.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                Some(Ok((layer, new))) => {
+                    built += usize::from(new);
+                    layers.push(layer);
+                }
+                Some(Err(e)) => return Err(e),
+                // Not started: a lower layer failed, and is returned.
+                None => {}
+            }
+        }
+        if layers.len() != n {
+            return Err(OciError::Layout {
+                dir: PathBuf::from(image.manifest.to_string()),
+                why: "a layer was not built".into(),
+            });
         }
         Ok((layers, built))
     }

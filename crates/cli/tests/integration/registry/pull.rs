@@ -332,14 +332,12 @@ fn a_blob_that_is_not_its_digest_is_refused_and_kept_out_of_the_store() {
     let store = tmp.path().join("store");
     let err = one_line_error(&pull(&store, None, &reference, &[]));
     assert!(err.contains("layer 2") && err.contains(&layers[1]), "{err}");
-    // The first layer is in the store; nothing of the second is, nor a
-    // merged image.
+    // The first layer is in the store (and the third, when its build,
+    // run beside the second's, was under way); nothing of the second is,
+    // nor a merged image.
     let names = store_traces(&store, "");
-    assert_eq!(
-        names.iter().filter(|n| n.ends_with(".erofs")).count(),
-        1,
-        "{names:?}"
-    );
+    let built = names.iter().filter(|n| n.ends_with(".erofs")).count();
+    assert!((1..=2).contains(&built), "{names:?}");
     assert!(
         names
             .iter()
