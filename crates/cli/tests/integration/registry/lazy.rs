@@ -21,11 +21,22 @@ use crate::image::{comparable, user_listing};
 /// `foliofs mount --tls-verify=false -o cache=CACHE[,EXTRA] SOURCE` as
 /// root with the store at `store`.
 fn mount(store: &Path, cache: &Path, source: &str, extra: &str) -> Result<common::Mount, String> {
+    mount_with(store, None, cache, source, extra)
+}
+
+/// [`mount`], with the credentials of the auth file `auth`.
+fn mount_with(
+    store: &Path,
+    auth: Option<&Path>,
+    cache: &Path,
+    source: &str,
+    extra: &str,
+) -> Result<common::Mount, String> {
     let mnt = tempfile::Builder::new()
         .prefix("foliofs-mnt.")
         .tempdir()
         .unwrap();
-    let mut cmd = foliofs(store, None);
+    let mut cmd = foliofs(store, auth);
     cmd.args(["mount", "--tls-verify=false", "-o"])
         .arg(format!("cache={}{extra}", cache.display()))
         .arg(source)
@@ -187,9 +198,9 @@ fn a_user_mounts_a_native_image_lazily_from_their_own_store() {
     assert!(home.path().join("foliofs").is_dir());
 }
 
-/// A one-layer image with a file of random bytes, pushed raw in chunks
-/// of 64 KiB; the file's bytes and the blob's file in the registry.
-fn one_big_file(tmp: &Path, reg: &Registry, reference: &str) -> (Vec<u8>, std::path::PathBuf) {
+/// A one-layer layout `L:t` in `tmp` with a file of random bytes; the
+/// file's bytes.
+fn big_layout(tmp: &Path) -> Vec<u8> {
     common::sh_in(
         tmp,
         "umoci init --layout L && umoci new --image L:t
@@ -197,6 +208,13 @@ umoci unpack --image L:t B >/dev/null
 head -c 1000000 /dev/urandom > B/rootfs/big
 umoci repack --image L:t B",
     );
+    fs::read(tmp.join("B/rootfs/big")).unwrap()
+}
+
+/// [`big_layout`]'s image pushed raw in chunks of 64 KiB; the file's
+/// bytes and the blob's file in the registry.
+fn one_big_file(tmp: &Path, reg: &Registry, reference: &str) -> (Vec<u8>, std::path::PathBuf) {
+    big_layout(tmp);
     push(
         &tmp.join("pushed"),
         &tmp.join("L"),
@@ -397,4 +415,97 @@ fn registry_faults_end_in_right_bytes_or_eio_and_nothing_wrong_is_cached() {
         );
         m.unmount().unwrap();
     }
+}
+
+/// A lazy read whose bearer token expired since the last one gets a new
+/// token from the token service, and its bytes.
+#[test]
+fn a_lazy_read_after_its_token_expired_gets_a_new_token() {
+    use super::token::{Policy, TokenServer};
+    require!(
+        "root",
+        "fuse",
+        "umoci",
+        "docker-registry",
+        "skopeo",
+        "openssl"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let tokens = TokenServer::start(Policy {
+        user: ("puller".into(), "t0ken".into()),
+        anonymous_pull: false,
+    });
+    let reg = Registry::with_tokens(&tokens);
+    let big = big_layout(tmp.path());
+    let auth = tmp.path().join("auth.json");
+    super::auth_file(&auth, &reg.host(), "puller", "t0ken");
+    let reference = format!("docker://{}/lazy/token:t", reg.host());
+    let out = common::run_timeout(
+        foliofs(&tmp.path().join("pushed"), Some(&auth))
+            .args(["push", "--tls-verify=false", "--chunk-size", "64K"])
+            .arg(format!("oci:{}:t", tmp.path().join("L").display()))
+            .arg(&reference),
+        Duration::from_secs(300),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    tokens.set_valid_for(Duration::from_secs(2));
+    let m = mount_with(
+        &tmp.path().join("store"),
+        Some(&auth),
+        &tmp.path().join("cache"),
+        &reference,
+        ",timeout=10",
+    )
+    .unwrap();
+    let mut head = vec![0u8; 4096];
+    {
+        use std::io::Read;
+        let mut f = fs::File::open(m.path().join("big")).unwrap();
+        f.read_exact(&mut head).unwrap();
+    }
+    assert!(head[..] == big[..4096]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let issued = tokens.issued();
+    assert!(fs::read(m.path().join("big")).unwrap() == big);
+    assert!(
+        tokens.issued() > issued,
+        "no new token after the last one expired"
+    );
+    m.unmount().unwrap();
+}
+
+/// `prefetch=all` fetches a lazy image whole in the background: once it
+/// has, the registry can go and every read is served.
+#[test]
+fn prefetch_all_fetches_a_lazy_image_whole() {
+    require!("root", "fuse", "umoci", "docker-registry", "skopeo");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut reg = Registry::start(None);
+    let reference = format!("docker://{}/lazy/prefetch:t", reg.host());
+    let (big, _) = one_big_file(tmp.path(), &reg, &reference);
+    let m = mount(
+        &tmp.path().join("store"),
+        &tmp.path().join("cache"),
+        &reference,
+        ",prefetch=all,timeout=3",
+    )
+    .unwrap();
+    // Nothing read yet: what comes is the prefetch's (what the mount
+    // fetched for the metadata is cached already), until it stops.
+    let mut last = u64::MAX;
+    let settled = common::wait_until(Duration::from_secs(60), || {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = remote_counter(m.path(), "bytes_fetched");
+        std::mem::replace(&mut last, now) == now && now > 0
+    });
+    assert!(settled, "{last} bytes prefetched");
+    assert_eq!(remote_counter(m.path(), "bytes_read"), 0);
+    reg.kill();
+    assert!(fs::read(m.path().join("big")).unwrap() == big);
+    assert_eq!(remote_counter(m.path(), "fetch_errors"), 0);
+    m.unmount().unwrap();
 }
