@@ -116,10 +116,32 @@ impl Builder {
                 layers.len()
             )));
         }
+        // Opened a few at once: a layer in a registry costs requests to
+        // open (its chunk index, its tree, its superblock), which need not
+        // wait for one another.
+        let mut results = Vec::with_capacity(layers.len());
+        for (k, group) in layers.chunks(OPEN_AT_ONCE).enumerate() {
+            let first = k * OPEN_AT_ONCE;
+            let got: Vec<_> = std::thread::scope(|s| {
+                let handles: Vec<_> = group
+                    .iter()
+                    .enumerate()
+                    .map(|(j, l)| {
+                        let opts = &opts;
+                        s.spawn(move || open_layer(&l.path, first + j, opts))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect()
+            });
+            results.extend(got);
+        }
         let mut opened = Vec::with_capacity(layers.len());
         let mut devices = Vec::with_capacity(layers.len());
-        for (i, l) in layers.iter().enumerate() {
-            let (mut layer, device) = open_layer(&l.path, i, &opts)?;
+        for (l, r) in layers.iter().zip(results) {
+            let (mut layer, device) = r?;
             layer.implied = l.implied.clone();
             opened.push(layer);
             devices.push(device);
@@ -394,6 +416,11 @@ impl Builder {
 }
 
 /// Opens layer `i` of a merge, and its slot in the device table.
+/// Layers opened at once.
+const OPEN_AT_ONCE: usize = 8;
+/// The most of a layer's metadata read ahead as it is opened.
+const METADATA_AHEAD: u64 = 4 << 20;
+
 fn open_layer(path: &Path, i: usize, opts: &Options) -> Result<(Layer, Device), BuildError> {
     let blkszbits = opts.blkszbits;
     let fs = Erofs::open(path, &opts.layer_open, &[]).map_err(|e| {
@@ -404,6 +431,17 @@ fn open_layer(path: &Path, i: usize, opts: &Options) -> Result<(Layer, Device), 
         )
     })?;
     let sb = fs.superblock();
+    // The walk reads every inode and directory: read ahead from where the
+    // inodes start (to the end, where this builder puts them), so that a
+    // layer in a registry comes in a few large requests rather than one
+    // per block as the walk meets them.
+    let meta = u64::from(sb.meta_blkaddr) << sb.blkszbits;
+    let end = fs.block_dev().size();
+    if meta < end {
+        fs.block_dev()
+            .store()
+            .will_need(meta, (end - meta).min(METADATA_AHEAD));
+    }
     if sb.blkszbits != blkszbits {
         return Err(layer_error(
             path,
