@@ -137,10 +137,16 @@ fn profiles(
     Option<(PathBuf, foliofs_fuse::ImageKey)>,
     Option<Arc<foliofs_fuse::Profile>>,
 )> {
-    let budget = opts
-        .fuse
-        .push
-        .unwrap_or(foliofs_fuse::server::push::DEFAULT_PUSH_BUDGET);
+    // A push of a remote image's file costs a fetch the kernel did not
+    // ask for (every name a program looks up, read or not): off unless
+    // asked for, or a profile says what to push.
+    let default = if open::reads_remote(source, &opts.image.devices) && opts.fuse.prefetch.is_none()
+    {
+        0
+    } else {
+        foliofs_fuse::server::push::DEFAULT_PUSH_BUDGET
+    };
+    let budget = opts.fuse.push.unwrap_or(default);
     if opts.fuse.record.is_some() && opts.fuse.prefetch.is_some() {
         bail!("mount options `record=` and `prefetch=` go on different mounts: a replayed run reads less than it needs");
     }
