@@ -24,13 +24,16 @@ pub struct RemoteStats {
     pub fetch_errors: u64,
     /// Requests sent again after a transient failure.
     pub retries: u64,
+    /// Fetches asked of the backend (a run of chunks is one), retries
+    /// included.
+    pub requests: u64,
 }
 
 impl std::fmt::Display for RemoteStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "read {} B, fetched {} B, cache hits {}, misses {}, corrupt {}, fetch corrupt {}, fetch errors {}, retries {}",
+            "read {} B, fetched {} B, cache hits {}, misses {}, corrupt {}, fetch corrupt {}, fetch errors {}, retries {}, requests {}",
             self.bytes_read,
             self.bytes_fetched,
             self.cache_hits,
@@ -38,7 +41,8 @@ impl std::fmt::Display for RemoteStats {
             self.cache_corrupt,
             self.fetch_corrupt,
             self.fetch_errors,
-            self.retries
+            self.retries,
+            self.requests
         )
     }
 }
@@ -54,16 +58,17 @@ pub(crate) enum Stat {
     FetchCorrupt,
     FetchErrors,
     Retries,
+    Requests,
 }
 
 /// A set of counters: one per process ([`stats`]) and one per object
 /// (what tests look at, since tests share the process).
 #[derive(Debug, Default)]
-pub(crate) struct Counters([AtomicU64; 8]);
+pub(crate) struct Counters([AtomicU64; 9]);
 
 impl Counters {
     pub(crate) const fn new() -> Counters {
-        Counters([const { AtomicU64::new(0) }; 8])
+        Counters([const { AtomicU64::new(0) }; 9])
     }
 
     /// Adds `n` to `stat` here and in the process's counters.
@@ -85,6 +90,7 @@ impl Counters {
             fetch_corrupt: get(Stat::FetchCorrupt),
             fetch_errors: get(Stat::FetchErrors),
             retries: get(Stat::Retries),
+            requests: get(Stat::Requests),
         }
     }
 }

@@ -67,6 +67,7 @@ fn remote_gauge() -> foliofs_fuse::records::published::Gauge {
                 ("fetch_corrupt", r.fetch_corrupt),
                 ("fetch_errors", r.fetch_errors),
                 ("retries", r.retries),
+                ("requests", r.requests),
             ]
         }),
     }

@@ -237,6 +237,7 @@ impl Shared {
             .map(|k| self.chunk_len(c + k) as u64)
             .sum();
         let tried = |t| {
+            self.counters.add(Stat::Requests, 1);
             let body = self.backend.get(&self.head, start, len, t)?;
             if body.len() as u64 != len {
                 // Cut short on the way, or an object shorter than at
