@@ -53,6 +53,7 @@ struct Traffic {
     mount: u64,
     start_fetched: u64,
     start_read: u64,
+    start_requests: u64,
     run_fetched: u64,
     run_read: u64,
 }
@@ -125,6 +126,7 @@ pub fn registry(env: &BenchEnv, cfg: &Config) -> Result<Section> {
             round_of(env, &made, from, mkfs.as_deref(), plan)
         },
     );
+    let rtt = round_trip(&server.host(), &made);
     drop(server);
     let plans_traffic: Vec<(String, Traffic)> = plans
         .iter()
@@ -140,6 +142,12 @@ pub fn registry(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         .collect();
     section.notes = notes(env, cfg, &made, &user, mkfs.as_deref());
     section.notes.extend(traffic_note(&plans_traffic, cfg));
+    match rtt {
+        Ok(ms) => section.notes.push(format!(
+            "the registry's floor: one request for 64 KiB of a layer blob (a Range GET on one kept-open connection, the median of {RTT_TRIES}) takes {ms:.2} ms whatever its size up to 1 MiB, so a lazy start-up's requests, one after another as its program asks, cost that each"
+        )),
+        Err(e) => section.notes.push(format!("the registry's round trip was not measured: {e:#}")),
+    }
     section.rows = rows;
     Ok(section)
 }
@@ -269,6 +277,9 @@ fn round_of(
         // The container's start-up: its interpreter importing modules.
         let fetched = allocated(&cache);
         let read = lazy.then(|| crate::remote::remote_counts(&dir)).flatten();
+        let requests = lazy
+            .then(|| crate::remote::remote_counter(&dir, "requests"))
+            .flatten();
         let script = crate::realstart::script(crate::realstart::MODULES);
         let start = time_cmd(&mut crate::image::lookups::step(
             &plan.who, "python", &dir, made, &script,
@@ -276,6 +287,9 @@ fn round_of(
         if let (Some((_, r0)), Some((_, r1))) = (read, crate::remote::remote_counts(&dir)) {
             t.start_fetched += allocated(&cache) - fetched;
             t.start_read += r1 - r0;
+        }
+        if let (Some(q0), Some(q1)) = (requests, crate::remote::remote_counter(&dir, "requests")) {
+            t.start_requests += q1 - q0;
         }
         figures.push(("start", start));
     }
@@ -414,10 +428,11 @@ fn traffic_note(rows: &[(String, Traffic)], cfg: &Config) -> Option<String> {
         .map(|(label, t)| {
             let start = if t.start_read > 0 {
                 format!(
-                    "start-up {:.2} ({:.1} MB fetched for {:.1} MB read), ",
+                    "start-up {:.2} ({:.1} MB fetched for {:.1} MB read, in {:.0} requests), ",
                     ratio(t.start_fetched, t.start_read),
                     mb(t.start_fetched),
-                    mb(t.start_read)
+                    mb(t.start_read),
+                    t.start_requests as f64 / cfg.runs.max(1) as f64
                 )
             } else {
                 String::new()
@@ -457,4 +472,59 @@ fn allocated(dir: &Path) -> u64 {
         }
     }
     total
+}
+
+/// Round trips measured.
+const RTT_TRIES: usize = 50;
+
+/// The median milliseconds of a Range GET of 64 KiB of the image's first
+/// layer blob, on one HTTP/1.1 connection kept open (what a client that
+/// pools its connections pays per request).
+fn round_trip(host: &str, made: &Made) -> Result<f64> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let blob = made
+        .blobs
+        .first()
+        .and_then(|b| b.file_name())
+        .context("no layer blob")?
+        .to_string_lossy()
+        .into_owned();
+    let stream = std::net::TcpStream::connect(host)?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    stream.set_nodelay(true)?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    let mut times = Vec::with_capacity(RTT_TRIES);
+    for i in 0..RTT_TRIES {
+        let at = (i as u64 % 8) << 16;
+        let start = Instant::now();
+        write!(
+            writer,
+            "GET /v2/{REPO}/blobs/sha256:{blob} HTTP/1.1\r\nHost: {host}\r\nRange: bytes={at}-{}\r\n\r\n",
+            at + 65535
+        )?;
+        let mut len = None;
+        let mut status = String::new();
+        reader.read_line(&mut status)?;
+        if !status.contains(" 206 ") {
+            bail!("the registry answered {}", status.trim());
+        }
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line)?;
+            if line.trim().is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    len = v.trim().parse::<u64>().ok();
+                }
+            }
+        }
+        let len = len.context("no Content-Length")?;
+        std::io::copy(&mut (&mut reader).take(len), &mut std::io::sink())?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }

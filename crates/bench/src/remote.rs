@@ -354,9 +354,9 @@ fn notes(cfg: &Config, image: &Image, traffic: [Traffic; 3]) -> Vec<String> {
     notes
 }
 
-/// (bytes fetched, bytes read) of the mount at `dir` so far, from the
-/// counters its server publishes.
-pub(crate) fn remote_counts(dir: &Path) -> Option<(u64, u64)> {
+/// The remote counter `key` of the mount at `dir` so far, as its server
+/// publishes it.
+pub(crate) fn remote_counter(dir: &Path, key: &str) -> Option<u64> {
     let dir = dir.canonicalize().ok()?;
     let m = foliofs_fuse::mount_table()
         .ok()?
@@ -364,5 +364,14 @@ pub(crate) fn remote_counts(dir: &Path) -> Option<(u64, u64)> {
         .rev()
         .find(|m| m.mountpoint == dir)?;
     let c = foliofs_fuse::records::published::read_group_settled(m.mount_id, "remote")?;
-    Some((*c.get("bytes_fetched")?, *c.get("bytes_read")?))
+    c.get(key).copied()
+}
+
+/// (bytes fetched, bytes read) of the mount at `dir` so far, from the
+/// counters its server publishes.
+pub(crate) fn remote_counts(dir: &Path) -> Option<(u64, u64)> {
+    Some((
+        remote_counter(dir, "bytes_fetched")?,
+        remote_counter(dir, "bytes_read")?,
+    ))
 }
