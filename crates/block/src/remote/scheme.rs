@@ -37,6 +37,9 @@ pub struct Opened {
     /// queue (read-ahead, a read across chunks, `prefetch=all`): 1 for a
     /// backend whose every request costs the same whatever its length.
     pub max_run: u32,
+    /// Chunks the opener fetched and checked already (each at a multiple
+    /// of `chunk`, whole): into the disk cache before the first read.
+    pub preload: Vec<(u64, Vec<u8>)>,
 }
 
 /// Opens a source of a registered scheme, whose chunks go to the disk

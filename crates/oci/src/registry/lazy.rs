@@ -45,6 +45,10 @@ const MAX_UNIT: u64 = foliofs_block::remote::MAX_CHUNK as u64;
 /// says: a start-up reads small files here and there, and each fetch of
 /// one costs this much at least.
 const VERITY_UNIT: u64 = 64 << 10;
+/// How much of the image's end the request for a raw layer's tree and
+/// index brings too: where a layer built as the store builds them keeps
+/// its inodes and directories, which a merge reads first.
+const TAIL_METADATA: u64 = 256 << 10;
 /// The most one request fetches of a run of chunks queued in order.
 const MAX_RUN_BYTES: u64 = 1 << 20;
 /// Tries of the chunk index's fetch at open.
@@ -401,18 +405,34 @@ fn open(source: &str, opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened, 
         .index_digest
         .as_ref()
         .map(|_| keep_dir(cache_dir).join(format!("{}.index", layer.digest.hex())));
-    let index = match kept
+    let kept_index = kept
         .as_ref()
         .and_then(|k| std::fs::read(k).ok())
         .and_then(|section| {
-            chunk_index::from_section(&section, a, layer.zstd, layer.index_digest.as_ref())
-                .ok()
-                .map(|i| (i, section))
-        }) {
-        Some((index, _)) => index,
+            chunk_index::from_section(&section, a, layer.zstd, layer.index_digest.as_ref()).ok()
+        });
+    // A raw layer with a tree ends in the image's last bytes (where a
+    // layer built as the store builds them has its metadata), the tree
+    // and the index, one after the other: one request brings all three,
+    // each checked on its own (the index by its digest, the tree by its
+    // root, the image's blocks by the tree).
+    let tail: Option<(u64, Vec<u8>)> = match &layer.verity {
+        Some(v) if !layer.zstd && kept_index.is_none() && v.hash_offset < a => {
+            let from = v.hash_offset.saturating_sub(TAIL_METADATA);
+            let bytes = fetch_at_open(&backend, from, b - from)
+                .map_err(|why| format!("its chunk index and tree (bytes {from}-{b}): {why}"))?;
+            Some((from, bytes))
+        }
+        _ => None,
+    };
+    let index = match kept_index {
+        Some(index) => index,
         None => {
-            let section = fetch_at_open(&backend, a, b - a)
-                .map_err(|why| format!("its chunk index (bytes {a}-{b}): {why}"))?;
+            let section = match &tail {
+                Some((from, bytes)) => bytes[(a - from) as usize..].to_vec(),
+                None => fetch_at_open(&backend, a, b - a)
+                    .map_err(|why| format!("its chunk index (bytes {a}-{b}): {why}"))?,
+            };
             let index =
                 chunk_index::from_section(&section, a, layer.zstd, layer.index_digest.as_ref())
                     .map_err(|e| e.to_string())?;
@@ -492,6 +512,7 @@ fn open(source: &str, opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened, 
     backend.index_unit = index_unit;
     backend.unit = unit;
     let size = backend.index.uncompressed_size;
+    let mut preload = Vec::new();
     let verify: Option<Box<dyn Verify>> = match &layer.verity {
         Some(v) => {
             if v.hash_offset >= size {
@@ -510,7 +531,12 @@ fn open(source: &str, opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened, 
             {
                 Some(tree) => tree,
                 None => {
-                    let area = fetch_tree(&backend, v.hash_offset, size)?;
+                    let area = match &tail {
+                        Some((from, bytes)) if size - from <= bytes.len() as u64 => {
+                            bytes[(v.hash_offset - from) as usize..(size - from) as usize].to_vec()
+                        }
+                        _ => fetch_tree(&backend, v.hash_offset, size)?,
+                    };
                     let tree = Tree::parse(&area, blocks, &v.root)
                         .map_err(|why| format!("its dm-verity tree: {why}"))?;
                     keep(&kept, &area);
@@ -521,6 +547,18 @@ fn open(source: &str, opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened, 
                 tree,
                 hash_offset: v.hash_offset,
             });
+            if let Some((from, bytes)) = &tail {
+                // The image's last whole pieces the tail brought, each
+                // block checked by the tree, for the disk cache.
+                let mut at = from.div_ceil(unit) * unit;
+                while at + unit <= v.hash_offset {
+                    let piece = &bytes[(at - from) as usize..(at + unit - from) as usize];
+                    if verified.check(at, piece).is_ok() {
+                        preload.push((at, piece.to_vec()));
+                    }
+                    at += unit;
+                }
+            }
             backend.tree = Some(verified.clone());
             Some(Box::new(CachedCheck::Tree(verified)))
         }
@@ -537,6 +575,7 @@ fn open(source: &str, opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened, 
         chunk: unit as u32,
         backend: Box::new(backend),
         verify,
+        preload,
         // Fetched by the tree's blocks, a run of chunks is one request
         // (a registry's request costs far more than 64 KiB of its bytes);
         // by the index's, each chunk is its own, in parallel.
@@ -590,7 +629,8 @@ fn fetch_at_open(backend: &LayerBackend, at: u64, len: u64) -> Result<Vec<u8>, S
 /// The layer data from `hash_offset` to its end (`size`): the dm-verity
 /// hash area, fetched chunk by chunk, each checked by its checksum.
 fn fetch_tree(backend: &LayerBackend, hash_offset: u64, size: u64) -> Result<Vec<u8>, String> {
-    let unit = backend.unit;
+    // By the index's chunks, each fetched once and checked by its checksum.
+    let unit = backend.index_unit;
     let from = hash_offset / unit * unit;
     let mut area = Vec::with_capacity((size - from) as usize);
     let head = backend.head(OPEN_TIMEOUT).map_err(|e| e.message)?;

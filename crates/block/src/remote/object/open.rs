@@ -67,6 +67,9 @@ impl RemoteObject {
                     o.verify,
                 )?;
                 object.set_max_run(o.max_run);
+                for (at, bytes) in &o.preload {
+                    object.preload(*at, bytes);
+                }
                 Arc::new(object)
             }
             None => {
