@@ -140,7 +140,7 @@ fn quick_remote_bench_measures_cold_warm_and_local() {
     assert_eq!(s["name"], "remote");
     let rows = s["rows"].as_array().unwrap();
     // local, cold, cold with -o digest, warm
-    assert_eq!(rows.len(), 6, "{stdout}");
+    assert_eq!(rows.len(), 4, "{stdout}");
     for r in rows {
         assert!(r["note"].is_null(), "{r}");
         for key in ["seq", "startup", "find_ls"] {
