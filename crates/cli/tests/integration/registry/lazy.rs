@@ -306,20 +306,28 @@ fn walkdir(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// A registry with [`one_big_file`]'s image at `REPO:t`, mounted lazily
+/// with `extra` options (and `timeout=3`) from a store and cache in
+/// `tmp`; the file's bytes.
+fn big_mounted(tmp: &Path, repo: &str, extra: &str) -> (Registry, Vec<u8>, common::Mount) {
+    let reg = Registry::start(None);
+    let reference = format!("docker://{}/{repo}:t", reg.host());
+    let (big, _) = one_big_file(tmp, &reg, &reference);
+    let m = mount(
+        &tmp.join("store"),
+        &tmp.join("cache"),
+        &reference,
+        &format!(",timeout=3{extra}"),
+    )
+    .unwrap();
+    (reg, big, m)
+}
+
 #[test]
 fn a_registry_gone_mid_read_is_eio_within_the_timeout() {
     require!("root", "fuse", "umoci", "docker-registry", "skopeo");
     let tmp = tempfile::tempdir().unwrap();
-    let mut reg = Registry::start(None);
-    let reference = format!("docker://{}/lazy/gone:t", reg.host());
-    let (big, _) = one_big_file(tmp.path(), &reg, &reference);
-    let m = mount(
-        &tmp.path().join("store"),
-        &tmp.path().join("cache"),
-        &reference,
-        ",timeout=3",
-    )
-    .unwrap();
+    let (mut reg, big, m) = big_mounted(tmp.path(), "lazy/gone", "");
     // The first 64 KiB, fetched while the registry is up.
     let mut head = vec![0u8; 4096];
     {
@@ -484,16 +492,7 @@ fn a_lazy_read_after_its_token_expired_gets_a_new_token() {
 fn prefetch_all_fetches_a_lazy_image_whole() {
     require!("root", "fuse", "umoci", "docker-registry", "skopeo");
     let tmp = tempfile::tempdir().unwrap();
-    let mut reg = Registry::start(None);
-    let reference = format!("docker://{}/lazy/prefetch:t", reg.host());
-    let (big, _) = one_big_file(tmp.path(), &reg, &reference);
-    let m = mount(
-        &tmp.path().join("store"),
-        &tmp.path().join("cache"),
-        &reference,
-        ",prefetch=all,timeout=3",
-    )
-    .unwrap();
+    let (mut reg, big, m) = big_mounted(tmp.path(), "lazy/prefetch", ",prefetch=all");
     // Nothing read yet: what comes is the prefetch's (what the mount
     // fetched for the metadata is cached already), until it stops.
     let mut last = u64::MAX;
