@@ -354,24 +354,25 @@ fn notes(cfg: &Config, image: &Image, traffic: [Traffic; 3]) -> Vec<String> {
     notes
 }
 
-/// The remote counter `key` of the mount at `dir` so far, as its server
-/// publishes it.
-pub(crate) fn remote_counter(dir: &Path, key: &str) -> Option<u64> {
+/// The remote counters of the mount at `dir` so far, as its server
+/// publishes them.
+fn remote_group(dir: &Path) -> Option<foliofs_fuse::records::published::Counts> {
     let dir = dir.canonicalize().ok()?;
     let m = foliofs_fuse::mount_table()
         .ok()?
         .into_iter()
         .rev()
         .find(|m| m.mountpoint == dir)?;
-    let c = foliofs_fuse::records::published::read_group_settled(m.mount_id, "remote")?;
-    c.get(key).copied()
+    foliofs_fuse::records::published::read_group_settled(m.mount_id, "remote")
 }
 
-/// (bytes fetched, bytes read) of the mount at `dir` so far, from the
-/// counters its server publishes.
+/// The remote counter `key` of the mount at `dir` so far.
+pub(crate) fn remote_counter(dir: &Path, key: &str) -> Option<u64> {
+    remote_group(dir)?.get(key).copied()
+}
+
+/// (bytes fetched, bytes read) of the mount at `dir` so far, read at once.
 pub(crate) fn remote_counts(dir: &Path) -> Option<(u64, u64)> {
-    Some((
-        remote_counter(dir, "bytes_fetched")?,
-        remote_counter(dir, "bytes_read")?,
-    ))
+    let c = remote_group(dir)?;
+    Some((*c.get("bytes_fetched")?, *c.get("bytes_read")?))
 }
