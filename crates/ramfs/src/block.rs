@@ -27,7 +27,9 @@
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use crate::arena::Arena;
 
 /// Block sizes from which a block is a mapping of its own. Below this the
 /// mappings would be many (one VMA each once holes split them) and the
@@ -39,6 +41,11 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 enum Mem {
     Heap(Box<[std::mem::MaybeUninit<u8>]>),
     Map(NonNull<u8>),
+    /// Block `k` of a supervised mount's data file (see `arena.rs`): whole
+    /// from the start (it reads as zeros where unwritten), and kept zero
+    /// past what a truncate or a punch leaves, so a restarted server needs
+    /// no record of an initialised prefix.
+    Arena(NonNull<u8>, u64, Arc<Arena>),
 }
 
 /// A block of `cap` bytes, `len` of them initialised.
@@ -341,17 +348,47 @@ impl Block {
         };
         Some(Block { mem, cap, len: 0 })
     }
+
+    /// A fresh block of `arena` (all zeros).
+    pub fn in_arena(arena: &Arc<Arena>) -> Option<Block> {
+        let (k, p) = arena.take()?;
+        Some(Self::arena_block(arena, k, p))
+    }
+
+    /// Block `k` of `arena` as an earlier server left it.
+    pub fn adopt(arena: &Arc<Arena>, k: u64) -> Option<Block> {
+        let p = arena.adopt(k)?;
+        Some(Self::arena_block(arena, k, p))
+    }
+
+    fn arena_block(arena: &Arc<Arena>, k: u64, p: NonNull<u8>) -> Block {
+        let cap = arena.block_size() as usize;
+        Block {
+            mem: Mem::Arena(p, k, arena.clone()),
+            cap,
+            len: cap,
+        }
+    }
+
+    /// Its index in the data file, for a block of a supervised mount.
+    pub fn arena_index(&self) -> Option<u64> {
+        match &self.mem {
+            Mem::Arena(_, k, _) => Some(*k),
+            _ => None,
+        }
+    }
+
     fn ptr(&self) -> *const u8 {
         match &self.mem {
             Mem::Heap(b) => b.as_ptr().cast(),
-            Mem::Map(p) => p.as_ptr(),
+            Mem::Map(p) | Mem::Arena(p, ..) => p.as_ptr(),
         }
     }
 
     fn ptr_mut(&mut self) -> *mut u8 {
         match &mut self.mem {
             Mem::Heap(b) => b.as_mut_ptr().cast(),
-            Mem::Map(p) => p.as_ptr(),
+            Mem::Map(p) | Mem::Arena(p, ..) => p.as_ptr(),
         }
     }
 
@@ -402,6 +439,11 @@ impl Block {
         if lo >= self.len {
             return;
         }
+        if matches!(self.mem, Mem::Arena(..)) {
+            let hi = hi.min(self.len);
+            self.filled_mut()[lo..hi].fill(0);
+            return;
+        }
         if hi >= self.len {
             self.len = lo;
         } else {
@@ -411,12 +453,22 @@ impl Block {
 
     /// Forgets everything from `n` on.
     pub fn truncate(&mut self, n: usize) {
+        if matches!(self.mem, Mem::Arena(..)) {
+            let len = self.len;
+            self.zero(n.min(len), len);
+            return;
+        }
         self.len = self.len.min(n);
     }
 }
 
 impl Drop for Block {
     fn drop(&mut self) {
+        if let Mem::Arena(_, k, arena) = &self.mem {
+            // Reused only once the transaction that frees it is in.
+            crate::ledger::hold_back(arena, *k);
+            return;
+        }
         let Mem::Map(p) = self.mem else { return };
         if !pool().finish(self.cap) {
             // SAFETY: `p` is the start of a mapping of `cap` bytes made in

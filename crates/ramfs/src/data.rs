@@ -27,6 +27,19 @@ impl FileData {
         self.blocks.len() as u64
     }
 
+    /// The data-file index of every block at or after file block `from`
+    /// and before `to` (a supervised mount's blocks).
+    pub fn arena_blocks(&self, from: u64, to: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.blocks
+            .range(from..to.max(from))
+            .filter_map(|(&i, b)| Some((i, b.arena_index()?)))
+    }
+
+    /// Puts a block a restarted server took back at file block `idx`.
+    pub fn adopt(&mut self, idx: u64, block: Block) {
+        self.blocks.insert(idx, block);
+    }
+
     /// Copies `buf.len()` bytes at `offset` into `buf` (holes read as zeros).
     /// The caller keeps the range inside the file.
     pub fn read_into(&self, offset: u64, buf: &mut [u8], bs: u64) {
@@ -66,7 +79,7 @@ impl FileData {
                     if !space.take_blocks(1) {
                         break;
                     }
-                    let Some(new) = Block::new(bs as usize) else {
+                    let Some(new) = space.new_block(bs as usize) else {
                         space.give_blocks(1);
                         break;
                     };
@@ -126,7 +139,7 @@ impl FileData {
         // nothing.
         let mut new = Vec::new();
         for _ in 0..missing {
-            match Block::new(bs as usize) {
+            match space.new_block(bs as usize) {
                 Some(b) => new.push(b),
                 None => {
                     drop(new);

@@ -51,7 +51,19 @@ impl Dir {
     /// Adds an entry; the caller has checked the name is free.
     pub fn insert(&mut self, name: &OsStr, ino: Ino, kind: FileType) {
         let cookie = self.next_cookie;
-        self.next_cookie += 1;
+        self.put(name, cookie, ino, kind);
+    }
+
+    /// The cookie of entry `name`.
+    pub fn cookie(&self, name: &OsStr) -> Option<u64> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Puts entry `name` at `cookie` (a restarted server's replay), in
+    /// place of any entry of that name.
+    pub fn put(&mut self, name: &OsStr, cookie: u64, ino: Ino, kind: FileType) {
+        self.remove(name);
+        self.next_cookie = self.next_cookie.max(cookie + 1);
         self.by_name.insert(name.to_owned(), cookie);
         self.by_cookie.insert(
             cookie,

@@ -79,7 +79,18 @@ impl RamFs {
     pub(crate) fn do_open(&self, ino: Ino, flags: i32) -> Result<u64> {
         let node = self.table.get(ino)?;
         let mut st = node.write();
-        Ok(self.open_node(&mut st, flags))
+        if !self.logs() {
+            return Ok(self.open_node(&mut st, flags));
+        }
+        let before = crate::durable::blocks_in(&st, 0, u64::MAX);
+        let fh = self.open_node(&mut st, flags);
+        self.log(ino, fh, |tx| {
+            tx.changed(&node, &mut st);
+            if let Some(f) = st.file() {
+                tx.blocks(ino, &before, f, 0, u64::MAX);
+            }
+        });
+        Ok(fh)
     }
 
     pub(crate) fn do_release(&self, ino: Ino, fh: u64) -> Result<()> {
@@ -96,6 +107,9 @@ impl RamFs {
             st.writers = st.writers.saturating_sub(1);
         }
         self.settle(&node, &mut st);
+        if self.logs() {
+            self.log(ino, fh, |tx| tx.changed(&node, &mut st));
+        }
         Ok(())
     }
 
@@ -136,12 +150,28 @@ impl RamFs {
             _ if node.kind == FileType::Directory => return Err(Error::IsDir),
             _ => return Err(Error::Invalid),
         };
+        let span = (offset / bs, (offset + data.len() as u64).div_ceil(bs));
+        let had = file.allocated();
+        let before: Vec<(u64, u64)> = if self.logs() {
+            file.arena_blocks(span.0, span.1).collect()
+        } else {
+            Vec::new()
+        };
         let n = file.write(offset, data, bs, &self.space);
+        let grew = file.allocated() != had;
         if n == 0 && !data.is_empty() {
             return Err(Error::NoSpace);
         }
         if n > 0 {
             st.touch_mc(Timespec::now());
+        }
+        if self.logs() {
+            self.log(ino, 0, |tx| {
+                tx.changed(&node, &mut st);
+                if let (true, Some(f)) = (grew, st.file()) {
+                    tx.blocks(ino, &before, f, span.0, span.1);
+                }
+            });
         }
         Ok(n as u32)
     }
@@ -174,6 +204,12 @@ impl RamFs {
         };
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let rest = mode & !libc::FALLOC_FL_KEEP_SIZE;
+        let span = (offset / bs, end.div_ceil(bs));
+        let before: Vec<(u64, u64)> = if self.logs() {
+            file.arena_blocks(span.0, span.1).collect()
+        } else {
+            Vec::new()
+        };
         match rest {
             0 => {
                 if !file.allocate(offset..end, bs, &self.space) {
@@ -194,6 +230,14 @@ impl RamFs {
             file.size = end;
         }
         st.touch_mc(Timespec::now());
+        if self.logs() {
+            self.log(ino, 0, |tx| {
+                tx.changed(&node, &mut st);
+                if let Some(f) = st.file() {
+                    tx.blocks(ino, &before, f, span.0, span.1);
+                }
+            });
+        }
         Ok(())
     }
 

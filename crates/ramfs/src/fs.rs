@@ -55,6 +55,13 @@ pub struct RamFs {
     /// walk. A few only; one nobody took is closed at the file's release
     /// or when pushed out.
     fresh: Mutex<VecDeque<(Ino, std::fs::File)>>,
+    /// Where a supervised mount's state lives (see `durable.rs`).
+    pub(crate) ledger: Option<crate::ledger::Ledger>,
+    /// Requests an earlier server carried out, by id (`durable.rs`).
+    pub(crate) done: Mutex<crate::durable::DoneMap>,
+    /// Taken shared by every change of a supervised mount, and whole by a
+    /// rewrite of its ledger.
+    pub(crate) quiet: std::sync::RwLock<()>,
 }
 
 /// Fresh descriptors kept at most (a create takes its own back within the
@@ -97,28 +104,8 @@ impl RamFs {
         Ok(Self::build(opts, Some(Pool::new(limit, folios)?)))
     }
 
-    fn build(opts: &Options, pool: Option<Pool>) -> Self {
-        let ram = total_ram();
-        let bs = u64::from(opts.block_size);
-        // `size=0` lifts the limit, but memory still bounds what can be
-        // stored: cap it there so no single call can promise more blocks
-        // than the machine has.
-        let max_bytes = opts.size_limit(ram).unwrap_or(ram);
-        block::set_pool_limit(max_bytes);
-        block::set_huge(opts.huge);
-        crate::budget::prepare();
-        let space = Space::new(bs, Some(max_bytes), opts.inode_limit(ram));
-        let fs = RamFs {
-            opts: opts.clone(),
-            block_size: opts.block_size,
-            table: Table::new(),
-            next_ino: AtomicU64::new(ROOT_INO + 1),
-            next_fh: AtomicU64::new(1),
-            space,
-            names: Mutex::new(()),
-            pool,
-            fresh: Mutex::new(VecDeque::new()),
-        };
+    pub(crate) fn build(opts: &Options, pool: Option<Pool>) -> Self {
+        let fs = Self::build_empty(opts, pool);
         // The root takes an inode slot like any other; a limit of 0 inodes is
         // "unlimited", so this always succeeds.
         let _ = fs.space.take_inode();
@@ -133,6 +120,34 @@ impl RamFs {
         fs.table
             .insert(Arc::new(Node::new(ROOT_INO, FileType::Directory, st)));
         fs
+    }
+
+    /// A file system with no inode at all, not even its root.
+    pub(crate) fn build_empty(opts: &Options, pool: Option<Pool>) -> Self {
+        let ram = total_ram();
+        let bs = u64::from(opts.block_size);
+        // `size=0` lifts the limit, but memory still bounds what can be
+        // stored: cap it there so no single call can promise more blocks
+        // than the machine has.
+        let max_bytes = opts.size_limit(ram).unwrap_or(ram);
+        block::set_pool_limit(max_bytes);
+        block::set_huge(opts.huge);
+        crate::budget::prepare();
+        let space = Space::new(bs, Some(max_bytes), opts.inode_limit(ram));
+        RamFs {
+            opts: opts.clone(),
+            block_size: opts.block_size,
+            table: Table::new(),
+            next_ino: AtomicU64::new(ROOT_INO + 1),
+            next_fh: AtomicU64::new(1),
+            space,
+            names: Mutex::new(()),
+            pool,
+            fresh: Mutex::new(VecDeque::new()),
+            ledger: None,
+            done: Mutex::new(Default::default()),
+            quiet: std::sync::RwLock::new(()),
+        }
     }
 
     /// The options this file system was made with.
@@ -226,6 +241,30 @@ impl RamFs {
         let mut fresh = self.fresh.lock().unwrap_or_else(|e| e.into_inner());
         let at = fresh.iter().rposition(|(i, _)| *i == ino)?;
         fresh.remove(at).map(|(_, f)| f)
+    }
+}
+
+impl RamFs {
+    /// A call that changes something: on a supervised mount, held back
+    /// while the ledger is rewritten, and answered with `redo` (from what
+    /// the ledger recorded: the inode made, the handle opened) when it is
+    /// a resent copy of a request an earlier server carried out.
+    fn change<T>(
+        &self,
+        redo: impl FnOnce((Ino, u64)) -> Result<T>,
+        op: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        if !self.logs() {
+            return op();
+        }
+        let quiet = self.changing();
+        let r = match self.already_done() {
+            Some(d) => redo(d),
+            None => op(),
+        };
+        drop(quiet);
+        self.changed();
+        r
     }
 }
 
@@ -344,15 +383,15 @@ impl FileSystem for RamFs {
     }
 
     fn open(&self, ino: Ino, flags: i32) -> Result<u64> {
-        self.do_open(ino, flags)
+        self.change(|_d| Ok(_d.1), || self.do_open(ino, flags))
     }
 
     fn release(&self, ino: Ino, fh: u64) -> Result<()> {
-        self.do_release(ino, fh)
+        self.change(|_d| Ok(()), || self.do_release(ino, fh))
     }
 
     fn setattr(&self, ino: Ino, set: &SetAttr, ctx: &Ctx) -> Result<Attr> {
-        self.do_setattr(ino, set, ctx)
+        self.change(|_d| self.do_getattr(ino), || self.do_setattr(ino, set, ctx))
     }
 
     fn mknod(
@@ -364,7 +403,10 @@ impl FileSystem for RamFs {
         rdev: u32,
         ctx: &Ctx,
     ) -> Result<Attr> {
-        self.do_mknod(parent, name, kind, perm, rdev, ctx)
+        self.change(
+            |_d| self.do_getattr(_d.0),
+            || self.do_mknod(parent, name, kind, perm, rdev, ctx),
+        )
     }
 
     fn create(
@@ -375,23 +417,32 @@ impl FileSystem for RamFs {
         flags: i32,
         ctx: &Ctx,
     ) -> Result<(Attr, u64)> {
-        self.do_create(parent, name, perm, flags, ctx)
+        self.change(
+            |_d| Ok((self.do_getattr(_d.0)?, _d.1)),
+            || self.do_create(parent, name, perm, flags, ctx),
+        )
     }
 
     fn mkdir(&self, parent: Ino, name: &OsStr, perm: u16, ctx: &Ctx) -> Result<Attr> {
-        self.do_mkdir(parent, name, perm, ctx)
+        self.change(
+            |_d| self.do_getattr(_d.0),
+            || self.do_mkdir(parent, name, perm, ctx),
+        )
     }
 
     fn symlink(&self, parent: Ino, name: &OsStr, target: &[u8], ctx: &Ctx) -> Result<Attr> {
-        self.do_symlink(parent, name, target, ctx)
+        self.change(
+            |_d| self.do_getattr(_d.0),
+            || self.do_symlink(parent, name, target, ctx),
+        )
     }
 
     fn unlink(&self, parent: Ino, name: &OsStr, ctx: &Ctx) -> Result<()> {
-        self.do_unlink(parent, name, ctx)
+        self.change(|_d| Ok(()), || self.do_unlink(parent, name, ctx))
     }
 
     fn rmdir(&self, parent: Ino, name: &OsStr, ctx: &Ctx) -> Result<()> {
-        self.do_rmdir(parent, name, ctx)
+        self.change(|_d| Ok(()), || self.do_rmdir(parent, name, ctx))
     }
 
     fn rename(
@@ -403,23 +454,32 @@ impl FileSystem for RamFs {
         flags: u32,
         ctx: &Ctx,
     ) -> Result<()> {
-        self.do_rename(parent, name, newparent, newname, flags, ctx)
+        self.change(
+            |_d| Ok(()),
+            || self.do_rename(parent, name, newparent, newname, flags, ctx),
+        )
     }
 
     fn link(&self, ino: Ino, newparent: Ino, newname: &OsStr, ctx: &Ctx) -> Result<Attr> {
-        self.do_link(ino, newparent, newname, ctx)
+        self.change(
+            |_d| self.do_getattr(_d.0),
+            || self.do_link(ino, newparent, newname, ctx),
+        )
     }
 
     fn kill_suid(&self, ino: Ino) -> Result<()> {
-        self.do_kill_suid(ino)
+        self.change(|_d| Ok(()), || self.do_kill_suid(ino))
     }
 
     fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8], flags: i32) -> Result<u32> {
-        self.do_write(ino, fh, offset, data, flags)
+        self.change(
+            |_d| Ok(data.len() as u32),
+            || self.do_write(ino, fh, offset, data, flags),
+        )
     }
 
     fn fallocate(&self, ino: Ino, offset: u64, length: u64, mode: i32) -> Result<()> {
-        self.do_fallocate(ino, offset, length, mode)
+        self.change(|_d| Ok(()), || self.do_fallocate(ino, offset, length, mode))
     }
 
     fn lseek(&self, ino: Ino, offset: u64, whence: i32) -> Result<u64> {
@@ -427,10 +487,13 @@ impl FileSystem for RamFs {
     }
 
     fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32, ctx: &Ctx) -> Result<()> {
-        self.do_setxattr(ino, name, value, flags, ctx)
+        self.change(
+            |_d| Ok(()),
+            || self.do_setxattr(ino, name, value, flags, ctx),
+        )
     }
 
     fn removexattr(&self, ino: Ino, name: &OsStr, ctx: &Ctx) -> Result<()> {
-        self.do_removexattr(ino, name, ctx)
+        self.change(|_d| Ok(()), || self.do_removexattr(ino, name, ctx))
     }
 }

@@ -32,13 +32,16 @@
 
 #![warn(missing_docs)]
 
+mod arena;
 mod backing;
 mod block;
 mod budget;
 mod data;
 mod dir;
+mod durable;
 mod file;
 mod fs;
+mod ledger;
 mod limits;
 mod names;
 mod node;
@@ -50,7 +53,9 @@ mod table;
 mod tests;
 mod xattr;
 
+pub use durable::StateFiles;
 pub use fs::{MemoryLimit, RamFs, NAME_MAX, ROOT_INO};
+pub use ledger::LedgerError;
 pub use options::{
     total_ram, Options, SizeLimit, DEFAULT_BLOCK_SIZE, DEFAULT_MODE, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE,
 };

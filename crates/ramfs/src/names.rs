@@ -110,6 +110,10 @@ impl RamFs {
         check_name(name)?;
         let _names = self.names();
         let node = self.make_node(parent, name, new, ctx)?;
+        if self.logs() {
+            let p = self.table.get(parent)?;
+            self.log_names(node.ino, 0, &[node.clone(), p], &[(parent, name)]);
+        }
         let st = node.read();
         Ok(self.attr_of(&node, &st))
     }
@@ -252,8 +256,25 @@ impl RamFs {
             // The reply counts as a lookup, as for a new inode.
             st.lookups += 1;
         }
+        let before = crate::durable::blocks_in(&st, 0, u64::MAX);
         let fh = self.open_node(&mut st, flags);
-        Ok((self.attr_of(&node, &st), fh))
+        let attr = self.attr_of(&node, &st);
+        if self.logs() {
+            self.log(node.ino, fh, |tx| {
+                tx.changed(&node, &mut st);
+                if let Some(f) = st.file() {
+                    tx.blocks(node.ino, &before, f, 0, u64::MAX);
+                }
+                if !existed {
+                    if let Ok(p) = self.table.get(parent) {
+                        let mut ps = p.write();
+                        tx.changed(&p, &mut ps);
+                        tx.name(parent, &ps, name);
+                    }
+                }
+            });
+        }
+        Ok((attr, fh))
     }
 
     pub(crate) fn do_mkdir(&self, parent: Ino, name: &OsStr, perm: u16, ctx: &Ctx) -> Result<Attr> {
@@ -307,6 +328,8 @@ impl RamFs {
         }
         cs.ctime = now;
         self.settle(&child, &mut cs);
+        drop(cs);
+        self.log_names(0, 0, &[child, p], &[(parent, name)]);
         Ok(())
     }
 
@@ -337,6 +360,8 @@ impl RamFs {
         cs.nlink = 0;
         cs.ctime = now;
         self.settle(&child, &mut cs);
+        drop(cs);
+        self.log_names(0, 0, &[child, p], &[(parent, name)]);
         Ok(())
     }
 
@@ -380,6 +405,10 @@ impl RamFs {
         st.nlink += 1;
         st.ctime = now;
         st.lookups += 1;
-        Ok(self.attr_of(&node, &st))
+        let attr = self.attr_of(&node, &st);
+        drop(st);
+        drop(ps);
+        self.log_names(ino, 0, &[node, p], &[(newparent, newname)]);
+        Ok(attr)
     }
 }

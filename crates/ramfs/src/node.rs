@@ -43,6 +43,9 @@ pub(crate) struct State {
     /// Set once the inode is unlinked and closed: its data and its inode
     /// slot have gone back to the pool.
     pub released: bool,
+    /// Grows with each change a supervised mount's ledger records (see
+    /// `ledger/record.rs`).
+    pub version: u64,
 }
 
 /// One inode. Its type never changes, so it lives outside the lock.
@@ -95,6 +98,7 @@ impl State {
             opens: 0,
             writers: 0,
             released: false,
+            version: 0,
         }
     }
 

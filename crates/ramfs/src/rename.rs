@@ -234,7 +234,20 @@ impl RamFs {
             e => e,
         })?;
         let _names = self.names();
-        self.rename_locked(parent, name, newparent, newname, flags)
+        if !self.logs() {
+            return self.rename_locked(parent, name, newparent, newname, flags);
+        }
+        // Held here: a replaced inode leaves the table, and its image
+        // (no link left) must still be logged.
+        let moved: Vec<_> = [self.entry(parent, name), self.entry(newparent, newname)]
+            .into_iter()
+            .filter_map(|e| e.ok().map(|e| e.ino))
+            .chain([parent, newparent])
+            .filter_map(|ino| self.table.get(ino).ok())
+            .collect();
+        self.rename_locked(parent, name, newparent, newname, flags)?;
+        self.log_names(0, 0, &moved, &[(parent, name), (newparent, newname)]);
+        Ok(())
     }
 }
 

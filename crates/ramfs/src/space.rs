@@ -2,6 +2,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::sync::Arc;
+
+use crate::arena::Arena;
+use crate::block::Block;
 use crate::budget::{Budget, Charge, INODE_CHARGE};
 
 /// Counters shared by every inode of one mount. Taking space is a single
@@ -20,6 +24,9 @@ pub(crate) struct Space {
     block_charge: u64,
     /// The server's memory limits, which can be tighter than `size=`.
     budget: Budget,
+    /// Where blocks come from on a supervised mount (see `arena.rs`);
+    /// `None`: this process's memory.
+    arena: Option<Arc<Arena>>,
 }
 
 fn take(counter: &AtomicU64, n: u64, max: u64) -> bool {
@@ -42,7 +49,30 @@ impl Space {
             used_inodes: AtomicU64::new(0),
             block_charge: crate::block::charge(block_size as usize),
             budget: Budget::new(),
+            arena: None,
         }
+    }
+
+    /// Takes blocks from `arena` from now on.
+    pub fn set_arena(&mut self, arena: Arc<Arena>) {
+        self.arena = Some(arena);
+    }
+
+    /// The memory of a new block of `bs` bytes (counted by the caller
+    /// with [`Space::take_blocks`]).
+    pub fn new_block(&self, bs: usize) -> Option<Block> {
+        match &self.arena {
+            Some(a) => Block::in_arena(a),
+            None => Block::new(bs),
+        }
+    }
+
+    /// Counts blocks, inodes and bytes a restarted server found in use,
+    /// whatever the limits (they held when each was taken).
+    pub fn restore(&self, blocks: u64, inodes: u64, xattr: u64) {
+        self.used_blocks.fetch_add(blocks, Ordering::AcqRel);
+        self.used_inodes.fetch_add(inodes, Ordering::AcqRel);
+        self.used_xattr.fetch_add(xattr, Ordering::AcqRel);
     }
 
     /// Takes `n` blocks, within `size=` and the memory limits.

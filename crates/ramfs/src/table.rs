@@ -132,6 +132,11 @@ impl RamFs {
         let node = self.table.get(ino)?;
         let mut st = node.write();
         let now = Timespec::now();
+        let cut_from = set.size.map(|s| s.div_ceil(self.bs()));
+        let before = match cut_from {
+            Some(from) if self.logs() => crate::durable::blocks_in(&st, from, u64::MAX),
+            _ => Vec::new(),
+        };
         if let Some(size) = set.size {
             if size > MAX_FILE_SIZE {
                 return Err(Error::TooBig);
@@ -177,6 +182,14 @@ impl RamFs {
             }
         }
         st.ctime = set.ctime.unwrap_or(now);
+        if self.logs() {
+            self.log(ino, 0, |tx| {
+                tx.changed(&node, &mut st);
+                if let (Some(from), Some(f)) = (cut_from, st.file()) {
+                    tx.blocks(ino, &before, f, from, u64::MAX);
+                }
+            });
+        }
         Ok(self.attr_of(&node, &st))
     }
 
@@ -195,6 +208,16 @@ impl RamFs {
         }
         if st.perm != before || caps.is_some() {
             st.ctime = Timespec::now();
+            if self.logs() {
+                self.log(ino, 0, |tx| {
+                    tx.changed(&node, &mut st);
+                    tx.put(&crate::ledger::Rec::Xattr {
+                        ino,
+                        name: b"security.capability".to_vec(),
+                        value: None,
+                    });
+                });
+            }
         }
         Ok(())
     }

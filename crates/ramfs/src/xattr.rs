@@ -80,6 +80,16 @@ impl RamFs {
         }
         st.xattrs.insert(key.to_vec(), value.to_vec());
         st.ctime = Timespec::now();
+        if self.logs() {
+            self.log(ino, 0, |tx| {
+                tx.changed(&node, &mut st);
+                tx.put(&crate::ledger::Rec::Xattr {
+                    ino,
+                    name: key.to_vec(),
+                    value: Some(value.to_vec()),
+                });
+            });
+        }
         Ok(())
     }
 
@@ -91,6 +101,16 @@ impl RamFs {
         let value = st.xattrs.remove(key).ok_or(Error::NoSuchXattr)?;
         self.space.give_xattr((key.len() + value.len()) as u64);
         st.ctime = Timespec::now();
+        if self.logs() {
+            self.log(ino, 0, |tx| {
+                tx.changed(&node, &mut st);
+                tx.put(&crate::ledger::Rec::Xattr {
+                    ino,
+                    name: key.to_vec(),
+                    value: None,
+                });
+            });
+        }
         Ok(())
     }
 }

@@ -16,6 +16,7 @@ mod aligned;
 mod defect;
 mod error;
 pub mod options;
+pub mod request;
 mod types;
 
 pub use aligned::AlignedBuf;

@@ -16,9 +16,11 @@ impl Server {
     /// Counts, logs and answers `req`.
     pub(super) fn dispatch(&self, req: Request<'_>, reply: Reply<'_>) {
         let h = &req.header;
-        if h.unique & abi::UNIQUE_RESEND != 0 {
+        let resent = h.unique & abi::UNIQUE_RESEND != 0;
+        if resent {
             self.requests.resent();
         }
+        let _scope = foliofs_vfs::request::Scope::enter(h.unique & !abi::UNIQUE_RESEND, resent);
         // A malformed request is answered, not counted: it never reached
         // its operation.
         if let Some(op) = req.op.filter(|_| !matches!(req.args, Args::Malformed)) {
