@@ -222,11 +222,8 @@ mod tests {
         let (k, p) = a.take().unwrap();
         assert_eq!(k, 0);
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { *p.as_ptr().add(4095) },
-            0,
-            "a freed block reads as zeros"
-        );
+        let last = unsafe { *p.as_ptr().add(4095) };
+        assert_eq!(last, 0, "a freed block reads as zeros");
         drop(a);
         // What block 1 held is in the file, for the next server.
         let b = Arena::new(f, 4096).unwrap();

@@ -70,6 +70,10 @@ pub struct MountArgs {
     /// With `--handoff`: an earlier server served this mount.
     #[arg(long, hide = true)]
     pub restarted: bool,
+    /// With `--handoff`, for a ramfs: the descriptors of its state files
+    /// (ledger, data), which the supervisor holds.
+    #[arg(long, hide = true)]
+    pub state_fds: Option<String>,
     /// The image file or block device (any name for ramfs).
     pub source: PathBuf,
     /// The directory to mount on.
@@ -132,7 +136,16 @@ pub fn run(mut args: MountArgs) -> anyhow::Result<i32> {
         return supervise::run(&args, &source, &opts, ready);
     }
     // Everything that can be refused is refused here, before any mount.
-    let opened = match open_source(&args.fstype, &source, &opts) {
+    let state = match args
+        .state_fds
+        .as_deref()
+        .map(supervise::state_files)
+        .transpose()
+    {
+        Ok(s) => s,
+        Err(e) => return report_failure(ready, e),
+    };
+    let opened = match open_source(&args.fstype, &source, &opts, state, args.restarted) {
         Ok(o) => o,
         Err(e) => return report_failure(ready, e),
     };

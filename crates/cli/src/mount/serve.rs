@@ -33,7 +33,7 @@ const PUSH_READERS_DIRECT: usize = 4;
 /// its own, and every thread asleep in a read is woken for each request
 /// the poller then takes first: creates ran about 15% faster with it alone
 /// than beside a second thread.
-fn ramfs_threads(polling: bool) -> usize {
+pub(super) fn ramfs_threads(polling: bool) -> usize {
     let cores = std::thread::available_parallelism().map_or(THREADS, |n| n.get().min(THREADS));
     if polling {
         (cores - 1).max(1)

@@ -36,9 +36,19 @@ pub(super) struct Opened {
     pub(super) gauge: Option<foliofs_fuse::records::published::Gauge>,
 }
 
-pub(super) fn open_source(fstype: &str, source: &Path, opts: &MountOpts) -> anyhow::Result<Opened> {
+/// The ramfs state a supervised server is handed: its files, and whether
+/// an earlier server left them.
+pub(super) type HandedState = Option<foliofs_ramfs::StateFiles>;
+
+pub(super) fn open_source(
+    fstype: &str,
+    source: &Path,
+    opts: &MountOpts,
+    state: HandedState,
+    restarted: bool,
+) -> anyhow::Result<Opened> {
     if fstype == "ramfs" {
-        return open_ramfs(opts);
+        return open_ramfs(opts, state, restarted);
     }
     open::refuse_misplaced(source, opts)?;
     let open_opts = &opts.image.open;
@@ -228,7 +238,7 @@ fn remote_shown(r: &foliofs_block::remote::RemoteOptions) -> Vec<String> {
     v
 }
 
-fn open_ramfs(opts: &MountOpts) -> anyhow::Result<Opened> {
+fn open_ramfs(opts: &MountOpts, state: HandedState, restarted: bool) -> anyhow::Result<Opened> {
     let ro = open::ramfs_options(opts)?;
     let read_only = opts.fuse.read_only == Some(true);
     let mut shown = ro.show();
@@ -240,7 +250,10 @@ fn open_ramfs(opts: &MountOpts) -> anyhow::Result<Opened> {
             .collect::<Vec<_>>()
             .join(",");
     }
-    let fs = Arc::new(ramfs_with_data_path(&ro, opts)?);
+    let fs = Arc::new(match state {
+        Some(files) => supervised_ramfs(&ro, files, restarted)?,
+        None => ramfs_with_data_path(&ro, opts)?,
+    });
     if let Some(line) = limits_warning(&fs) {
         log::warn!("{line}");
     }
@@ -323,6 +336,23 @@ fn about(n: u64) -> String {
         v /= 1024.0;
     }
     unreachable!("the last unit returns")
+}
+
+/// A supervised server's ramfs: new, or as the one before left it.
+fn supervised_ramfs(
+    ro: &foliofs_ramfs::Options,
+    files: foliofs_ramfs::StateFiles,
+    restarted: bool,
+) -> anyhow::Result<foliofs_ramfs::RamFs> {
+    if ro.passthrough == Some(true) {
+        bail!("mount option `passthrough`: a supervised ramfs keeps its files in the state its supervisor holds (nosupervise mounts one that passes them through, and loses them with its server)");
+    }
+    if restarted {
+        foliofs_ramfs::RamFs::recover(ro, files)
+            .context("the ramfs the last server left cannot be read back")
+    } else {
+        Ok(foliofs_ramfs::RamFs::supervised(ro, files)?)
+    }
 }
 
 /// A ramfs whose file data lives where `passthrough` says: in backing

@@ -27,13 +27,11 @@ use crate::options::MountOpts;
 
 /// Whether this mount runs under a supervisor: an image's does unless
 /// `nosupervise` (or `io_uring` by name, whose rings the kernel does not
-/// resend from); a ramfs's cannot, its files living in its server.
+/// resend from); a ramfs's when asked (`supervise`): its state then lives
+/// in files the supervisor holds (see `foliofs_ramfs::StateFiles`).
 pub(super) fn wanted(fstype: &str, opts: &MountOpts) -> anyhow::Result<bool> {
     let asked = opts.fuse.supervise;
-    if fstype == "ramfs" {
-        if asked == Some(true) {
-            bail!("mount option `supervise`: a ramfs's files live in its server's memory, so no other server could take its mount over");
-        }
+    if fstype == "ramfs" && asked != Some(true) {
         return Ok(false);
     }
     if opts.fuse.io_uring == Some(true) {
@@ -62,6 +60,8 @@ struct Servers {
     mountpoint: PathBuf,
     opts: MountOpts,
     state: MountState,
+    /// A ramfs's state files, held here for every server in turn.
+    ramfs: Option<foliofs_ramfs::StateFiles>,
 }
 
 impl Starter for Servers {
@@ -74,6 +74,20 @@ impl Starter for Servers {
         ];
         if restarted {
             flags.push("--restarted".into());
+        }
+        // Inherited by the server: duplicates without close-on-exec,
+        // closed here once it is started.
+        let mut inherited: Vec<OwnedFd> = Vec::new();
+        if let Some(files) = &self.ramfs {
+            for f in [&files.ledger, &files.data] {
+                inherited.push(nix::unistd::dup(f).map_err(std::io::Error::from)?);
+            }
+            let fds: Vec<String> = inherited
+                .iter()
+                .map(|f| f.as_raw_fd().to_string())
+                .collect();
+            flags.push("--state-fds".into());
+            flags.push(fds.join(",").into());
         }
         let mut cmd = server_command(
             &self.exe,
@@ -88,7 +102,9 @@ impl Starter for Servers {
         // server, which would only be restarted. Its errors go where the
         // supervisor's go.
         cmd.process_group(0);
-        cmd.spawn()
+        let child = cmd.spawn();
+        drop(inherited);
+        child
     }
 
     fn event(&mut self, event: Event<'_>) {
@@ -155,6 +171,17 @@ pub(super) fn run(
     ready: Option<File>,
 ) -> anyhow::Result<i32> {
     let exe = std::env::current_exe().context("cannot find the foliofs binary")?;
+    let mut options = absolute_paths(&args.options)?;
+    let mut opts = opts.clone();
+    if args.fstype == "ramfs" && opts.fuse.spin.is_none() {
+        // Measured once, here: the threads held below and every server's
+        // polling follow the same choice.
+        let (window, why) = foliofs_fuse::server::spin::default_window();
+        log::info!("polling for the next request: {window:?} ({why})");
+        opts.fuse.spin = Some(window);
+        options.push(super::serve::spin_option(window));
+    }
+    let opts = &opts;
     let held = match foliofs_fuse::supervise::held::hold(&held_config(args, source, opts)) {
         Ok(h) => h,
         Err(e) => return report_failure(ready, mount_failure(e, &args.mountpoint)),
@@ -182,11 +209,26 @@ pub(super) fn run(
     } else {
         None
     };
+    let ramfs = if args.fstype == "ramfs" {
+        match foliofs_ramfs::StateFiles::create() {
+            Ok(f) => Some(f),
+            Err(e) => {
+                let _ = held.detach();
+                return report_failure(
+                    ready,
+                    anyhow::anyhow!("cannot make the ramfs's state files: {e}"),
+                );
+            }
+        }
+    } else {
+        None
+    };
     let pid = std::process::id();
     let mut servers = Servers {
+        ramfs,
         exe,
         fstype: args.fstype.clone(),
-        options: absolute_paths(&args.options)?,
+        options,
         source: source.to_owned(),
         mountpoint: info.mountpoint.clone(),
         opts: opts.clone(),
@@ -219,15 +261,50 @@ pub(super) fn run(
 /// processes: where, how, and one open file per server thread. (INIT and
 /// every answer after it are the servers'.)
 fn held_config(args: &MountArgs, source: &Path, opts: &MountOpts) -> MountConfig {
+    // A ramfs is written; its threads are the unsupervised mount's.
+    let ramfs = args.fstype == "ramfs";
+    let read_only = !ramfs || opts.fuse.read_only == Some(true);
+    let threads = if ramfs {
+        super::serve::ramfs_threads(opts.fuse.spin.is_some_and(|s| !s.is_zero()))
+    } else {
+        THREADS
+    };
     MountConfig {
         mountpoint: args.mountpoint.clone(),
         fsname: fsname(opts, source),
         flags: opts.fuse.flags,
-        read_only: true,
+        read_only,
         allow_other: opts.fuse.allow_other,
-        threads: opts.fuse.threads.unwrap_or(THREADS),
+        threads: opts.fuse.threads.unwrap_or(threads),
         spin: Duration::ZERO,
-        read_ahead_kb: Some(foliofs_fuse::IMAGE_READ_AHEAD_KB),
+        read_ahead_kb: read_only.then_some(foliofs_fuse::IMAGE_READ_AHEAD_KB),
         server: ServerConfig::default(),
     }
+}
+
+/// The state files a supervisor handed its server (`--state-fds L,D`).
+pub(super) fn state_files(fds: &str) -> anyhow::Result<foliofs_ramfs::StateFiles> {
+    use std::os::fd::FromRawFd;
+    let fds: Vec<i32> = fds
+        .split(',')
+        .map(|f| {
+            f.parse()
+                .map_err(|_| anyhow::anyhow!("--state-fds {fds}: not descriptors"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let [ledger, data] = fds[..] else {
+        bail!("--state-fds: two descriptors expected");
+    };
+    for fd in [ledger, data] {
+        nix::fcntl::fcntl(
+            // SAFETY: checked only; not owned here.
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .with_context(|| format!("--state-fds: descriptor {fd}"))?;
+    }
+    // SAFETY: the supervisor handed these open descriptors to this process
+    // alone (checked open above), and nothing else here owns them.
+    let (ledger, data) = unsafe { (File::from_raw_fd(ledger), File::from_raw_fd(data)) };
+    Ok(foliofs_ramfs::StateFiles { ledger, data })
 }

@@ -168,9 +168,11 @@ impl Model {
                             "entry {shown:?} of directory {parent} names inode {ino}, which is gone"
                         )))
                     }
-                    Some(i) if i.kind != *kind => return Err(bad(format!(
+                    Some(i) if i.kind != *kind => {
+                        return Err(bad(format!(
                         "entry {shown:?} of directory {parent} names inode {ino} as another type"
-                    ))),
+                    )))
+                    }
                     _ => {}
                 }
             }
