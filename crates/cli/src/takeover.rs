@@ -29,7 +29,7 @@ pub fn run(args: TakeoverArgs) -> anyhow::Result<i32> {
     };
     let Some(old) = before.server else {
         bail!(
-            "{}: not supervised (a ramfs, or mounted with `nosupervise` or `io_uring`): nothing could take it over",
+            "{}: not supervised (mounted with `nosupervise`, `io_uring`, or a ramfs without `supervise`): nothing could take it over",
             path.display()
         );
     };

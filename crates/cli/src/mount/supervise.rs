@@ -107,6 +107,26 @@ impl Starter for Servers {
         child
     }
 
+    fn exclusive(&self) -> bool {
+        // Two servers of one ramfs would both change its state files.
+        self.ramfs.is_some()
+    }
+
+    fn preflight(&mut self) -> std::io::Result<()> {
+        let out = std::process::Command::new(&self.exe)
+            .arg("--version")
+            .stdin(std::process::Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            return Err(std::io::Error::other(format!(
+                "{} --version: {}",
+                self.exe.display(),
+                out.status
+            )));
+        }
+        Ok(())
+    }
+
     fn event(&mut self, event: Event<'_>) {
         match event {
             Event::Serving {

@@ -41,6 +41,11 @@ pub struct Policy {
     /// How long a new server has to report ready before it is stopped
     /// (and counted as dead).
     pub ready_timeout: Duration,
+    /// A server that served this long was well: its death (the OOM
+    /// killer, `kill -9`, a bug one request hit) is not held against the
+    /// mount. The count of deaths starts again and the next server starts
+    /// at once. What keeps dying is what dies starting or soon after.
+    pub healthy: Duration,
 }
 
 impl Default for Policy {
@@ -51,6 +56,7 @@ impl Default for Policy {
             first_wait: Duration::from_millis(100),
             longest_wait: Duration::from_secs(5),
             ready_timeout: Duration::from_secs(60),
+            healthy: Duration::from_millis(500),
         }
     }
 }
@@ -76,6 +82,20 @@ pub trait Starter {
 
     /// Something happened worth recording.
     fn event(&mut self, event: Event<'_>);
+
+    /// Whether two servers must never run at once (they change state the
+    /// supervisor holds for them, a ramfs's): a takeover then stops the
+    /// running server before it starts the new one, which takes over what
+    /// the old one was answering as a restarted server does.
+    fn exclusive(&self) -> bool {
+        false
+    }
+
+    /// Before an exclusive takeover stops the running server: whether the
+    /// new one can be started at all (`Err`: the takeover is not made).
+    fn preflight(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// What the supervisor reports to its [`Starter`].
@@ -130,6 +150,8 @@ struct Server {
     starting: Option<(File, Instant)>,
     /// What it has written on the pipe so far.
     said: Vec<u8>,
+    /// When it reported ready.
+    ready_at: Option<Instant>,
     /// Why it failed, in its words (`error: ...` on the pipe).
     failure: Option<String>,
 }
@@ -249,6 +271,7 @@ impl Supervisor<'_> {
             child: child?,
             starting: Some((rd, Instant::now())),
             said: Vec::new(),
+            ready_at: None,
             failure: None,
         })
     }
@@ -352,7 +375,7 @@ impl Supervisor<'_> {
                     }
                     self.detached = true;
                 }
-                Ok(Signal::SIGUSR1) => self.take_over(),
+                Ok(Signal::SIGUSR1) => self.take_over()?,
                 _ => {}
             }
         }
@@ -361,10 +384,13 @@ impl Supervisor<'_> {
 
     /// SIGUSR1: a new server from the binary on disk, to replace the
     /// running one once it is ready.
-    fn take_over(&mut self) {
+    fn take_over(&mut self) -> Result<(), Ended> {
         if self.next.is_some() || self.current.as_ref().is_none_or(|c| c.starting.is_some()) {
             log::info!("a server is starting already: the new one is not started");
-            return;
+            return Ok(());
+        }
+        if self.starter.exclusive() {
+            return self.take_over_exclusive();
         }
         match self.start(true) {
             Ok(srv) => {
@@ -377,6 +403,39 @@ impl Supervisor<'_> {
                     .event(Event::TakeoverFailed { reason: &reason });
             }
         }
+        Ok(())
+    }
+
+    /// A takeover where two servers may not run at once: the old one is
+    /// stopped first, what it had read resent, and the new one started in
+    /// its place (its start-up is the pause the mount sees).
+    fn take_over_exclusive(&mut self) -> Result<(), Ended> {
+        if let Err(e) = self.starter.preflight() {
+            let reason = format!("the new server cannot start: {e}");
+            self.starter
+                .event(Event::TakeoverFailed { reason: &reason });
+            return Ok(());
+        }
+        if let Some(mut old) = self.current.take() {
+            log::info!("stopping server {} for the new one", old.pid());
+            let _ = old.child.kill();
+            let _ = old.child.wait();
+        }
+        if let Err(e) = self.held.resend() {
+            log::warn!("resending the old server's requests: {e}");
+        }
+        self.restarts += 1;
+        match self.start(true) {
+            Ok(srv) => {
+                log::info!("server {} taking over", srv.pid());
+                self.current = Some(srv);
+            }
+            Err(e) => {
+                let how = format!("cannot start a server: {e}");
+                self.died(None, &how)?;
+            }
+        }
+        Ok(())
     }
 
     /// Takes the ready reports in: a first server's calls `on_ready`, a
@@ -418,6 +477,7 @@ impl Supervisor<'_> {
                 }
             };
             srv.starting = None;
+            srv.ready_at = Some(Instant::now());
             let pid = srv.pid();
             if slot == 1 {
                 self.retire_current();
@@ -471,6 +531,9 @@ impl Supervisor<'_> {
         };
         let pid = cur.pid();
         let was_starting = cur.starting.is_some();
+        let was_well = cur
+            .ready_at
+            .is_some_and(|t| t.elapsed() >= self.policy.healthy);
         let failure = cur.failure.take();
         self.current = None;
         // A server exits 0 when the connection is gone: unmounted.
@@ -495,6 +558,9 @@ impl Supervisor<'_> {
         // What it had read goes to whoever serves next.
         if let Err(e) = self.held.resend() {
             log::warn!("resending the dead server's requests: {e}");
+        }
+        if was_well {
+            self.deaths.clear();
         }
         self.died(Some(pid), &how)?;
         Ok(false)
