@@ -6,3 +6,4 @@ mod datapath;
 mod fsx;
 mod pjdfstest;
 mod pressure;
+mod survive;
