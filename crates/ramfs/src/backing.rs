@@ -70,6 +70,68 @@ impl Pool {
     /// Mounts a tmpfs of `limit` bytes (none: unlimited) where no path
     /// leads. Needs `CAP_SYS_ADMIN`.
     pub fn new(limit: Option<u64>, folios: Folios) -> io::Result<Pool> {
+        Ok(Pool::on(Self::mount(limit, folios)?, 0))
+    }
+
+    /// The pool on `root`, a tmpfs [`Pool::mount`] made (a supervised
+    /// mount's, held by its supervisor), its new files named from `first`.
+    pub fn on(root: OwnedFd, first: u64) -> Pool {
+        let root = Arc::new(root);
+        Pool {
+            premade: premade::Premade::new(root.clone(), first),
+            root,
+        }
+    }
+
+    /// The body of the file `name` an earlier server made on this pool.
+    pub fn adopt(&self, name: &str) -> Backed {
+        Backed {
+            name: Arc::new(Name {
+                root: self.root.clone(),
+                name: name.to_owned(),
+                used: AtomicBool::new(true),
+            }),
+        }
+    }
+
+    /// The names of every file on the pool mounted at `root`.
+    pub fn names(root: &OwnedFd) -> io::Result<Vec<String>> {
+        let dir = rustix::fs::openat(
+            root,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut out = Vec::new();
+        for e in rustix::fs::Dir::read_from(&dir)? {
+            let e = e?;
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n != "." && n != ".." {
+                out.push(n);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes file `name` of the pool at `root` (one no inode holds:
+    /// what a dead server made ahead, or had not removed yet).
+    pub fn remove(root: &OwnedFd, name: &str) -> io::Result<()> {
+        Ok(rustix::fs::unlinkat(root, name, AtFlags::empty())?)
+    }
+
+    /// Makes an empty file `name` on the pool at `root`.
+    pub fn make(root: &OwnedFd, name: &str) -> io::Result<()> {
+        rustix::fs::openat(
+            root,
+            name,
+            OFlags::CREATE | OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o600),
+        )?;
+        Ok(())
+    }
+
+    /// A tmpfs for a pool, mounted nowhere (see [`Pool::new`]).
+    pub fn mount(limit: Option<u64>, folios: Folios) -> io::Result<OwnedFd> {
         let ctx = rustix::mount::fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC)?;
         let set = |k: &str, v: &str| {
             rustix::mount::fsconfig_set_string(ctx.as_fd(), k, v).map_err(|e| {
@@ -93,11 +155,7 @@ impl Pool {
                 | MountAttrFlags::MOUNT_ATTR_NODEV
                 | MountAttrFlags::MOUNT_ATTR_NOEXEC,
         )?;
-        let root = Arc::new(root);
-        Ok(Pool {
-            premade: premade::Premade::new(root.clone()),
-            root,
-        })
+        Ok(root)
     }
 
     /// A new empty file on the pool, removed when its last body is
@@ -162,6 +220,11 @@ pub(crate) struct Backed {
 }
 
 impl Backed {
+    /// Its name on the pool.
+    pub fn name(&self) -> &str {
+        &self.name.name
+    }
+
     /// The file opened for reading and writing: for the FUSE layer to
     /// register with the kernel, and for what the server does itself.
     /// Held only while in use (see the module's note).

@@ -8,12 +8,14 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, RwLockReadGuard};
 
 use foliofs_vfs::{request, FileType, Ino};
 
 use crate::arena::Arena;
+use crate::backing::Pool;
 use crate::block::Block;
 use crate::data::FileData;
 use crate::dir::Dir;
@@ -28,21 +30,33 @@ use crate::{RamFs, ROOT_INO};
 /// (an inode with no name and no open handle still goes, with its data).
 const HELD: u64 = u64::MAX / 2;
 
-/// The two files a supervised ramfs lives in.
+/// What a supervised ramfs lives in.
 #[derive(Debug)]
 pub struct StateFiles {
     /// The ledger.
     pub ledger: File,
-    /// The data blocks.
+    /// The data blocks (of files kept in the server).
     pub data: File,
+    /// The tmpfs (a detached mount) its files live on when the kernel
+    /// reads and writes them itself (passthrough).
+    pub pool: Option<OwnedFd>,
 }
 
 impl StateFiles {
-    /// Two new, empty memfds.
-    pub fn create() -> std::io::Result<StateFiles> {
+    /// Two new, empty memfds; with `backed`, a new tmpfs for the files
+    /// too, shaped as `opts` say (see [`RamFs::new_backed`]; needs
+    /// `CAP_SYS_ADMIN`).
+    pub fn create(opts: &Options, backed: bool) -> std::io::Result<StateFiles> {
+        let pool = if backed {
+            let (limit, folios) = crate::fs::pool_shape(opts);
+            Some(Pool::mount(limit, folios)?)
+        } else {
+            None
+        };
         Ok(StateFiles {
             ledger: crate::ledger::memfd()?,
             data: crate::arena::memfd("foliofs-ramfs-data")?,
+            pool,
         })
     }
 }
@@ -52,7 +66,7 @@ impl RamFs {
     pub fn supervised(opts: &Options, files: StateFiles) -> Result<RamFs, LedgerError> {
         let arena = Arc::new(Arena::new(files.data, u64::from(opts.block_size))?);
         let ledger = Ledger::create(files.ledger, opts.block_size)?;
-        let mut fs = Self::build(opts, None);
+        let mut fs = Self::build(opts, files.pool.map(|root| Pool::on(root, 0)));
         fs.space.set_arena(arena);
         fs.ledger = Some(ledger);
         fs.rewrite_ledger()?;
@@ -67,7 +81,11 @@ impl RamFs {
         let (ledger, bytes, region) = Ledger::open(files.ledger, opts.block_size)?;
         let model = Model::read(&bytes, region)?;
         drop(bytes);
-        let mut fs = Self::build_empty(opts, None);
+        let pool = match files.pool {
+            Some(root) => Some(recover_pool(root, &model)?),
+            None => None,
+        };
+        let mut fs = Self::build_empty(opts, pool);
         fs.space.set_arena(arena.clone());
         let (mut blocks, mut slots, mut bytes_held) = (0u64, 0u64, 0u64);
         let mut used = HashSet::new();
@@ -90,6 +108,15 @@ impl RamFs {
                         d.put(OsStr::from_bytes(&name), cookie, child, kind);
                     }
                     Body::Dir(d)
+                }
+                FileType::RegularFile if !img.target.is_empty() => {
+                    let name = String::from_utf8_lossy(&img.target);
+                    match &fs.pool {
+                        Some(p) => Body::Backed(p.adopt(&name)),
+                        None => return Err(LedgerError::Foreign(format!(
+                            "inode {ino} lives in file {name} of a tmpfs this mount was not handed"
+                        ))),
+                    }
                 }
                 FileType::RegularFile => {
                     let mut f = FileData::default();
@@ -130,6 +157,7 @@ impl RamFs {
             st.opens = img.opens;
             st.writers = img.writers;
             st.version = img.version;
+            st.backing = img.backing;
             st.xattrs = x;
             st.lookups = if ino == ROOT_INO { 1 } else { HELD };
             fs.table.insert(Arc::new(Node::new(ino, img.kind, st)));
@@ -208,6 +236,35 @@ impl RamFs {
         }
     }
 
+    /// Notes the kernel's registration of `ino`'s backing file (see
+    /// `FileSystem::note_backing`).
+    pub(crate) fn do_note_backing(&self, ino: Ino, id: Option<u32>) {
+        if !self.logs() {
+            return;
+        }
+        let Ok(node) = self.table.get(ino) else {
+            return;
+        };
+        let mut st = node.write();
+        st.backing = id.unwrap_or(0);
+        self.log(ino, 0, |tx| tx.changed(&node, &mut st));
+    }
+
+    /// The registrations an earlier server noted, with each inode's open
+    /// handles.
+    pub(crate) fn do_backings(&self) -> Vec<(Ino, u32, u64)> {
+        let mut out = Vec::new();
+        if self.logs() {
+            self.table.for_each(|n| {
+                let st = n.read();
+                if st.backing != 0 && st.opens > 0 {
+                    out.push((n.ino, st.backing, st.opens));
+                }
+            });
+        }
+        out
+    }
+
     /// What the request being answered did, when it is a resent copy of
     /// one an earlier server carried out: the inode it made or changed,
     /// the handle it opened.
@@ -220,7 +277,24 @@ impl RamFs {
         let done = self.done.lock().unwrap_or_else(|e| e.into_inner());
         done.get(&cur.id).copied()
     }
+}
 
+thread_local! {
+    /// Whether this thread's last change was answered from the ledger.
+    static REPLAYED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Records whether the change this thread just made was replayed.
+pub(crate) fn set_replayed(on: bool) {
+    REPLAYED.with(|r| r.set(on));
+}
+
+/// Whether the change this thread just made was replayed.
+pub(crate) fn replayed() -> bool {
+    REPLAYED.with(std::cell::Cell::get)
+}
+
+impl RamFs {
     /// Appends what `f` writes, with the record that the request being
     /// answered is done (having made or changed `ino`, opened `fh`).
     /// Called with the locks that order this change still held.
@@ -299,6 +373,41 @@ impl RamFs {
     }
 }
 
+/// The pool of files an earlier server left on `root`: the files no
+/// inode holds (made ahead, or of inodes gone) removed, new ones named
+/// after every name there.
+fn recover_pool(root: OwnedFd, model: &Model) -> Result<Pool, LedgerError> {
+    let held: HashSet<&[u8]> = model
+        .inodes
+        .values()
+        .filter(|i| i.kind == FileType::RegularFile && !i.target.is_empty())
+        .map(|i| i.target.as_slice())
+        .collect();
+    let names = Pool::names(&root)?;
+    let next = names
+        .iter()
+        .filter_map(|n| u64::from_str_radix(n, 16).ok())
+        .max()
+        .map_or(0, |m| m + 1);
+    for n in &names {
+        if !held.contains(n.as_bytes()) {
+            if let Err(e) = Pool::remove(&root, n) {
+                log::warn!("ramfs: cannot remove file {n} no inode holds: {e}");
+            }
+        }
+    }
+    // A file removed by the server that died while it removed its last
+    // name (the unlink that removed it comes again, resent): empty
+    // until then.
+    let present: HashSet<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+    for n in held.iter().filter(|n| !present.contains(*n)) {
+        let n = String::from_utf8_lossy(n);
+        log::warn!("ramfs: file {n} is gone from the pool; it is empty now");
+        Pool::make(&root, &n)?;
+    }
+    Ok(Pool::on(root, next))
+}
+
 /// An inode's image as its state is now.
 pub(crate) fn image(node: &Node, st: &State) -> Rec {
     Rec::Inode(Image {
@@ -317,10 +426,13 @@ pub(crate) fn image(node: &Node, st: &State) -> Rec {
         opens: st.opens,
         writers: st.writers,
         parent: st.dir().map_or(0, |d| d.parent),
+        // A symbolic link's target; a backed file's name on the pool.
         target: match &st.body {
             Body::Symlink(t) => t.clone(),
+            Body::Backed(b) => b.name().as_bytes().to_vec(),
             _ => Vec::new(),
         },
+        backing: st.backing,
     })
 }
 

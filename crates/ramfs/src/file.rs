@@ -145,6 +145,9 @@ impl RamFs {
                 if n > 0 {
                     st.touch_mc(Timespec::now());
                 }
+                if self.logs() {
+                    self.log(ino, 0, |tx| tx.changed(&node, &mut st));
+                }
                 return Ok(n as u32);
             }
             _ if node.kind == FileType::Directory => return Err(Error::IsDir),
@@ -197,6 +200,9 @@ impl RamFs {
                 }
                 b.fallocate(mode, offset, length).map_err(io_error)?;
                 st.touch_mc(Timespec::now());
+                if self.logs() {
+                    self.log(ino, 0, |tx| tx.changed(&node, &mut st));
+                }
                 return Ok(());
             }
             _ if node.kind == FileType::Directory => return Err(Error::IsDir),

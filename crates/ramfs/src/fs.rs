@@ -49,7 +49,7 @@ pub struct RamFs {
     names: Mutex<()>,
     /// Where file bodies live when the kernel reads and writes them itself
     /// (see [`RamFs::new_backed`]); `None` keeps them in this process.
-    pool: Option<Pool>,
+    pub(crate) pool: Option<Pool>,
     /// Descriptors of files just created, for the open that follows at
     /// once (passthrough registers them): that open then costs no path
     /// walk. A few only; one nobody took is closed at the file's release
@@ -62,6 +62,19 @@ pub struct RamFs {
     /// Taken shared by every change of a supervised mount, and whole by a
     /// rewrite of its ledger.
     pub(crate) quiet: std::sync::RwLock<()>,
+}
+
+/// The size limit and folios of the tmpfs a backed ramfs with `opts`
+/// keeps its files on.
+pub(crate) fn pool_shape(opts: &Options) -> (Option<u64>, Folios) {
+    let folios = if opts.huge {
+        Folios::Huge
+    } else if opts.block_size > crate::options::MIN_BLOCK_SIZE {
+        Folios::ByWrite
+    } else {
+        Folios::Pages
+    };
+    (opts.size_limit(total_ram()), folios)
 }
 
 /// Fresh descriptors kept at most (a create takes its own back within the
@@ -93,14 +106,7 @@ impl RamFs {
     /// large as each write allows above it (`huge=within_size`), and huge
     /// pages with `huge=always`. Needs `CAP_SYS_ADMIN` to mount the tmpfs.
     pub fn new_backed(opts: &Options) -> std::io::Result<Self> {
-        let folios = if opts.huge {
-            Folios::Huge
-        } else if opts.block_size > crate::options::MIN_BLOCK_SIZE {
-            Folios::ByWrite
-        } else {
-            Folios::Pages
-        };
-        let limit = opts.size_limit(total_ram());
+        let (limit, folios) = pool_shape(opts);
         Ok(Self::build(opts, Some(Pool::new(limit, folios)?)))
     }
 
@@ -258,7 +264,9 @@ impl RamFs {
             return op();
         }
         let quiet = self.changing();
-        let r = match self.already_done() {
+        let done = self.already_done();
+        crate::durable::set_replayed(done.is_some());
+        let r = match done {
             Some(d) => redo(d),
             None => op(),
         };
@@ -372,6 +380,18 @@ impl FileSystem for RamFs {
                 None
             }
         }
+    }
+
+    fn note_backing(&self, ino: Ino, id: Option<u32>) {
+        self.do_note_backing(ino, id)
+    }
+
+    fn backings(&self) -> Vec<(Ino, u32, u64)> {
+        self.do_backings()
+    }
+
+    fn replayed(&self) -> bool {
+        crate::durable::replayed()
     }
 
     fn getxattr(&self, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {

@@ -46,6 +46,9 @@ pub(crate) struct State {
     /// Grows with each change a supervised mount's ledger records (see
     /// `ledger/record.rs`).
     pub version: u64,
+    /// The kernel's registration of a backed file's backing file, noted by
+    /// the FUSE layer (0: none).
+    pub backing: u32,
 }
 
 /// One inode. Its type never changes, so it lives outside the lock.
@@ -99,6 +102,7 @@ impl State {
             writers: 0,
             released: false,
             version: 0,
+            backing: 0,
         }
     }
 

@@ -129,6 +129,29 @@ pub trait FileSystem: Send + Sync {
         None
     }
 
+    /// The kernel's registration of `ino`'s backing file (`Some(id)`), or
+    /// its end (`None`), for a file system whose state outlives its
+    /// server: the kernel holds every open of an inode to one
+    /// registration, so a restarted server must name the one the dead
+    /// server made (see [`FileSystem::backings`]). Called before the open
+    /// that uses it is answered, and before the registration is given
+    /// back.
+    fn note_backing(&self, _ino: Ino, _id: Option<u32>) {}
+
+    /// The registrations an earlier server noted and did not end: each
+    /// inode, its registration, and its open handles.
+    fn backings(&self) -> Vec<(Ino, u32, u64)> {
+        Vec::new()
+    }
+
+    /// Whether the call this thread just made was a resent request an
+    /// earlier server had carried out, answered from its record (see
+    /// [`request`]) rather than carried out again: the FUSE layer then
+    /// keeps its own counts as they were.
+    fn replayed(&self) -> bool {
+        false
+    }
+
     /// The value of extended attribute `name` (full name, e.g. `user.foo`).
     fn getxattr(&self, _ino: Ino, _name: &OsStr) -> Result<Vec<u8>> {
         Err(Error::NoSuchXattr)

@@ -293,6 +293,8 @@ pub(super) fn serve_mounted(
         None
     };
     let pid = std::process::id();
+    // A server alone: its death is the mount's (a ramfs's files with it).
+    push_option(&mut shown, "survives=nothing");
     add_session_options(&mut shown, opts);
     let state = MountState::new(&info, pid, opened.format, shown);
     if let Err(e) = state.save() {

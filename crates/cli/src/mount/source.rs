@@ -338,15 +338,51 @@ fn about(n: u64) -> String {
     unreachable!("the last unit returns")
 }
 
+/// The state a supervised ramfs's supervisor makes and holds for its
+/// servers: with a tmpfs for its files where they are passed through to
+/// the kernel (as `ramfs_with_data_path` decides for one unsupervised).
+pub(super) fn ramfs_state(opts: &MountOpts) -> anyhow::Result<foliofs_ramfs::StateFiles> {
+    let ro = open::ramfs_options(opts)?;
+    let backed = match passthrough_refusal(&ro, opts) {
+        None => match foliofs_ramfs::StateFiles::create(&ro, true) {
+            Ok(f) => return Ok(f),
+            Err(e) => Some(format!(
+                "mounting the tmpfs that holds the files failed: {e}"
+            )),
+        },
+        why => why,
+    };
+    if let Some(why) = backed.filter(|_| ro.passthrough == Some(true)) {
+        bail!("mount option `passthrough`: {why}");
+    }
+    foliofs_ramfs::StateFiles::create(&ro, false).context("cannot make the ramfs's state files")
+}
+
+/// Why a ramfs with these options cannot pass its files through, if it
+/// cannot (`nopassthrough` included).
+fn passthrough_refusal(ro: &foliofs_ramfs::Options, opts: &MountOpts) -> Option<String> {
+    if ro.passthrough == Some(false) {
+        Some("nopassthrough".to_owned())
+    } else if opts.fuse.writeback {
+        Some("the kernel passes no file through while it caches writes (`writeback`)".to_owned())
+    } else if !foliofs_fuse::kernel_at_least(6, 9) {
+        Some("FUSE passthrough needs Linux 6.9 or later".to_owned())
+    } else if !foliofs_fuse::mount::privilege::is_machine_root() {
+        Some(
+            "FUSE passthrough needs CAP_SYS_ADMIN of the machine: the kernel lets only such a server hand it backing files (a user's ramfs keeps its files in the server)"
+                .to_owned(),
+        )
+    } else {
+        None
+    }
+}
+
 /// A supervised server's ramfs: new, or as the one before left it.
 fn supervised_ramfs(
     ro: &foliofs_ramfs::Options,
     files: foliofs_ramfs::StateFiles,
     restarted: bool,
 ) -> anyhow::Result<foliofs_ramfs::RamFs> {
-    if ro.passthrough == Some(true) {
-        bail!("mount option `passthrough`: a supervised ramfs keeps its files in the state its supervisor holds (nosupervise mounts one that passes them through, and loses them with its server)");
-    }
     if restarted {
         foliofs_ramfs::RamFs::recover(ro, files)
             .context("the ramfs the last server left cannot be read back")
@@ -367,15 +403,8 @@ fn ramfs_with_data_path(
     let asked = ro.passthrough == Some(true);
     let why_not = if ro.passthrough == Some(false) {
         return Ok(foliofs_ramfs::RamFs::new(ro));
-    } else if opts.fuse.writeback {
-        Some("the kernel passes no file through while it caches writes (`writeback`)".to_owned())
-    } else if !foliofs_fuse::kernel_at_least(6, 9) {
-        Some("FUSE passthrough needs Linux 6.9 or later".to_owned())
-    } else if !foliofs_fuse::mount::privilege::is_machine_root() {
-        Some(
-            "FUSE passthrough needs CAP_SYS_ADMIN of the machine: the kernel lets only such a server hand it backing files (a user's ramfs keeps its files in the server)"
-                .to_owned(),
-        )
+    } else if let Some(why) = passthrough_refusal(ro, opts) {
+        Some(why)
     } else {
         match foliofs_ramfs::RamFs::new_backed(ro) {
             Ok(fs) => return Ok(fs),

@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Child;
@@ -25,15 +25,12 @@ use super::watch::{mount_failure, spawn_watcher};
 use super::{absolute_paths, report_failure, server_command, MountArgs};
 use crate::options::MountOpts;
 
-/// Whether this mount runs under a supervisor: an image's does unless
+/// Whether this mount runs under a supervisor: every mount does unless
 /// `nosupervise` (or `io_uring` by name, whose rings the kernel does not
-/// resend from); a ramfs's when asked (`supervise`): its state then lives
-/// in files the supervisor holds (see `foliofs_ramfs::StateFiles`).
-pub(super) fn wanted(fstype: &str, opts: &MountOpts) -> anyhow::Result<bool> {
+/// resend from). A ramfs's state then lives in files the supervisor holds
+/// (see `foliofs_ramfs::StateFiles`).
+pub(super) fn wanted(_fstype: &str, opts: &MountOpts) -> anyhow::Result<bool> {
     let asked = opts.fuse.supervise;
-    if fstype == "ramfs" && asked != Some(true) {
-        return Ok(false);
-    }
     if opts.fuse.io_uring == Some(true) {
         if asked == Some(true) {
             bail!("mount options `supervise` and `io_uring` exclude each other: the kernel does not resend the requests a dead server took from its io_uring queues");
@@ -79,7 +76,10 @@ impl Starter for Servers {
         // closed here once it is started.
         let mut inherited: Vec<OwnedFd> = Vec::new();
         if let Some(files) = &self.ramfs {
-            for f in [&files.ledger, &files.data] {
+            for f in [files.ledger.as_fd(), files.data.as_fd()]
+                .into_iter()
+                .chain(files.pool.as_ref().map(|p| p.as_fd()))
+            {
                 inherited.push(nix::unistd::dup(f).map_err(std::io::Error::from)?);
             }
             let fds: Vec<String> = inherited
@@ -230,14 +230,11 @@ pub(super) fn run(
         None
     };
     let ramfs = if args.fstype == "ramfs" {
-        match foliofs_ramfs::StateFiles::create() {
+        match super::source::ramfs_state(opts) {
             Ok(f) => Some(f),
             Err(e) => {
                 let _ = held.detach();
-                return report_failure(
-                    ready,
-                    anyhow::anyhow!("cannot make the ramfs's state files: {e}"),
-                );
+                return report_failure(ready, e);
             }
         }
     } else {
@@ -302,7 +299,8 @@ fn held_config(args: &MountArgs, source: &Path, opts: &MountOpts) -> MountConfig
     }
 }
 
-/// The state files a supervisor handed its server (`--state-fds L,D`).
+/// The state files a supervisor handed its server (`--state-fds L,D[,P]`:
+/// ledger, data, and the tmpfs of a ramfs that passes its files through).
 pub(super) fn state_files(fds: &str) -> anyhow::Result<foliofs_ramfs::StateFiles> {
     use std::os::fd::FromRawFd;
     let fds: Vec<i32> = fds
@@ -312,10 +310,12 @@ pub(super) fn state_files(fds: &str) -> anyhow::Result<foliofs_ramfs::StateFiles
                 .map_err(|_| anyhow::anyhow!("--state-fds {fds}: not descriptors"))
         })
         .collect::<anyhow::Result<_>>()?;
-    let [ledger, data] = fds[..] else {
-        bail!("--state-fds: two descriptors expected");
+    let (ledger, data, pool) = match fds[..] {
+        [l, d] => (l, d, None),
+        [l, d, p] => (l, d, Some(p)),
+        _ => bail!("--state-fds: two or three descriptors expected"),
     };
-    for fd in [ledger, data] {
+    for fd in [ledger, data].into_iter().chain(pool) {
         nix::fcntl::fcntl(
             // SAFETY: checked only; not owned here.
             unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
@@ -325,6 +325,12 @@ pub(super) fn state_files(fds: &str) -> anyhow::Result<foliofs_ramfs::StateFiles
     }
     // SAFETY: the supervisor handed these open descriptors to this process
     // alone (checked open above), and nothing else here owns them.
-    let (ledger, data) = unsafe { (File::from_raw_fd(ledger), File::from_raw_fd(data)) };
-    Ok(foliofs_ramfs::StateFiles { ledger, data })
+    let (ledger, data, pool) = unsafe {
+        (
+            File::from_raw_fd(ledger),
+            File::from_raw_fd(data),
+            pool.map(|p| OwnedFd::from_raw_fd(p)),
+        )
+    };
+    Ok(foliofs_ramfs::StateFiles { ledger, data, pool })
 }

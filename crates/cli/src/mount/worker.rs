@@ -52,6 +52,27 @@ pub(super) fn serve(
     if let Some(mut r) = ready {
         let mut shown = opened.shown.clone();
         push_option(&mut shown, &spin_option(cfg.spin));
+        if opened.format == "ramfs" {
+            let passed = opened.passthrough.as_ref().is_some_and(|(p, _)| p.active());
+            push_option(
+                &mut shown,
+                if passed {
+                    "data=passthrough"
+                } else {
+                    "data=server"
+                },
+            );
+        }
+        // What a restart keeps: everything, where the kernel resends
+        // what the dead server was answering; else the mount ends with it.
+        push_option(
+            &mut shown,
+            if mounted.can_resend() {
+                "survives=all"
+            } else {
+                "survives=nothing"
+            },
+        );
         let _ = r.write_all(
             mounted
                 .ready_report(&super::supervise::report(opened.format, &shown))

@@ -89,6 +89,13 @@ impl Mounted {
         self.method
     }
 
+    /// Whether the kernel can resend what a dead server had read
+    /// (`FUSE_HAS_RESEND`, Linux 6.9): what lets a supervised mount outlive
+    /// its server.
+    pub fn can_resend(&self) -> bool {
+        self.agreed.offered & crate::kernel::abi::init::HAS_RESEND != 0
+    }
+
     /// How requests reach the server: `io_uring`, or `dev` (`/dev/fuse`).
     pub fn transport(&self) -> &'static str {
         if self.queues.is_some() {

@@ -54,9 +54,15 @@ impl Server {
             None => self.fs.getattr(ino).is_ok_and(|a| set_id(&a)),
         };
         let dev = self.dev.get()?;
-        p.open(ino, !privileged, || {
+        let passed = p.open(ino, !privileged, !self.fs.replayed(), || {
             super::passthrough::BackingId::open(dev, &file)
-        })
+        })?;
+        if passed.fresh() {
+            // Before the open is answered: a server that dies after must
+            // hand the next the registration the kernel then holds.
+            self.fs.note_backing(ino, Some(passed.id()));
+        }
+        Some(passed)
     }
 
     /// An open by someone without `CAP_FSETID` that truncates: the kernel
@@ -213,10 +219,23 @@ impl Server {
 
     pub(super) fn release(&self, h: &InHeader, arg: &abi::ReleaseIn, reply: Reply<'_>) {
         let ino = self.ino(h.nodeid);
-        if let Some(p) = &self.cfg.passthrough {
-            p.release(ino);
-        }
         let r = self.fs.release(ino, arg.fh);
+        // A resent release an earlier server carried out is in the counts
+        // this server started from.
+        if let Some(p) = self
+            .cfg
+            .passthrough
+            .as_ref()
+            .filter(|_| !self.fs.replayed())
+        {
+            if let Some(id) = p.release(ino) {
+                // Said first: a registration forgotten is only held
+                // longer; one remembered after it is given back would be
+                // named to the kernel again.
+                self.fs.note_backing(ino, None);
+                drop(id);
+            }
+        }
         self.reply_empty(r, reply);
     }
 

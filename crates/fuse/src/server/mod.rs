@@ -341,6 +341,11 @@ impl Handler for Server {
         let _ = self.agreed.set(taken);
         if let Some(p) = passthrough {
             p.grant();
+            // A restarted server's file system may hold registrations the
+            // dead one made.
+            if let Some(dev) = self.dev_slot().get() {
+                p.seed(dev, self.fs.backings());
+            }
         }
         Init {
             flags: want,

@@ -78,25 +78,56 @@ impl Passthrough {
         self.granted.store(true, Ordering::Relaxed);
     }
 
+    /// Takes over the registrations an earlier server of this connection
+    /// made (`(inode, registration, opens)`): the kernel holds each inode's
+    /// opens to the one it named first.
+    pub(crate) fn seed(&self, dev: &Arc<Dev>, held: Vec<(Ino, u32, u64)>) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        for (ino, id, n) in held {
+            open.insert(
+                ino,
+                (
+                    BackingId {
+                        dev: dev.clone(),
+                        id,
+                    },
+                    n,
+                ),
+            );
+        }
+    }
+
     /// Counts one more open of `ino` against its registration, making it
     /// with `register` for the inode's first open; `None` where the open
     /// must be an ordinary one (`!allowed` keeps a file that has none
     /// yet out).
-    pub(crate) fn open<R>(&self, ino: Ino, allowed: bool, register: R) -> Option<PassedOpen<'_>>
+    /// `counted`: false for a resent open an earlier server had answered,
+    /// whose open the registration's count already holds.
+    pub(crate) fn open<R>(
+        &self,
+        ino: Ino,
+        allowed: bool,
+        counted: bool,
+        register: R,
+    ) -> Option<PassedOpen<'_>>
     where
         R: FnOnce() -> std::io::Result<BackingId>,
     {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mut fresh = false;
         if let Some((_, n)) = open.get_mut(&ino) {
             // Even after a refusal elsewhere: a cached open beside these
             // would fail in the kernel.
-            *n += 1;
+            if counted {
+                *n += 1;
+            }
         } else if !allowed || !self.active() {
             return None;
         } else {
             match register() {
                 Ok(id) => {
                     open.insert(ino, (id, 1));
+                    fresh = true;
                 }
                 Err(e) => {
                     log::warn!(
@@ -107,20 +138,20 @@ impl Passthrough {
                 }
             }
         }
-        Some(PassedOpen { ino, open })
+        Some(PassedOpen { ino, open, fresh })
     }
 
-    /// One open of `ino` released; the last gives its registration back.
-    pub(crate) fn release(&self, ino: Ino) {
+    /// One open of `ino` released; the last's registration is returned,
+    /// for the caller to drop (which gives it back: the kernel's files
+    /// keep the backing file until they close) once it has said so.
+    pub(crate) fn release(&self, ino: Ino) -> Option<BackingId> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, n)) = open.get_mut(&ino) {
-            *n -= 1;
-            if *n == 0 {
-                // Dropping the id closes the registration; the kernel's
-                // files keep the backing file until they close.
-                open.remove(&ino);
-            }
+        let (_, n) = open.get_mut(&ino)?;
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            return open.remove(&ino).map(|(id, _)| id);
         }
+        None
     }
 
     /// Inodes with a registration now.
@@ -133,10 +164,17 @@ impl Passthrough {
 pub(crate) struct PassedOpen<'a> {
     ino: Ino,
     open: std::sync::MutexGuard<'a, HashMap<Ino, (BackingId, u64)>>,
+    /// Registered for this open (the inode's first).
+    fresh: bool,
 }
 
 impl PassedOpen<'_> {
     pub(crate) fn id(&self) -> u32 {
         self.open[&self.ino].0.id
+    }
+
+    /// Whether this open made the registration.
+    pub(crate) fn fresh(&self) -> bool {
+        self.fresh
     }
 }

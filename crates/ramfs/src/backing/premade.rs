@@ -68,12 +68,13 @@ pub(super) struct Premade {
 }
 
 impl Premade {
-    /// Starts the maker for files in `root`. Where no thread can be
-    /// started, every file is made on the caller's thread.
-    pub fn new(root: Arc<OwnedFd>) -> Premade {
+    /// Starts the maker for files in `root`, named from `first` on. Where
+    /// no thread can be started, every file is made on the caller's
+    /// thread.
+    pub fn new(root: Arc<OwnedFd>, first: u64) -> Premade {
         let shared = Arc::new(Shared {
             root,
-            next: AtomicU64::new(0),
+            next: AtomicU64::new(first),
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
         });
@@ -183,7 +184,7 @@ mod tests {
             Mode::empty(),
         )
         .unwrap();
-        let premade = Premade::new(Arc::new(root));
+        let premade = Premade::new(Arc::new(root), 0);
         wait_until("the queue to fill", WAIT, || premade.kept() == KEPT);
         // More than the queue holds: the rest are made on this thread or
         // by the refill.

@@ -70,17 +70,14 @@ fn walk(fs: &RamFs, ino: Ino, path: &str, out: &mut Vec<String>) {
 /// memory is simply lost), and the next one reads its state files.
 fn kill_and_recover(fs: RamFs, files: &StateFiles, o: &Options) -> RamFs {
     std::mem::forget(fs);
-    let files = StateFiles {
-        ledger: files.ledger.try_clone().unwrap(),
-        data: files.data.try_clone().unwrap(),
-    };
-    RamFs::recover(o, files).unwrap()
+    RamFs::recover(o, dup(files)).unwrap()
 }
 
 fn dup(files: &StateFiles) -> StateFiles {
     StateFiles {
         ledger: files.ledger.try_clone().unwrap(),
         data: files.data.try_clone().unwrap(),
+        pool: files.pool.as_ref().map(|p| p.try_clone().unwrap()),
     }
 }
 
@@ -88,11 +85,35 @@ fn n(s: &str) -> &OsStr {
     OsStr::new(s)
 }
 
+/// Whether this process may mount the tmpfs a backed ramfs keeps its
+/// files on (root); says why not otherwise.
+fn can_back() -> bool {
+    let o = opts("4K");
+    match StateFiles::create(&o, true) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("skip: backed files: {e}");
+            false
+        }
+    }
+}
+
 #[test]
 fn every_kind_of_change_survives_a_restart() {
+    every_change_survives(false);
+}
+
+#[test]
+fn every_kind_of_change_to_backed_files_survives_a_restart() {
+    if can_back() {
+        every_change_survives(true);
+    }
+}
+
+fn every_change_survives(backed: bool) {
     for bs in ["4K", "64K"] {
         let o = opts(bs);
-        let files = StateFiles::create().unwrap();
+        let files = StateFiles::create(&o, backed).unwrap();
         let fs = RamFs::supervised(&o, dup(&files)).unwrap();
         let ctx = Ctx {
             uid: 1000,
@@ -168,7 +189,7 @@ fn every_kind_of_change_survives_a_restart() {
 #[test]
 fn a_resent_request_is_answered_as_the_first_was() {
     let o = opts("4K");
-    let files = StateFiles::create().unwrap();
+    let files = StateFiles::create(&o, false).unwrap();
     let fs = RamFs::supervised(&o, dup(&files)).unwrap();
     let ctx = Ctx::default();
     let root = fs.root();
@@ -208,7 +229,7 @@ fn a_resent_request_is_answered_as_the_first_was() {
 #[test]
 fn the_ledger_is_rewritten_when_it_grows_and_still_replays() {
     let o = opts("4K");
-    let files = StateFiles::create().unwrap();
+    let files = StateFiles::create(&o, false).unwrap();
     let fs = RamFs::supervised(&o, dup(&files)).unwrap();
     let ctx = Ctx::default();
     let root = fs.root();
@@ -236,7 +257,7 @@ fn the_ledger_is_rewritten_when_it_grows_and_still_replays() {
 #[test]
 fn a_damaged_ledger_is_refused_with_where() {
     let o = opts("4K");
-    let files = StateFiles::create().unwrap();
+    let files = StateFiles::create(&o, false).unwrap();
     let fs = RamFs::supervised(&o, dup(&files)).unwrap();
     fs.mkdir(fs.root(), n("d"), 0o755, &Ctx::default()).unwrap();
     std::mem::forget(fs);

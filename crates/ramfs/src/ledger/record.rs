@@ -28,8 +28,10 @@ pub(crate) struct Image {
     pub writers: u64,
     /// A directory's `..`.
     pub parent: Ino,
-    /// A symbolic link's target.
+    /// A symbolic link's target; a backed file's name on the pool.
     pub target: Vec<u8>,
+    /// A backed file's registration with the kernel (0: none).
+    pub backing: u32,
 }
 
 /// One record.
@@ -171,6 +173,7 @@ impl Tx {
                 self.u64(i.writers);
                 self.u64(i.parent);
                 self.bytes(&i.target);
+                self.u32(i.backing);
             }
             Rec::Name {
                 parent,
@@ -321,6 +324,7 @@ impl<'a> Reader<'a> {
                 writers: self.u64()?,
                 parent: self.u64()?,
                 target: self.bytes()?,
+                backing: self.u32()?,
             }),
             NAME => {
                 let parent = self.u64()?;
@@ -407,6 +411,7 @@ mod tests {
                 writers: 0,
                 parent: 0,
                 target: b"../x".to_vec(),
+                backing: 3,
             }),
             Rec::Name {
                 parent: 1,

@@ -114,7 +114,21 @@ fn campaign(user: Option<&str>, opts: &str, n: u32, seed: u64) {
     }
     .unwrap();
     let line = common::mounts_line_of(user, m.path());
-    assert!(line.contains("supervised"), "{line}");
+    assert!(
+        line.contains("supervised") && line.contains("survives=all"),
+        "{line}"
+    );
+    // Where the kernel passes files through (root, by default), it does so
+    // under supervision too.
+    let passed = user.is_none() && !opts.contains("nopassthrough");
+    assert!(
+        line.contains(if passed {
+            "data=passthrough"
+        } else {
+            "data=server"
+        }),
+        "{line}"
+    );
     let mut w = start_workload(user, m.path(), seed);
     let mut rng = common::rng(seed);
     let mut kill_times = Vec::new();
@@ -187,11 +201,17 @@ fn campaign(user: Option<&str>, opts: &str, n: u32, seed: u64) {
 #[test]
 fn a_root_ramfs_survives_its_server_killed_under_a_workload() {
     require!("fuse");
-    campaign(None, "supervise,nopassthrough,noio_uring", kills(40), 1);
+    campaign(None, "noio_uring", kills(40), 1);
+}
+
+#[test]
+fn a_root_ramfs_on_the_server_path_survives_its_server_killed() {
+    require!("fuse");
+    campaign(None, "nopassthrough,noio_uring", kills(20), 3);
 }
 
 #[test]
 fn a_users_ramfs_survives_its_server_killed_under_a_workload() {
     require!("user-fuse");
-    campaign(Some(TEST_USER), "supervise,noio_uring", kills(20), 2);
+    campaign(Some(TEST_USER), "noio_uring", kills(20), 2);
 }
