@@ -41,21 +41,30 @@ pub struct ExtractArgs {
 /// image can lead a write outside DIR.
 pub fn run(args: ExtractArgs) -> anyhow::Result<i32> {
     let image = args.image.open()?;
-    let fs = image.fs();
-    let path = args.path.clone().unwrap_or_else(|| ".".into());
+    extract(image.fs(), &args.dir, args.path.as_deref(), args.force)
+}
+
+/// Recreates `fs`'s tree (or `path` in it) in `dir`, as [`run`] does an
+/// image's; `foliofs salvage` too, with a ramfs read back from its state.
+pub(crate) fn extract(
+    fs: Arc<dyn FileSystem>,
+    dir: &Path,
+    path: Option<&str>,
+    force: bool,
+) -> anyhow::Result<i32> {
+    let path = path.unwrap_or(".").to_owned();
     let top = resolve(&*fs, &path)?;
-    std::fs::create_dir_all(&args.dir)
-        .with_context(|| format!("cannot create {}", args.dir.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     // One descriptor stays open per directory level being filled; allow as
     // many as the hard limit does, so deep trees extract.
     raise_fd_limit();
-    let root_fd = open_dir_path(&args.dir)?;
+    let root_fd = open_dir_path(dir)?;
     let mut x = Extractor {
         fs: fs.clone(),
-        force: args.force,
+        force,
         root: unistd::geteuid().is_root(),
         set_times: fs.info().fs_type != "romfs",
-        dir_shown: args.dir.clone(),
+        dir_shown: dir.to_owned(),
         first_path: HashMap::new(),
         dirs_done: HashSet::new(),
         scratch: Scratch::new(),

@@ -20,6 +20,7 @@ mod open;
 mod options;
 mod progress;
 mod push;
+mod salvage;
 mod takeover;
 mod umount;
 
@@ -47,8 +48,11 @@ enum Command {
     /// List live foliofs mounts with their source and effective options.
     Mounts(mounts::MountsArgs),
     /// Have a new server, from the foliofs binary on disk now, take over a
-    /// live image mount (an upgrade in place).
+    /// live supervised mount (an upgrade in place).
     Takeover(takeover::TakeoverArgs),
+    /// Recreate the files of a ramfs whose supervisor gave up on it from
+    /// the state it saved (the mount's error and log say where).
+    Salvage(salvage::SalvageArgs),
     /// Measure foliofs beside the kernel's file systems (the patches' tables).
     #[cfg(feature = "bench")]
     Bench(foliofs_bench::BenchArgs),
@@ -164,6 +168,7 @@ fn run(cmd: Command) -> anyhow::Result<i32> {
         Command::Push(a) => push::run(a),
         Command::Umount(a) => umount::run(a),
         Command::Takeover(a) => takeover::run(a),
+        Command::Salvage(a) => salvage::run(a),
         Command::Mounts(a) => mounts::run(a),
         #[cfg(feature = "bench")]
         Command::Bench(a) => foliofs_bench::run(a),

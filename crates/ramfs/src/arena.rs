@@ -15,16 +15,32 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Bytes mapped at a time (at least one block).
 const SLAB: u64 = 64 << 20;
+/// Under an address-space limit: the server's memory budget keeps a
+/// reserve of 32 MiB or more under the limit, which a slab's mapping must
+/// not use up at once.
+const SLAB_UNDER_LIMIT: u64 = 2 << 20;
+
+/// Address space the arena has mapped and no block uses: the budget's
+/// reading of the address space counts it as room (a block made there
+/// takes no more). One mount per server process.
+static REUSABLE: AtomicU64 = AtomicU64::new(0);
+
+/// See [`REUSABLE`].
+pub(crate) fn reusable_address_space() -> u64 {
+    REUSABLE.load(Ordering::Relaxed)
+}
 
 /// The blocks of one mount in a memfd.
 #[derive(Debug)]
 pub(crate) struct Arena {
     file: File,
     block_size: u64,
+    huge: bool,
     /// Bytes per slab: a whole number of blocks.
     slab: u64,
     inner: Mutex<Inner>,
@@ -40,6 +56,9 @@ struct Inner {
     free: Vec<u64>,
     /// The file's size: every slab mapped so far lies below it.
     size: u64,
+    /// Slabs mapped, and blocks handed out.
+    mapped: u64,
+    in_use: u64,
 }
 
 // SAFETY: the slab addresses are mappings this arena made and owns; every
@@ -51,13 +70,20 @@ unsafe impl Sync for Arena {}
 
 impl Arena {
     /// An arena over `file` (a memfd, empty or as an earlier server left
-    /// it) for blocks of `block_size` bytes.
-    pub fn new(file: File, block_size: u64) -> io::Result<Arena> {
-        let slab = SLAB.max(block_size) / block_size * block_size;
+    /// it) for blocks of `block_size` bytes; `huge`: its mappings are
+    /// advised to be huge pages (`huge=always`).
+    pub fn new(file: File, block_size: u64, huge: bool) -> io::Result<Arena> {
+        let step = if crate::limits::address_space_limited() {
+            SLAB_UNDER_LIMIT
+        } else {
+            SLAB
+        };
+        let slab = step.max(block_size) / block_size * block_size;
         let size = file.metadata()?.len();
         Ok(Arena {
             file,
             block_size,
+            huge,
             slab,
             inner: Mutex::new(Inner {
                 size,
@@ -72,6 +98,14 @@ impl Arena {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish(&self, inner: &Inner) {
+        let mapped = inner.mapped * self.slab;
+        REUSABLE.store(
+            mapped.saturating_sub(inner.in_use * self.block_size),
+            Ordering::Relaxed,
+        );
     }
 
     /// Block `k`'s address, its slab mapped (and the file grown) first.
@@ -108,7 +142,14 @@ impl Arena {
                 if p == libc::MAP_FAILED {
                     return None;
                 }
+                if self.huge {
+                    // SAFETY: advice on the mapping just made.
+                    unsafe {
+                        libc::madvise(p, self.slab as usize, libc::MADV_HUGEPAGE);
+                    }
+                }
                 inner.slabs[s] = Some(p as usize);
+                inner.mapped += 1;
                 p as usize
             }
         };
@@ -127,6 +168,8 @@ impl Arena {
                 if fresh {
                     inner.high += 1;
                 }
+                inner.in_use += 1;
+                self.publish(&inner);
                 Some((k, p))
             }
             None => {
@@ -144,6 +187,8 @@ impl Arena {
         let mut inner = self.lock();
         let p = self.address(&mut inner, k)?;
         inner.high = inner.high.max(k + 1);
+        inner.in_use += 1;
+        self.publish(&inner);
         Some(p)
     }
 
@@ -165,7 +210,10 @@ impl Arena {
     /// Gives block `k` back: its memory is freed now.
     pub fn give(&self, k: u64) {
         self.punch(k);
-        self.lock().free.push(k);
+        let mut inner = self.lock();
+        inner.free.push(k);
+        inner.in_use = inner.in_use.saturating_sub(1);
+        self.publish(&inner);
     }
 
     fn punch(&self, k: u64) {
@@ -195,6 +243,18 @@ impl Drop for Arena {
     }
 }
 
+/// Whether the kernel gives shared memory (a memfd's pages) huge pages
+/// where a mapping asks for them (`shmem_enabled` not `never` or `deny`).
+pub fn shared_huge_pages() -> bool {
+    let Ok(s) = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled") else {
+        return false;
+    };
+    let chosen = s
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'));
+    matches!(chosen, Some("always" | "within_size" | "advise" | "force"))
+}
+
 /// A new, empty data file for an arena.
 pub fn memfd(name: &str) -> io::Result<File> {
     let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
@@ -208,7 +268,7 @@ mod tests {
     #[test]
     fn blocks_are_zero_reused_and_survive_the_arena() {
         let f = memfd("t").unwrap();
-        let a = Arena::new(f.try_clone().unwrap(), 4096).unwrap();
+        let a = Arena::new(f.try_clone().unwrap(), 4096, false).unwrap();
         let (k0, p0) = a.take().unwrap();
         let (k1, p1) = a.take().unwrap();
         assert_eq!((k0, k1), (0, 1));
@@ -226,7 +286,7 @@ mod tests {
         assert_eq!(last, 0, "a freed block reads as zeros");
         drop(a);
         // What block 1 held is in the file, for the next server.
-        let b = Arena::new(f, 4096).unwrap();
+        let b = Arena::new(f, 4096, false).unwrap();
         let p = b.adopt(1).unwrap();
         // SAFETY: as above.
         assert_eq!(unsafe { *p.as_ptr().add(17) }, 9);

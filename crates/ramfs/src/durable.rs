@@ -61,10 +61,106 @@ impl StateFiles {
     }
 }
 
+impl StateFiles {
+    /// Copies the state into directory `dir` (new, or empty): `ledger`,
+    /// `data`, and `pool/` with the files of a ramfs that passed them
+    /// through; only what holds data is written (the files are sparse).
+    /// For [`RamFs::salvage`] when no server can serve it any more.
+    pub fn save_to(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        copy_sparse(&self.ledger, &File::create(dir.join("ledger"))?)?;
+        copy_sparse(&self.data, &File::create(dir.join("data"))?)?;
+        if let Some(root) = &self.pool {
+            let to = dir.join("pool");
+            std::fs::DirBuilder::new().mode(0o700).create(&to)?;
+            for name in Pool::names(root)? {
+                let fd = rustix::fs::openat(
+                    root,
+                    name.as_str(),
+                    rustix::fs::OFlags::RDONLY
+                        | rustix::fs::OFlags::CLOEXEC
+                        | rustix::fs::OFlags::NOFOLLOW,
+                    rustix::fs::Mode::empty(),
+                )?;
+                copy_sparse(&File::from(fd), &File::create(to.join(&name))?)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The state [`StateFiles::save_to`] wrote into `dir`.
+    pub fn open_saved(dir: &std::path::Path) -> std::io::Result<StateFiles> {
+        let rw = |n: &str| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(dir.join(n))
+        };
+        let pool = dir.join("pool");
+        let pool = if pool.is_dir() {
+            Some(OwnedFd::from(File::open(&pool)?))
+        } else {
+            None
+        };
+        Ok(StateFiles {
+            ledger: rw("ledger")?,
+            data: rw("data")?,
+            pool,
+        })
+    }
+}
+
+/// Copies `src` into `dst` extent by extent (holes stay holes).
+fn copy_sparse(src: &File, dst: &File) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let len = src.metadata()?.len();
+    let mut at = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    while at < len {
+        let start = match rustix::fs::seek(src, rustix::fs::SeekFrom::Data(at)) {
+            Ok(s) => s,
+            Err(rustix::io::Errno::NXIO) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let end = rustix::fs::seek(src, rustix::fs::SeekFrom::Hole(start))?.min(len);
+        let mut p = start;
+        while p < end {
+            let n = ((end - p) as usize).min(buf.len());
+            src.read_exact_at(&mut buf[..n], p)?;
+            dst.write_all_at(&buf[..n], p)?;
+            p += n as u64;
+        }
+        at = end;
+    }
+    dst.set_len(len)
+}
+
 impl RamFs {
+    /// The ramfs in state files saved by [`StateFiles::save_to`] (its
+    /// block size as its ledger says, no limits), to copy its files out.
+    pub fn salvage(files: StateFiles) -> Result<RamFs, LedgerError> {
+        let bs = Ledger::block_size_of(&files.ledger)?;
+        let mut opts = Options::default();
+        opts.set("blocksize", Some(&bs.to_string()))
+            .map_err(|e| LedgerError::Foreign(e.to_string()))?;
+        opts.set("size", Some("0"))
+            .map_err(|e| LedgerError::Foreign(e.to_string()))?;
+        opts.set("nr_inodes", Some("0"))
+            .map_err(|e| LedgerError::Foreign(e.to_string()))?;
+        Self::recover(&opts, files)
+    }
+
     /// A new, empty ramfs whose state lives in `files` (fresh memfds).
     pub fn supervised(opts: &Options, files: StateFiles) -> Result<RamFs, LedgerError> {
-        let arena = Arc::new(Arena::new(files.data, u64::from(opts.block_size))?);
+        let arena = Arc::new(Arena::new(
+            files.data,
+            u64::from(opts.block_size),
+            opts.huge,
+        )?);
         let ledger = Ledger::create(files.ledger, opts.block_size)?;
         let mut fs = Self::build(opts, files.pool.map(|root| Pool::on(root, 0)));
         fs.space.set_arena(arena);
@@ -77,7 +173,7 @@ impl RamFs {
     /// xattr and block its ledger holds, checked as a whole first.
     pub fn recover(opts: &Options, files: StateFiles) -> Result<RamFs, LedgerError> {
         let bs = u64::from(opts.block_size);
-        let arena = Arc::new(Arena::new(files.data, bs)?);
+        let arena = Arc::new(Arena::new(files.data, bs, opts.huge)?);
         let (ledger, bytes, region) = Ledger::open(files.ledger, opts.block_size)?;
         let model = Model::read(&bytes, region)?;
         drop(bytes);
@@ -113,9 +209,11 @@ impl RamFs {
                     let name = String::from_utf8_lossy(&img.target);
                     match &fs.pool {
                         Some(p) => Body::Backed(p.adopt(&name)),
-                        None => return Err(LedgerError::Foreign(format!(
+                        None => {
+                            return Err(LedgerError::Foreign(format!(
                             "inode {ino} lives in file {name} of a tmpfs this mount was not handed"
-                        ))),
+                        )))
+                        }
                     }
                 }
                 FileType::RegularFile => {
@@ -224,9 +322,22 @@ impl RamFs {
             .map(|_| self.quiet.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// After a change: rewrites the ledger once it has grown enough.
+    /// Before a change: room in the ledger for what it will log, within
+    /// the memory limits (false: refuse the change with `ENOSPC`).
+    pub(crate) fn ledger_room(&self) -> bool {
+        self.ledger
+            .as_ref()
+            .is_none_or(|l| l.headroom(|n| self.space.take_ledger(n)))
+    }
+
+    /// After a change: rewrites the ledger once it has grown enough (and
+    /// the memory limits leave room for the new copy).
     pub(crate) fn changed(&self) {
-        if self.ledger.as_ref().is_some_and(Ledger::wants_rewrite) {
+        if self.ledger.as_ref().is_some_and(Ledger::wants_rewrite)
+            && self
+                .space
+                .take_ledger(self.ledger.as_ref().map_or(0, |l| l.len() as u64 / 4))
+        {
             let _all = self.quiet.write().unwrap_or_else(|e| e.into_inner());
             if self.ledger.as_ref().is_some_and(Ledger::wants_rewrite) {
                 if let Err(e) = self.rewrite_ledger() {
@@ -320,56 +431,66 @@ impl RamFs {
     /// makes that the active one. Every change is held back meanwhile.
     pub(crate) fn rewrite_ledger(&self) -> std::io::Result<()> {
         let Some(l) = &self.ledger else { return Ok(()) };
-        let mut txs = Vec::new();
-        let mut tx = Tx::default();
-        let flush = |tx: &mut Tx, txs: &mut Vec<Tx>| {
-            if tx.buf.len() > 1 << 20 {
-                txs.push(std::mem::take(tx));
-            }
-        };
-        tx.put(&Rec::NextIno(
-            self.next_ino.load(std::sync::atomic::Ordering::Relaxed),
-        ));
-        self.table.for_each(|node| {
-            let st = node.read();
-            if st.released {
-                return;
-            }
-            tx.put(&image(node, &st));
-            if let Some(d) = st.dir() {
-                for (cookie, e) in d.after(0) {
-                    tx.put(&Rec::Name {
-                        parent: node.ino,
-                        name: e.name.as_bytes().to_vec(),
-                        cookie,
-                        ino: e.ino,
-                        kind: e.kind,
-                    });
+        l.rewrite(|emit| {
+            let mut tx = Tx::default();
+            tx.put(&Rec::NextIno(
+                self.next_ino.load(std::sync::atomic::Ordering::Relaxed),
+            ));
+            let mut failed = None;
+            self.table.for_each(|node| {
+                if failed.is_some() {
+                    return;
                 }
-            }
-            for (k, v) in &st.xattrs {
-                tx.put(&Rec::Xattr {
-                    ino: node.ino,
-                    name: k.clone(),
-                    value: Some(v.clone()),
-                });
-            }
-            if let Some(f) = st.file() {
-                for (idx, k) in f.arena_blocks(0, u64::MAX) {
-                    tx.put(&Rec::Map {
+                let st = node.read();
+                if st.released {
+                    return;
+                }
+                tx.put(&image(node, &st));
+                if let Some(d) = st.dir() {
+                    for (cookie, e) in d.after(0) {
+                        tx.put(&Rec::Name {
+                            parent: node.ino,
+                            name: e.name.as_bytes().to_vec(),
+                            cookie,
+                            ino: e.ino,
+                            kind: e.kind,
+                        });
+                    }
+                }
+                for (k, v) in &st.xattrs {
+                    tx.put(&Rec::Xattr {
                         ino: node.ino,
-                        idx,
-                        k,
+                        name: k.clone(),
+                        value: Some(v.clone()),
                     });
                 }
+                if let Some(f) = st.file() {
+                    for (idx, k) in f.arena_blocks(0, u64::MAX) {
+                        tx.put(&Rec::Map {
+                            ino: node.ino,
+                            idx,
+                            k,
+                        });
+                    }
+                }
+                // Written a megabyte at a time: the snapshot is never
+                // whole in memory.
+                if tx.buf.len() > 1 << 20 {
+                    if let Err(e) = emit(&tx) {
+                        failed = Some(e);
+                    }
+                    tx = Tx::default();
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e);
             }
-            flush(&mut tx, &mut txs);
-        });
-        for (&request, &(ino, fh)) in self.done.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            tx.put(&Rec::Done { request, ino, fh });
-        }
-        txs.push(tx);
-        l.rewrite(&txs)
+            for (&request, &(ino, fh)) in self.done.lock().unwrap_or_else(|e| e.into_inner()).iter()
+            {
+                tx.put(&Rec::Done { request, ino, fh });
+            }
+            emit(&tx)
+        })
     }
 }
 

@@ -255,8 +255,14 @@ impl RamFs {
     /// while the ledger is rewritten, and answered with `redo` (from what
     /// the ledger recorded: the inode made, the handle opened) when it is
     /// a resent copy of a request an earlier server carried out.
+    ///
+    /// `grows`: the change takes memory (a name, an inode, data, an
+    /// xattr), and is refused with `ENOSPC` where the memory limits leave
+    /// the ledger no room for it; the rest (opens, closes, removals) never
+    /// are, and log into the room kept ahead.
     fn change<T>(
         &self,
+        grows: bool,
         redo: impl FnOnce((Ino, u64)) -> Result<T>,
         op: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
@@ -264,6 +270,9 @@ impl RamFs {
             return op();
         }
         let quiet = self.changing();
+        if !self.ledger_room() && grows {
+            return Err(foliofs_vfs::Error::NoSpace);
+        }
         let done = self.already_done();
         crate::durable::set_replayed(done.is_some());
         let r = match done {
@@ -403,15 +412,19 @@ impl FileSystem for RamFs {
     }
 
     fn open(&self, ino: Ino, flags: i32) -> Result<u64> {
-        self.change(|_d| Ok(_d.1), || self.do_open(ino, flags))
+        self.change(false, |_d| Ok(_d.1), || self.do_open(ino, flags))
     }
 
     fn release(&self, ino: Ino, fh: u64) -> Result<()> {
-        self.change(|_d| Ok(()), || self.do_release(ino, fh))
+        self.change(false, |_d| Ok(()), || self.do_release(ino, fh))
     }
 
     fn setattr(&self, ino: Ino, set: &SetAttr, ctx: &Ctx) -> Result<Attr> {
-        self.change(|_d| self.do_getattr(ino), || self.do_setattr(ino, set, ctx))
+        self.change(
+            false,
+            |_d| self.do_getattr(ino),
+            || self.do_setattr(ino, set, ctx),
+        )
     }
 
     fn mknod(
@@ -424,6 +437,7 @@ impl FileSystem for RamFs {
         ctx: &Ctx,
     ) -> Result<Attr> {
         self.change(
+            true,
             |_d| self.do_getattr(_d.0),
             || self.do_mknod(parent, name, kind, perm, rdev, ctx),
         )
@@ -438,6 +452,7 @@ impl FileSystem for RamFs {
         ctx: &Ctx,
     ) -> Result<(Attr, u64)> {
         self.change(
+            true,
             |_d| Ok((self.do_getattr(_d.0)?, _d.1)),
             || self.do_create(parent, name, perm, flags, ctx),
         )
@@ -445,6 +460,7 @@ impl FileSystem for RamFs {
 
     fn mkdir(&self, parent: Ino, name: &OsStr, perm: u16, ctx: &Ctx) -> Result<Attr> {
         self.change(
+            true,
             |_d| self.do_getattr(_d.0),
             || self.do_mkdir(parent, name, perm, ctx),
         )
@@ -452,17 +468,18 @@ impl FileSystem for RamFs {
 
     fn symlink(&self, parent: Ino, name: &OsStr, target: &[u8], ctx: &Ctx) -> Result<Attr> {
         self.change(
+            true,
             |_d| self.do_getattr(_d.0),
             || self.do_symlink(parent, name, target, ctx),
         )
     }
 
     fn unlink(&self, parent: Ino, name: &OsStr, ctx: &Ctx) -> Result<()> {
-        self.change(|_d| Ok(()), || self.do_unlink(parent, name, ctx))
+        self.change(false, |_d| Ok(()), || self.do_unlink(parent, name, ctx))
     }
 
     fn rmdir(&self, parent: Ino, name: &OsStr, ctx: &Ctx) -> Result<()> {
-        self.change(|_d| Ok(()), || self.do_rmdir(parent, name, ctx))
+        self.change(false, |_d| Ok(()), || self.do_rmdir(parent, name, ctx))
     }
 
     fn rename(
@@ -475,6 +492,7 @@ impl FileSystem for RamFs {
         ctx: &Ctx,
     ) -> Result<()> {
         self.change(
+            false,
             |_d| Ok(()),
             || self.do_rename(parent, name, newparent, newname, flags, ctx),
         )
@@ -482,24 +500,30 @@ impl FileSystem for RamFs {
 
     fn link(&self, ino: Ino, newparent: Ino, newname: &OsStr, ctx: &Ctx) -> Result<Attr> {
         self.change(
+            true,
             |_d| self.do_getattr(_d.0),
             || self.do_link(ino, newparent, newname, ctx),
         )
     }
 
     fn kill_suid(&self, ino: Ino) -> Result<()> {
-        self.change(|_d| Ok(()), || self.do_kill_suid(ino))
+        self.change(false, |_d| Ok(()), || self.do_kill_suid(ino))
     }
 
     fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8], flags: i32) -> Result<u32> {
         self.change(
+            true,
             |_d| Ok(data.len() as u32),
             || self.do_write(ino, fh, offset, data, flags),
         )
     }
 
     fn fallocate(&self, ino: Ino, offset: u64, length: u64, mode: i32) -> Result<()> {
-        self.change(|_d| Ok(()), || self.do_fallocate(ino, offset, length, mode))
+        self.change(
+            true,
+            |_d| Ok(()),
+            || self.do_fallocate(ino, offset, length, mode),
+        )
     }
 
     fn lseek(&self, ino: Ino, offset: u64, whence: i32) -> Result<u64> {
@@ -508,12 +532,13 @@ impl FileSystem for RamFs {
 
     fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32, ctx: &Ctx) -> Result<()> {
         self.change(
+            true,
             |_d| Ok(()),
             || self.do_setxattr(ino, name, value, flags, ctx),
         )
     }
 
     fn removexattr(&self, ino: Ino, name: &OsStr, ctx: &Ctx) -> Result<()> {
-        self.change(|_d| Ok(()), || self.do_removexattr(ino, name, ctx))
+        self.change(false, |_d| Ok(()), || self.do_removexattr(ino, name, ctx))
     }
 }

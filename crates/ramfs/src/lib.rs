@@ -53,6 +53,7 @@ mod table;
 mod tests;
 mod xattr;
 
+pub use arena::shared_huge_pages;
 pub use durable::StateFiles;
 pub use fs::{MemoryLimit, RamFs, NAME_MAX, ROOT_INO};
 pub use ledger::LedgerError;

@@ -215,12 +215,22 @@ fn address_space() -> Option<Limit> {
     let limit = lim.current?;
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split(' ').next()?.parse().ok()?;
+    // A supervised mount's blocks are slots of mappings made ahead: those
+    // no block uses are room, not use.
+    let mapped = pages * rustix::param::page_size() as u64;
     Some(Limit {
         name: "RLIMIT_AS (ulimit -v)".to_owned(),
         kind: Kind::AddressSpace,
         limit,
-        used: pages * rustix::param::page_size() as u64,
+        used: mapped.saturating_sub(crate::arena::reusable_address_space()),
     })
+}
+
+/// Whether this process runs under an address-space limit now.
+pub(crate) fn address_space_limited() -> bool {
+    rustix::process::getrlimit(rustix::process::Resource::As)
+        .current
+        .is_some()
 }
 
 #[cfg(test)]

@@ -111,6 +111,12 @@ impl Space {
         true
     }
 
+    /// Takes `n` bytes of memory for the ledger of a supervised mount
+    /// (freed by its rewrites, which the next reading of the limits sees).
+    pub fn take_ledger(&self, n: u64) -> bool {
+        self.budget.take(n, Charge::Memory)
+    }
+
     pub fn give_inode(&self) {
         self.used_inodes.fetch_sub(1, Ordering::AcqRel);
         self.budget.freed();

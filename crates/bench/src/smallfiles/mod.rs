@@ -99,7 +99,7 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         .expect("a tmpfs row");
     // The rows whose requests are counted: the default's (the same with or
     // without polling), and the server's data path.
-    let counted = [0, 2];
+    let counted = [0, 3];
     let mut rows = rows(env, &plans);
     let rounds = rounds::run(env, cfg, &plans, &mut rows, &counted, tree.as_ref(), load);
     notes.extend(notes::comparisons(
@@ -121,7 +121,8 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         columns,
         rows,
         reference,
-        pairs: Vec::new(),
+        // Supervision's cost, row by row in the same rounds.
+        pairs: vec![(0, 1)],
         notes,
     })
 }
@@ -212,7 +213,7 @@ fn columns(with_tree: bool) -> Vec<Column> {
 
 /// The rows, foliofs's ramfs in its variants first, the kernel's file
 /// systems after.
-fn plans() -> [Plan; 6] {
+fn plans() -> [Plan; 7] {
     [
         Plan {
             label: "foliofs ramfs",
@@ -220,6 +221,17 @@ fn plans() -> [Plan; 6] {
             how: How::Foliofs {
                 fstype: "ramfs",
                 opts: String::new(),
+            },
+        },
+        // What outliving its server costs: the default keeps its state in
+        // files a supervisor holds, and logs every change before it
+        // answers; this one lives and dies with its server.
+        Plan {
+            label: "foliofs ramfs, nosupervise",
+            kind: "foliofs",
+            how: How::Foliofs {
+                fstype: "ramfs",
+                opts: "nosupervise".into(),
             },
         },
         // What polling for the next request (`spin=`, on by default for a

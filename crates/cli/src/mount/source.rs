@@ -358,6 +358,24 @@ pub(super) fn ramfs_state(opts: &MountOpts) -> anyhow::Result<foliofs_ramfs::Sta
     foliofs_ramfs::StateFiles::create(&ro, false).context("cannot make the ramfs's state files")
 }
 
+/// Why a ramfs with these options cannot outlive its server, if it
+/// cannot: kept in the server (no passthrough), `huge=always` blocks are
+/// huge pages only where the kernel gives shared memory huge pages, and a
+/// supervised ramfs keeps its blocks in shared memory.
+pub(super) fn unsupervisable_ramfs(opts: &MountOpts) -> anyhow::Result<Option<String>> {
+    let ro = open::ramfs_options(opts)?;
+    if !ro.huge || passthrough_refusal(&ro, opts).is_none() {
+        return Ok(None);
+    }
+    if foliofs_ramfs::shared_huge_pages() {
+        return Ok(None);
+    }
+    Ok(Some(
+        "`huge=always` blocks kept in the server are huge pages of its own memory: this kernel gives shared memory none (/sys/kernel/mm/transparent_hugepage/shmem_enabled is `never`)"
+            .to_owned(),
+    ))
+}
+
 /// Why a ramfs with these options cannot pass its files through, if it
 /// cannot (`nopassthrough` included).
 fn passthrough_refusal(ro: &foliofs_ramfs::Options, opts: &MountOpts) -> Option<String> {

@@ -29,8 +29,17 @@ use crate::options::MountOpts;
 /// `nosupervise` (or `io_uring` by name, whose rings the kernel does not
 /// resend from). A ramfs's state then lives in files the supervisor holds
 /// (see `foliofs_ramfs::StateFiles`).
-pub(super) fn wanted(_fstype: &str, opts: &MountOpts) -> anyhow::Result<bool> {
+pub(super) fn wanted(fstype: &str, opts: &MountOpts) -> anyhow::Result<bool> {
     let asked = opts.fuse.supervise;
+    if fstype == "ramfs" && asked != Some(false) {
+        if let Some(why) = super::source::unsupervisable_ramfs(opts)? {
+            if asked == Some(true) {
+                bail!("mount option `supervise`: {why}");
+            }
+            log::info!("ramfs: not supervised, its files die with its server: {why}");
+            return Ok(false);
+        }
+    }
     if opts.fuse.io_uring == Some(true) {
         if asked == Some(true) {
             bail!("mount options `supervise` and `io_uring` exclude each other: the kernel does not resend the requests a dead server took from its io_uring queues");
@@ -259,6 +268,14 @@ pub(super) fn run(
             }
         });
     MountState::remove(info.mount_id, pid);
+    // A ramfs given up on: its files are still in the state held here,
+    // and go with this process unless saved.
+    let r = match (r, &servers.ramfs) {
+        (Err(Ended::GaveUp(why)), Some(files)) => {
+            Err(Ended::GaveUp(keep_state(files, info.mount_id, why)))
+        }
+        (r, _) => r,
+    };
     match r {
         Ok(()) => Ok(0),
         Err(Ended::NeverServed(why)) if ready.is_some() => {
@@ -272,6 +289,49 @@ pub(super) fn run(
         Err(Ended::NeverServed(why)) => Err(anyhow::anyhow!("{why}")),
         Err(e) => Err(anyhow::Error::new(e).context(info.mountpoint.display().to_string())),
     }
+}
+
+/// Saves a given-up ramfs's state where `foliofs salvage` reads it, and
+/// says so after `why`.
+fn keep_state(files: &foliofs_ramfs::StateFiles, mount_id: u64, why: String) -> String {
+    let dir = salvage_dir().join(format!(
+        "{mount_id}-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    ));
+    match files.save_to(&dir) {
+        Ok(()) => format!(
+            "{why}; its files are kept in {d}: `foliofs salvage {d} DIR` recreates them in DIR",
+            d = dir.display()
+        ),
+        Err(e) => format!(
+            "{why}; its files could not be saved in {}: {e}",
+            dir.display()
+        ),
+    }
+}
+
+/// Where given-up ramfs state is saved: `FOLIOFS_SALVAGE_DIR`, else
+/// `/var/lib/foliofs/salvage` for root and `~/.local/state/foliofs/salvage`
+/// for a user (on disk: a ramfs's files may be larger than memory left).
+fn salvage_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("FOLIOFS_SALVAGE_DIR") {
+        return PathBuf::from(d);
+    }
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/var/lib/foliofs/salvage");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::geteuid())
+                .ok()
+                .flatten()
+                .map(|u| u.dir)
+        })
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    home.join(".local/state/foliofs/salvage")
 }
 
 /// What mounting needs to know, for a mount whose servers are other

@@ -288,7 +288,14 @@ fn foliofs_mounts_lists_a_users_own_mounts() {
 #[test]
 fn a_killed_users_server_leaves_no_mount_with_auto_unmount() {
     require!("user-fuse");
-    let m = Mount::as_user(TEST_USER, Path::new("none"), Some("ramfs"), "auto_unmount").unwrap();
+    // Unsupervised: its server's death is the mount's.
+    let m = Mount::as_user(
+        TEST_USER,
+        Path::new("none"),
+        Some("ramfs"),
+        "auto_unmount,nosupervise",
+    )
+    .unwrap();
     sigkill(server_pid(Some(TEST_USER), m.path()));
     assert!(
         common::wait_until(GONE, || !is_mounted(m.path())),
@@ -300,7 +307,7 @@ fn a_killed_users_server_leaves_no_mount_with_auto_unmount() {
 #[test]
 fn a_killed_users_server_is_cleared_by_foliofs_umount() {
     require!("user-fuse");
-    let m = Mount::as_user(TEST_USER, Path::new("none"), Some("ramfs"), "").unwrap();
+    let m = Mount::as_user(TEST_USER, Path::new("none"), Some("ramfs"), "nosupervise").unwrap();
     let pid = server_pid(Some(TEST_USER), m.path());
     sigkill(pid);
     assert!(common::wait_until(GONE, || !process_alive(pid)));
@@ -331,7 +338,7 @@ fn a_killed_users_server_is_cleared_by_foliofs_umount() {
 #[test]
 fn a_killed_roots_server_leaves_no_mount_with_auto_unmount() {
     require!("fuse", "fusermount3");
-    let m = Mount::new(Path::new("none"), Some("ramfs"), "auto_unmount").unwrap();
+    let m = Mount::new(Path::new("none"), Some("ramfs"), "auto_unmount,nosupervise").unwrap();
     sigkill(server_pid(None, m.path()));
     assert!(
         common::wait_until(GONE, || !is_mounted(m.path())),

@@ -47,16 +47,23 @@ impl Shared {
     }
 
     /// A new empty file, made and opened in one call (`O_CREAT|O_EXCL`).
+    /// A name taken already (by a server before this one) is passed over.
     fn make(&self) -> io::Result<Made> {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let name = format!("{id:x}");
-        let fd = rustix::fs::openat(
-            &*self.root,
-            name.as_str(),
-            OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::from_raw_mode(0o600),
-        )?;
-        Ok((name, File::from(fd)))
+        let mut tries = 0;
+        loop {
+            let id = self.next.fetch_add(1, Ordering::Relaxed);
+            let name = format!("{id:x}");
+            match rustix::fs::openat(
+                &*self.root,
+                name.as_str(),
+                OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::from_raw_mode(0o600),
+            ) {
+                Ok(fd) => return Ok((name, File::from(fd))),
+                Err(rustix::io::Errno::EXIST) if tries < 1000 => tries += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 }
 

@@ -43,6 +43,10 @@ const HEADER: u64 = 4096;
 const REGION: [u64; 2] = [HEADER, HEADER + (1 << 40)];
 /// A region's mapping grows by at least this much.
 const GROW: usize = 4 << 20;
+/// Room kept free in the active region before each change (see
+/// [`Ledger::headroom`]): more than any one change's transaction but the
+/// rare truncate of a huge file.
+const HEADROOM: usize = 256 << 10;
 /// A frame: its length, its CRC-32C, then the transaction, padded to 8.
 const FRAME: usize = 8;
 
@@ -157,6 +161,16 @@ impl Ledger {
         Ok(l)
     }
 
+    /// The block size the ledger in `file` was made for.
+    pub fn block_size_of(file: &File) -> Result<u32, LedgerError> {
+        let mut head = [0u8; 16];
+        file.read_exact_at(&mut head, 0)?;
+        if u64::from_le_bytes(head[..8].try_into().unwrap()) != MAGIC {
+            return Err(LedgerError::Foreign("no ledger header".into()));
+        }
+        Ok(u64::from_le_bytes(head[8..].try_into().unwrap()) as u32)
+    }
+
     /// The ledger an earlier server left in `file`, and its active
     /// region's bytes for replay.
     pub fn open(file: File, block_size: u32) -> Result<(Ledger, Vec<u8>, usize), LedgerError> {
@@ -229,12 +243,18 @@ impl Ledger {
         if log.tail + n <= log.cap {
             return Ok(());
         }
-        let cap = (log.tail + n + GROW)
-            .next_multiple_of(GROW)
-            .max(log.cap * 2);
+        // By steps, not doubling: under an address-space limit the memory
+        // budget keeps a reserve of some tens of MiB for such growth.
+        let cap = (log.tail + n + GROW).next_multiple_of(GROW);
         let want = REGION[log.region] + cap as u64;
         if self.file.metadata()?.len() < want {
             self.file.set_len(want)?;
+        }
+        if log.cap == 0 {
+            // No mapping yet (a rewrite could not make one).
+            log.map = map(&self.file, REGION[log.region], cap)?;
+            log.cap = cap;
+            return Ok(());
         }
         // SAFETY: `log.map` is this region's mapping of `log.cap` bytes,
         // used only under the mutex held here; it may move.
@@ -282,6 +302,28 @@ impl Ledger {
         Ok(())
     }
 
+    /// Makes sure the next transactions find room without the region
+    /// growing while a change is half made: grows it now where less than
+    /// [`HEADROOM`] is left, once `charge` (the memory budget) grants the
+    /// growth. False when it does not: the change must be refused
+    /// (`ENOSPC`) before it is made.
+    pub fn headroom(&self, charge: impl FnOnce(u64) -> bool) -> bool {
+        let mut log = self.lock();
+        if log.cap.saturating_sub(log.tail) >= HEADROOM {
+            return true;
+        }
+        if !charge(GROW as u64) {
+            return false;
+        }
+        match self.room(&mut log, HEADROOM) {
+            Ok(()) => true,
+            Err(e) => {
+                log::warn!("ramfs: the state file cannot grow: {e}");
+                false
+            }
+        }
+    }
+
     /// Whether the active region has grown enough past its last snapshot
     /// to be worth rewriting.
     pub fn wants_rewrite(&self) -> bool {
@@ -289,50 +331,87 @@ impl Ledger {
         log.tail > (16 << 20) && log.tail > 4 * log.base
     }
 
-    /// Replaces everything with `snapshot` (transactions that together say
-    /// what everything is): written to the other region, which then
-    /// becomes the active one with one store. The caller holds every
-    /// operation back.
-    pub fn rewrite(&self, snapshot: &[Tx]) -> io::Result<()> {
+    /// Replaces everything with the transactions `snapshot` hands its
+    /// callback (which together say what everything is): written to the
+    /// other region as they come (with `pwrite`: no second mapping, no
+    /// copy of the whole in memory), which then becomes the active one
+    /// with one store. The caller holds every operation back. On failure
+    /// the active region stays as it was, and no rewrite is tried again
+    /// until it has grown as much again.
+    pub fn rewrite(
+        &self,
+        snapshot: impl FnOnce(&mut dyn FnMut(&Tx) -> io::Result<()>) -> io::Result<()>,
+    ) -> io::Result<()> {
         let mut log = self.lock();
         let next = 1 - log.region;
-        let total: usize = snapshot
-            .iter()
-            .map(|t| (FRAME + t.buf.len()).next_multiple_of(8))
-            .sum();
-        let cap = (total + GROW).next_multiple_of(GROW);
-        let want = REGION[next] + cap as u64;
-        if self.file.metadata()?.len() < want {
-            self.file.set_len(want)?;
-        }
-        let m = map(&self.file, REGION[next], cap)?;
-        let mut fresh = Log {
-            region: next,
-            map: m,
-            cap,
-            tail: 0,
-            base: 0,
+        let mut at = 0u64;
+        let mut frame = Vec::new();
+        let r = snapshot(&mut |t: &Tx| {
+            if t.is_empty() {
+                return Ok(());
+            }
+            frame.clear();
+            frame.extend_from_slice(&(t.buf.len() as u32).to_le_bytes());
+            frame.extend_from_slice(&crc32c::crc32c(&t.buf).to_le_bytes());
+            frame.extend_from_slice(&t.buf);
+            frame.resize(frame.len().next_multiple_of(8), 0);
+            self.file.write_all_at(&frame, REGION[next] + at)?;
+            at += frame.len() as u64;
+            Ok(())
+        });
+        let tail = r.and_then(|()| {
+            let tail = usize::try_from(at).map_err(|_| io::Error::other("ledger too large"))?;
+            let want = REGION[next] + (tail + GROW).next_multiple_of(GROW) as u64;
+            if self.file.metadata()?.len() < want {
+                self.file.set_len(want)?;
+            }
+            Ok(tail)
+        });
+        let tail = match tail {
+            Ok(t) => t,
+            Err(e) => {
+                log.base = log.tail;
+                let _ = self.punch(next);
+                return Err(e);
+            }
         };
-        for t in snapshot.iter().filter(|t| !t.is_empty()) {
-            Self::put_frame(&mut fresh, &t.buf);
-        }
-        fresh.base = fresh.tail;
         let h = self.header();
-        h.tails[next].store(fresh.tail as u64, Ordering::Release);
+        h.tails[next].store(tail as u64, Ordering::Release);
         h.active.store(next as u64, Ordering::Release);
-        let old = std::mem::replace(&mut *log, fresh);
-        drop(log);
-        // SAFETY: the old region's mapping, which nothing uses any more.
+        // The old mapping goes before the new one is made: under an
+        // address-space limit the two together could be past it.
+        // SAFETY: the old region's mapping, which nothing uses any more
+        // (the mutex is held).
         unsafe {
-            libc::munmap(old.map.as_ptr().cast(), old.cap);
+            libc::munmap(log.map.as_ptr().cast(), log.cap);
         }
-        let _ = rustix::fs::fallocate(
-            &self.file,
-            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
-            REGION[old.region],
-            old.cap as u64,
-        );
-        h.tails[old.region].store(0, Ordering::Release);
+        let old = log.region;
+        *log = Log {
+            region: next,
+            map: NonNull::dangling(),
+            cap: 0,
+            tail,
+            base: tail,
+        };
+        let mapped = self.room(&mut log, GROW);
+        drop(log);
+        let _ = self.punch(old);
+        h.tails[old].store(0, Ordering::Release);
+        mapped
+    }
+
+    /// Gives region `r`'s memory back (it holds nothing in use).
+    fn punch(&self, r: usize) -> io::Result<()> {
+        let end = self.file.metadata()?.len();
+        let len = end.saturating_sub(REGION[r]).min(1 << 40);
+        if len > 0 {
+            rustix::fs::fallocate(
+                &self.file,
+                rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+                REGION[r],
+                len,
+            )?;
+        }
         Ok(())
     }
 
@@ -346,9 +425,11 @@ impl Drop for Ledger {
     fn drop(&mut self) {
         let log = self.log.get_mut().unwrap_or_else(|e| e.into_inner());
         // SAFETY: both mappings were made by this ledger and nothing uses
-        // them once it is dropped.
+        // them once it is dropped (a region of no capacity has none).
         unsafe {
-            libc::munmap(log.map.as_ptr().cast(), log.cap);
+            if log.cap > 0 {
+                libc::munmap(log.map.as_ptr().cast(), log.cap);
+            }
             libc::munmap(self.header.as_ptr().cast(), HEADER as usize);
         }
     }

@@ -215,3 +215,113 @@ fn a_users_ramfs_survives_its_server_killed_under_a_workload() {
     require!("user-fuse");
     campaign(Some(TEST_USER), "noio_uring", kills(20), 2);
 }
+
+/// The tree the salvage tests write, as `user` where given.
+const TREE: &str = r#"set -e
+cd "$1"
+mkdir -p a/b/c empty-dir
+head -c 3000000 /dev/urandom > a/big
+printf hello > a/b/small
+ln -s ../small a/b/c/link
+ln a/big a/hard
+: > empty
+i=1
+while [ $i -le 40 ]; do head -c $((i * 997)) /dev/urandom > a/b/c/f$i; i=$((i + 1)); done
+chmod 600 a/b/c/f7
+"#;
+
+/// A ramfs whose servers keep dying is given up: the mount ends, the
+/// supervisor saves its state and says where, and `foliofs salvage`
+/// recreates every file from it, as they were before.
+fn given_up_and_salvaged(user: Option<&str>) {
+    let saved = match user {
+        Some(u) => common::user_tempdir(u),
+        None => tempfile::tempdir().unwrap(),
+    };
+    let mnt = match user {
+        Some(u) => common::user_tempdir(u),
+        None => tempfile::tempdir().unwrap(),
+    };
+    let mut cmd = match user {
+        Some(u) => user_command(u, "env"),
+        None => Command::new("env"),
+    };
+    cmd.arg(format!("FOLIOFS_SALVAGE_DIR={}", saved.path().display()))
+        .arg(common::bin())
+        .args(["mount", "-t", "ramfs", "-o", "noio_uring", "none"])
+        .arg(mnt.path());
+    let m = Mount::by_command(user, &mut cmd, mnt.path()).unwrap();
+    let out = match user {
+        Some(u) => common::sh_as_user(u, TREE, &[m.path()]),
+        None => common::run_timeout(
+            Command::new("/bin/sh")
+                .args(["-c", TREE, "sh"])
+                .arg(m.path()),
+            Duration::from_secs(60),
+        ),
+    };
+    assert!(out.status.success(), "{out:?}");
+    let before = common::listing(user, m.path());
+    let line = common::mounts_line_of(user, m.path());
+    let supervisor = common::mount_pid(user, m.path());
+    // Each server killed as soon as it serves: one that keeps dying.
+    for k in 1..=5u32 {
+        let pid = common::server_pid(user, m.path());
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        if k < 5 {
+            assert!(
+                common::wait_until(Duration::from_secs(30), || {
+                    common::mounts_line_of(user, m.path()).contains(&format!("restarts={k}"))
+                        && common::server_pid(user, m.path()) != pid
+                }),
+                "no server after kill {k}: {line}"
+            );
+        }
+    }
+    assert!(
+        common::wait_until(Duration::from_secs(30), || !common::is_mounted(m.path())
+            && !Path::new(&format!("/proc/{supervisor}")).exists()),
+        "the mount or its supervisor is still there after five quick deaths"
+    );
+    drop(m);
+    let kept: Vec<_> = std::fs::read_dir(saved.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(kept.len(), 1, "one saved state expected: {kept:?}");
+    let to = match user {
+        Some(u) => common::user_tempdir(u),
+        None => tempfile::tempdir().unwrap(),
+    };
+    let dest = to.path().join("out");
+    let mut salvage = match user {
+        Some(u) => user_command(u, common::bin()),
+        None => Command::new(common::bin()),
+    };
+    let out = common::run_timeout(
+        salvage.arg("salvage").arg(&kept[0]).arg(&dest),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "salvage: {out:?}");
+    assert_eq!(
+        common::listing(user, &dest),
+        before,
+        "the salvaged tree differs"
+    );
+}
+
+#[test]
+fn a_ramfs_given_up_is_salvaged() {
+    require!("fuse");
+    given_up_and_salvaged(None);
+}
+
+#[test]
+fn a_users_ramfs_given_up_is_salvaged() {
+    require!("user-fuse");
+    given_up_and_salvaged(Some(TEST_USER));
+}
