@@ -1,7 +1,7 @@
 //! fsx 0.3.2 on ramfs mounts: 100,000 operations each at block sizes 4K,
 //! 64K and 2M (and 2M huge pages), 20,000 at every size between, and
 //! 100,000 on the server's data path; mmap reads and writes included, 0
-//! failures. As root a ramfs passes its files through to the kernel where
+//! failures; and 60,000 with the server killed every 0.7 s. As root a ramfs passes its files through to the kernel where
 //! it can (the default), so these run on that path there.
 
 use crate::common;
@@ -48,8 +48,45 @@ fn run_fsx(opts: &str, seed: u32) {
 }
 
 fn run_fsx_ops(opts: &str, seed: u32, ops: u32) {
+    run_fsx_killing(opts, seed, ops, false);
+}
+
+/// fsx on a ramfs of `opts`; with `kill`, its server killed (`kill -9`)
+/// again and again while fsx runs, each restart taking over where the
+/// dead one stopped. Returns the kills.
+fn run_fsx_killing(opts: &str, seed: u32, ops: u32, kill: bool) -> u32 {
     let tool = common::cargo_tool("fsx");
     let m = Mount::new(Path::new("none"), Some("ramfs"), opts).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = kill.then(|| {
+        let (dir, stop) = (m.path().to_owned(), stop.clone());
+        std::thread::spawn(move || {
+            let mut kills = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let pid = common::server_pid(None, &dir);
+                // Past half a second: a server that served that long was
+                // well, and is restarted at once however often.
+                std::thread::sleep(Duration::from_millis(700));
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                )
+                .unwrap();
+                kills += 1;
+                assert!(
+                    common::wait_until(Duration::from_secs(30), || common::mounts_line_of(
+                        None, &dir
+                    )
+                    .contains(&format!("restarts={kills}"))),
+                    "no server after kill {kills}"
+                );
+            }
+            kills
+        })
+    });
     let artifacts = tempfile::tempdir().unwrap();
     let cfg = artifacts.path().join("fsx.toml");
     fs::write(&cfg, CONFIG).unwrap();
@@ -66,6 +103,8 @@ fn run_fsx_ops(opts: &str, seed: u32, ops: u32) {
             .arg(m.path().join("fsx.data")),
         Duration::from_secs(1200),
     );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let kills = killer.map_or(0, |k| k.join().unwrap());
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let tail = |s: &str| {
@@ -92,6 +131,7 @@ fn run_fsx_ops(opts: &str, seed: u32, ops: u32) {
         "fsx skipped an operation with -o {opts}:\n{}",
         tail(&all)
     );
+    kills
 }
 
 #[test]
@@ -135,4 +175,17 @@ fn fsx_20k_ops_at_every_other_block_size() {
 fn fsx_100k_ops_on_the_servers_data_path() {
     require!("fuse", "fsx");
     run_fsx("blocksize=64K,nopassthrough", 65537);
+}
+
+/// fsx across restarts: its ramfs's server killed every 0.7 s while fsx
+/// runs, passed through (root's default) and on the server's data path;
+/// every operation fsx checks still reads back as it wrote.
+#[test]
+fn fsx_across_killed_servers() {
+    require!("fuse", "fsx");
+    for (opts, seed) in [("noio_uring", 77u32), ("nopassthrough,noio_uring", 78)] {
+        let kills = run_fsx_killing(opts, seed, 60_000, true);
+        assert!(kills >= 3, "-o {opts}: fsx ran past only {kills} kills");
+        eprintln!("fsx across restarts (-o {opts}): 60,000 operations, {kills} kills, 0 failures");
+    }
 }

@@ -104,10 +104,23 @@ fn start_workload(user: Option<&str>, mnt: &Path, seed: u64) -> Workload {
     Workload { child, dir }
 }
 
+/// How a campaign replaces the server.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// `kill -9`.
+    Kill,
+    /// `foliofs takeover` (an upgrade in place).
+    Takeover,
+}
+
 /// Mounts a supervised ramfs (as `user` where given) with `opts`, runs the
 /// workload on it and kills its server `n` times; asserts nothing was
 /// lost or done twice.
 fn campaign(user: Option<&str>, opts: &str, n: u32, seed: u64) {
+    campaign_by(user, opts, n, seed, Stop::Kill)
+}
+
+fn campaign_by(user: Option<&str>, opts: &str, n: u32, seed: u64, how: Stop) {
     let m = match user {
         Some(u) => Mount::as_user(u, Path::new("none"), Some("ramfs"), opts),
         None => Mount::new(Path::new("none"), Some("ramfs"), opts),
@@ -143,12 +156,23 @@ fn campaign(user: Option<&str>, opts: &str, n: u32, seed: u64) {
         if let Ok(Some(st)) = w.child.try_wait() {
             panic!("the workload ended early ({st}) at kill {k}");
         }
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
         kill_times.push(monotonic());
+        match how {
+            Stop::Kill => nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .unwrap(),
+            Stop::Takeover => {
+                let mut cmd = match user {
+                    Some(u) => user_command(u, common::bin()),
+                    None => Command::new(common::bin()),
+                };
+                let out =
+                    common::run_timeout(cmd.arg("takeover").arg(m.path()), Duration::from_secs(60));
+                assert!(out.status.success(), "takeover {k}: {out:?}");
+            }
+        }
         assert!(
             common::wait_until(Duration::from_secs(30), || {
                 let l = common::mounts_line_of(user, m.path());
@@ -182,8 +206,9 @@ fn campaign(user: Option<&str>, opts: &str, n: u32, seed: u64) {
     let res = resumes(&kill_times, &slow);
     let ms = |q: f64| res[((res.len() - 1) as f64 * q) as usize] * 1e3;
     eprintln!(
-        "campaign ({}, -o {opts}): {n} kills in {:.0} s, {} operations acknowledged, 0 lost, 0 twice, {} SQLite commits; the workload went on after a kill in {} (of {n} kills that caught it waiting): median {:.1} ms, 90% {:.1} ms, most {:.1} ms",
+        "campaign ({}, -o {opts}): {n} {} in {:.0} s, {} operations acknowledged, 0 lost, 0 twice, {} SQLite commits; the workload went on after {} of them (those that caught it waiting): median {:.1} ms, 90% {:.1} ms, most {:.1} ms",
         user.unwrap_or("root"),
+        if how == Stop::Kill { "kills" } else { "takeovers" },
         took.as_secs_f64(),
         r["ops"],
         r["sqlite_rows"],
@@ -208,6 +233,26 @@ fn a_root_ramfs_survives_its_server_killed_under_a_workload() {
 fn a_root_ramfs_on_the_server_path_survives_its_server_killed() {
     require!("fuse");
     campaign(None, "nopassthrough,noio_uring", kills(20), 3);
+}
+
+/// An upgrade in place under the same workload: `foliofs takeover` stops
+/// the running server and starts the binary on disk on the same state.
+#[test]
+fn a_ramfs_is_taken_over_under_a_workload() {
+    require!("fuse");
+    campaign_by(None, "noio_uring", kills(40) / 4, 4, Stop::Takeover);
+}
+
+#[test]
+fn a_users_ramfs_is_taken_over_under_a_workload() {
+    require!("user-fuse");
+    campaign_by(
+        Some(TEST_USER),
+        "noio_uring",
+        kills(20) / 4,
+        5,
+        Stop::Takeover,
+    );
 }
 
 #[test]
