@@ -30,6 +30,7 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
     let Plans {
         plans,
         same_policy,
+        unsupervised,
         kernel_rows,
         shm,
     } = plans(env, total + mapped);
@@ -40,7 +41,8 @@ pub fn ramfs(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         None => (reference, "the kernel's ramfs".to_owned()),
         Some((i, dir)) => (*i, shm_reference(dir)),
     };
-    let pairs = pairs(&same_policy, &kernel_rows);
+    let mut pairs = pairs(&same_policy, &kernel_rows);
+    pairs.extend(unsupervised);
     let mut notes = vec![
         format!(
             "{} MiB written to a new file in 2 MiB writes on a fresh mount per run, then written again over it; a {} MiB file written, then read through a shared mapping; ratios are to {ref_name}",
@@ -98,6 +100,8 @@ struct Plans {
     plans: Vec<Plan>,
     /// Each passthrough row and the kernel row of its folio policy.
     same_policy: Vec<(usize, &'static str)>,
+    /// A supervised row (the default) and the same unsupervised.
+    unsupervised: Vec<(usize, usize)>,
     /// Each kernel row's key → its index.
     kernel_rows: BTreeMap<&'static str, usize>,
     /// A user's /dev/shm row: its index and its directory with the
@@ -109,7 +113,7 @@ struct Plans {
 /// room for `shm_bytes`.
 fn plans(env: &BenchEnv, shm_bytes: u64) -> Plans {
     let mut plans = Vec::new();
-    let same_policy = foliofs_plans(&mut plans);
+    let (same_policy, unsupervised) = foliofs_plans(&mut plans);
     let kernel_rows = kernel_plans(&mut plans);
     // A user can mount neither, but has the machine's /dev/shm, a tmpfs
     // already mounted: the kernel's in-memory file system beside foliofs's.
@@ -128,6 +132,7 @@ fn plans(env: &BenchEnv, shm_bytes: u64) -> Plans {
     Plans {
         plans,
         same_policy,
+        unsupervised,
         kernel_rows,
         shm,
     }
@@ -137,8 +142,14 @@ fn plans(env: &BenchEnv, shm_bytes: u64) -> Plans {
 /// passthrough row's counterpart of the same folio policy sits among the
 /// kernel rows: tmpfs with huge=never, huge=within_size (the policy the
 /// passthrough pool takes above 4 KiB blocks) or huge=always.
-fn foliofs_plans(plans: &mut Vec<Plan>) -> Vec<(usize, &'static str)> {
+/// Each passthrough row and its kernel counterpart's key; each supervised
+/// row and the same row unsupervised.
+type FoliofsRows = (Vec<(usize, &'static str)>, Vec<(usize, usize)>);
+
+fn foliofs_plans(plans: &mut Vec<Plan>) -> FoliofsRows {
     let mut same_policy: Vec<(usize, &'static str)> = Vec::new();
+    // The 2 MiB rows each way, to be run again unsupervised.
+    let mut at_2m = Vec::new();
     let row = |plans: &mut Vec<Plan>, label: String, opts: String, x: Option<u64>| {
         plans.push(Plan {
             label,
@@ -156,6 +167,9 @@ fn foliofs_plans(plans: &mut Vec<Plan>) -> Vec<(usize, &'static str)> {
         while bs <= 2 << 20 {
             if path == "passthrough" {
                 same_policy.push((plans.len(), if bs == 4096 { "tmpfs" } else { "within" }));
+            }
+            if bs == 2 << 20 {
+                at_2m.push((plans.len(), path, opt));
             }
             row(
                 plans,
@@ -176,7 +190,20 @@ fn foliofs_plans(plans: &mut Vec<Plan>) -> Vec<(usize, &'static str)> {
             None,
         );
     }
-    same_policy
+    // What outliving the server costs the data path: nothing on the
+    // passthrough path (the kernel writes), a ledger record per block a
+    // write allocates on the server's.
+    let mut unsupervised = Vec::new();
+    for (supervised, path, opt) in at_2m {
+        unsupervised.push((supervised, plans.len()));
+        row(
+            plans,
+            format!("foliofs ramfs blocksize=2M ({path}, nosupervise)"),
+            format!("blocksize=2M,{opt},nosupervise"),
+            None,
+        );
+    }
+    (same_policy, unsupervised)
 }
 
 /// The kernel's in-memory rows; returns each one's key → its index.

@@ -122,7 +122,7 @@ pub fn smallfiles(env: &BenchEnv, cfg: &Config) -> Result<Section> {
         rows,
         reference,
         // Supervision's cost, row by row in the same rounds.
-        pairs: vec![(0, 1)],
+        pairs: vec![(0, 1), (4, 5)],
         notes,
     })
 }
@@ -213,7 +213,7 @@ fn columns(with_tree: bool) -> Vec<Column> {
 
 /// The rows, foliofs's ramfs in its variants first, the kernel's file
 /// systems after.
-fn plans() -> [Plan; 7] {
+fn plans() -> [Plan; 8] {
     [
         Plan {
             label: "foliofs ramfs",
@@ -261,6 +261,16 @@ fn plans() -> [Plan; 7] {
             how: How::Foliofs {
                 fstype: "ramfs",
                 opts: "nopassthrough".into(),
+            },
+        },
+        // Supervision's cost on that path, whose changes it logs with
+        // every block a write allocates.
+        Plan {
+            label: "foliofs ramfs, nopassthrough, nosupervise",
+            kind: "foliofs",
+            how: How::Foliofs {
+                fstype: "ramfs",
+                opts: "nopassthrough,nosupervise".into(),
             },
         },
         Plan {
