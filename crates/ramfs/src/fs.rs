@@ -392,6 +392,9 @@ impl FileSystem for RamFs {
     }
 
     fn note_backing(&self, ino: Ino, id: Option<u32>) {
+        // Held back while the ledger is rewritten, as every change is (the
+        // rewrite reads each inode while it holds the ledger).
+        let _quiet = self.changing();
         self.do_note_backing(ino, id)
     }
 

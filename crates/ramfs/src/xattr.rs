@@ -5,6 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use foliofs_vfs::{Ctx, Error, Ino, Result, Timespec};
 
+use crate::node::{Node, State};
 use crate::RamFs;
 
 /// Longest extended attribute name and value, as the kernel limits them.
@@ -80,17 +81,22 @@ impl RamFs {
         }
         st.xattrs.insert(key.to_vec(), value.to_vec());
         st.ctime = Timespec::now();
+        self.log_xattr(&node, &mut st, key, Some(value));
+        Ok(())
+    }
+
+    /// Logs that `node`'s xattr `key` is now `value` (`None`: removed).
+    fn log_xattr(&self, node: &Node, st: &mut State, key: &[u8], value: Option<&[u8]>) {
         if self.logs() {
-            self.log(ino, 0, |tx| {
-                tx.changed(&node, &mut st);
+            self.log(node.ino, 0, |tx| {
+                tx.changed(node, st);
                 tx.put(&crate::ledger::Rec::Xattr {
-                    ino,
+                    ino: node.ino,
                     name: key.to_vec(),
-                    value: Some(value.to_vec()),
+                    value: value.map(<[u8]>::to_vec),
                 });
             });
         }
-        Ok(())
     }
 
     pub(crate) fn do_removexattr(&self, ino: Ino, name: &OsStr, _ctx: &Ctx) -> Result<()> {
@@ -101,16 +107,7 @@ impl RamFs {
         let value = st.xattrs.remove(key).ok_or(Error::NoSuchXattr)?;
         self.space.give_xattr((key.len() + value.len()) as u64);
         st.ctime = Timespec::now();
-        if self.logs() {
-            self.log(ino, 0, |tx| {
-                tx.changed(&node, &mut st);
-                tx.put(&crate::ledger::Rec::Xattr {
-                    ino,
-                    name: key.to_vec(),
-                    value: None,
-                });
-            });
-        }
+        self.log_xattr(&node, &mut st, key, None);
         Ok(())
     }
 }
