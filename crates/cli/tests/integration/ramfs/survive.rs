@@ -1,7 +1,8 @@
 //! A supervised ramfs outlives its server: a workload of every kind of
 //! change (`survive_workload.py`: creates, writes at offsets, appends,
 //! truncates, renames, links, xattrs, a descriptor held open, a shared
-//! mapping, SQLite in WAL mode, an fcntl lock) runs while its server is
+//! mapping, SQLite in WAL mode, archives extracted, git commits, an fcntl
+//! lock) runs while its server is
 //! killed with SIGKILL again and again, each time at a random moment. The
 //! workload must see no error and, at the end, every file as its model of
 //! acknowledged operations says (none lost, none applied twice), with
@@ -206,12 +207,14 @@ fn campaign_by(user: Option<&str>, opts: &str, n: u32, seed: u64, how: Stop) {
     let res = resumes(&kill_times, &slow);
     let ms = |q: f64| res[((res.len() - 1) as f64 * q) as usize] * 1e3;
     eprintln!(
-        "campaign ({}, -o {opts}): {n} {} in {:.0} s, {} operations acknowledged, 0 lost, 0 twice, {} SQLite commits; the workload went on after {} of them (those that caught it waiting): median {:.1} ms, 90% {:.1} ms, most {:.1} ms",
+        "campaign ({}, -o {opts}): {n} {} in {:.0} s, {} operations acknowledged, 0 lost, 0 twice, {} SQLite commits, {} archives extracted, {} git commits; the workload went on after {} of them (those that caught it waiting): median {:.1} ms, 90% {:.1} ms, most {:.1} ms",
         user.unwrap_or("root"),
         if how == Stop::Kill { "kills" } else { "takeovers" },
         took.as_secs_f64(),
         r["ops"],
         r["sqlite_rows"],
+        r["counts"]["untar"],
+        r["git_commits"],
         res.len(),
         if res.is_empty() { 0.0 } else { ms(0.5) },
         if res.is_empty() { 0.0 } else { ms(0.9) },

@@ -5,7 +5,8 @@ appends, truncates, renames over files and of directories, unlinks,
 mkdir, rmdir, symlinks, hard links, xattrs, chmod), keeping a model of
 what every operation that returned left; writes through a descriptor
 held open from the start and through a shared mapping; commits rows to
-SQLite in WAL mode; holds an fcntl lock. It never sees a kill: an
+SQLite in WAL mode; extracts tar archives (`tar x`); commits to a git
+repository; holds an fcntl lock. It never sees a kill: an
 operation the dead server was answering is answered by the next one.
 
 Any error, any file that reads otherwise than the model says, is a
@@ -20,14 +21,17 @@ Writes READY beside STOPFILE once it runs; stops when STOPFILE appears.
 
 import errno
 import fcntl
-import hashlib
+import io
 import json
 import mmap
 import os
 import random
+import shutil
 import sqlite3
 import stat
+import subprocess
 import sys
+import tarfile
 import time
 
 root, stopfile, report, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -293,6 +297,57 @@ def op_chmod():
     tree[p][1].mode = mode
 
 
+def op_untar():
+    """A small archive extracted into a new directory (`tar x`): its
+    files, directories and symlinks enter the model as the archive has
+    them."""
+    top = os.path.join(rnd.choice([d for d in dirs if d.count("/") < 2]), new_name())
+    buf = io.BytesIO()
+    members = []
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for i in range(rnd.randrange(3, 12)):
+            name = "sub/f%d" % i if i % 3 else "f%d" % i
+            data = rnd.randbytes(rnd.choice([0, 10, 4096, 9000]))
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o640
+            t.addfile(info, io.BytesIO(data))
+            members.append((name, data))
+        link = tarfile.TarInfo("ln")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "f0"
+        t.addfile(link)
+    buf.seek(0)
+
+    def f():
+        with tarfile.open(fileobj=buf) as t:
+            t.extractall(P(top))
+
+    timed("untar", f)
+    for d in [top, os.path.join(top, "sub")]:
+        tree[d] = ("d", None)
+        dirs.append(d)
+    for name, data in members:
+        ino = Inode(data)
+        ino.mode = 0o640
+        tree[os.path.join(top, name)] = ("f", ino)
+    tree[os.path.join(top, "ln")] = ("l", "f0")
+
+
+GIT = shutil.which("git")
+GIT_ENV = dict(os.environ, GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_SYSTEM="/dev/null",
+               GIT_AUTHOR_NAME="w", GIT_AUTHOR_EMAIL="w@x", GIT_COMMITTER_NAME="w",
+               GIT_COMMITTER_EMAIL="w@x", HOME="/nonexistent")
+
+
+def git(*args):
+    r = subprocess.run([GIT, "-C", os.path.join(root, SPECIAL, "repo"), *args],
+                       env=GIT_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        raise Failed("git %s: %s" % (" ".join(args), r.stderr.decode(errors="replace").strip()))
+    return r.stdout.decode()
+
+
 OPS = [
     (op_create, 12),
     (op_pwrite, 10),
@@ -309,6 +364,7 @@ OPS = [
     (op_setxattr, 3),
     (op_removexattr, 1),
     (op_chmod, 2),
+    (op_untar, 1),
 ]
 CHOICES = [f for f, w in OPS for _ in range(w)]
 
@@ -387,6 +443,10 @@ def main():
     db.execute("pragma journal_mode=wal")
     db.execute("create table t (i integer primary key, v blob)")
     rows = 0
+    commits = 0
+    if GIT:
+        os.mkdir(os.path.join(special, "repo"))
+        git("init", "-q")
     ready = os.path.join(os.path.dirname(stopfile), "READY")
     with open(ready, "w") as f:
         f.write("ready\n")
@@ -409,6 +469,12 @@ def main():
                 mm[off : off + len(data)] = data
                 timed("msync", lambda: mm.flush())
                 mapped_model[off : off + len(data)] = data
+            if GIT and n % 401 == 0:
+                name = "c%d" % commits
+                with open(os.path.join(special, "repo", name), "wb") as f:
+                    f.write(rnd.randbytes(rnd.randrange(1, 3000)))
+                timed("git", lambda: (git("add", name), git("commit", "-q", "-m", name)))
+                commits += 1
             if n % 13 == 0:
                 v = rnd.randbytes(rnd.randrange(1, 2000))
 
@@ -454,6 +520,14 @@ def main():
         if ok != "ok":
             out["mismatches"].append(f"sqlite integrity_check: {ok}")
         db.close()
+        if GIT:
+            logged = int(git("rev-list", "--count", "HEAD").strip() or 0) if commits else 0
+            if logged != commits:
+                out["mismatches"].append(f"git: {logged} commits, {commits} made")
+            try:
+                git("fsck", "--strict", "--no-progress")
+            except Failed as e:
+                out["mismatches"].append(str(e))
         os.close(held)
         check_tree(out["mismatches"].append)
     except Failed as e:
@@ -462,6 +536,7 @@ def main():
     out["counts"] = counts
     out["slow"] = slow
     out["sqlite_rows"] = rows
+    out["git_commits"] = commits if GIT else None
     out["files"] = len(files())
     with open(report, "w") as f:
         json.dump(out, f)
