@@ -200,32 +200,50 @@ impl Arena {
         let high = inner.high.max(inner.size / self.block_size);
         inner.high = high;
         inner.free = (0..high).rev().filter(|k| !used.contains(k)).collect();
-        let free = inner.free.clone();
+        let mut free = inner.free.clone();
         drop(inner);
-        for k in free {
-            self.punch(k);
+        free.sort_unstable();
+        let mut i = 0;
+        while i < free.len() {
+            let mut j = i + 1;
+            while j < free.len() && free[j] == free[j - 1] + 1 {
+                j += 1;
+            }
+            self.punch_run(free[i], (j - i) as u64);
+            i = j;
         }
     }
 
     /// Gives block `k` back: its memory is freed now.
-    pub fn give(&self, k: u64) {
-        self.punch(k);
+    /// Gives blocks `ks` back: one hole punched per run of adjacent ones
+    /// (a file's blocks are mostly taken in a row, and freed together).
+    pub fn give_all(&self, mut ks: Vec<u64>) {
+        ks.sort_unstable();
+        let mut i = 0;
+        while i < ks.len() {
+            let mut j = i + 1;
+            while j < ks.len() && ks[j] == ks[j - 1] + 1 {
+                j += 1;
+            }
+            self.punch_run(ks[i], (j - i) as u64);
+            i = j;
+        }
         let mut inner = self.lock();
-        inner.free.push(k);
-        inner.in_use = inner.in_use.saturating_sub(1);
+        inner.in_use = inner.in_use.saturating_sub(ks.len() as u64);
+        inner.free.extend(ks);
         self.publish(&inner);
     }
 
-    fn punch(&self, k: u64) {
+    fn punch_run(&self, k: u64, n: u64) {
         let r = rustix::fs::fallocate(
             &self.file,
             rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
             k * self.block_size,
-            self.block_size,
+            n * self.block_size,
         );
         if let Err(e) = r {
-            // It reads as what it held until then; it is only reused.
-            log::warn!("freeing block {k} of the data file: {e}");
+            // They read as what they held until then; they are only reused.
+            log::warn!("freeing blocks {k}.. ({n}) of the data file: {e}");
         }
     }
 }
@@ -278,7 +296,7 @@ mod tests {
             p0.as_ptr().write_bytes(7, 4096);
             p1.as_ptr().write_bytes(9, 4096);
         }
-        a.give(k0);
+        a.give_all(vec![k0]);
         let (k, p) = a.take().unwrap();
         assert_eq!(k, 0);
         // SAFETY: as above.

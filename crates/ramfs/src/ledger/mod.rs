@@ -117,9 +117,14 @@ pub(crate) fn hold_back(arena: &Arc<Arena>, k: u64) {
 }
 
 fn release_limbo() {
-    let held = LIMBO.with(|l| std::mem::take(&mut *l.borrow_mut()));
-    for (a, k) in held {
-        a.give(k);
+    let mut held = LIMBO.with(|l| std::mem::take(&mut *l.borrow_mut()));
+    // A server has one arena; a test's process may have several.
+    while let Some((arena, _)) = held.first() {
+        let arena = arena.clone();
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            held.into_iter().partition(|(a, _)| Arc::ptr_eq(a, &arena));
+        arena.give_all(mine.into_iter().map(|(_, k)| k).collect());
+        held = rest;
     }
 }
 
