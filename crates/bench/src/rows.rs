@@ -123,9 +123,10 @@ pub(crate) fn unavailable(env: &BenchEnv, how: &How) -> Option<String> {
 /// Why a ramfs row's options cannot be had here (`huge=always` without
 /// transparent huge pages), if so: `foliofs mount -t ramfs`'s own answer.
 fn ramfs_options_refused(opts: &str) -> Option<String> {
+    // Supervision is the mount's, not the ramfs's.
     let items: Vec<(String, Option<String>)> = opts
         .split(',')
-        .filter(|i| !i.is_empty())
+        .filter(|i| !i.is_empty() && !matches!(*i, "supervise" | "nosupervise"))
         .map(|i| match i.split_once('=') {
             Some((k, v)) => (k.to_owned(), Some(v.to_owned())),
             None => (i.to_owned(), None),
