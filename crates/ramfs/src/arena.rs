@@ -203,35 +203,26 @@ impl Arena {
         let mut free = inner.free.clone();
         drop(inner);
         free.sort_unstable();
-        let mut i = 0;
-        while i < free.len() {
-            let mut j = i + 1;
-            while j < free.len() && free[j] == free[j - 1] + 1 {
-                j += 1;
-            }
-            self.punch_run(free[i], (j - i) as u64);
-            i = j;
-        }
+        self.punch(&free);
     }
 
-    /// Gives block `k` back: its memory is freed now.
-    /// Gives blocks `ks` back: one hole punched per run of adjacent ones
-    /// (a file's blocks are mostly taken in a row, and freed together).
+    /// Gives blocks `ks` back: their memory is freed now.
     pub fn give_all(&self, mut ks: Vec<u64>) {
         ks.sort_unstable();
-        let mut i = 0;
-        while i < ks.len() {
-            let mut j = i + 1;
-            while j < ks.len() && ks[j] == ks[j - 1] + 1 {
-                j += 1;
-            }
-            self.punch_run(ks[i], (j - i) as u64);
-            i = j;
-        }
+        self.punch(&ks);
         let mut inner = self.lock();
         inner.in_use = inner.in_use.saturating_sub(ks.len() as u64);
         inner.free.extend(ks);
         self.publish(&inner);
+    }
+
+    /// Punches blocks `ks` (sorted) out of the file: one hole per run of
+    /// adjacent ones (a file's blocks are mostly taken in a row, and freed
+    /// together).
+    fn punch(&self, ks: &[u64]) {
+        for run in ks.chunk_by(|a, b| b == &(a + 1)) {
+            self.punch_run(run[0], run.len() as u64);
+        }
     }
 
     fn punch_run(&self, k: u64, n: u64) {
