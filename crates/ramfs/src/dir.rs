@@ -59,10 +59,10 @@ impl Dir {
         self.by_name.get(name).copied()
     }
 
-    /// Puts entry `name` at `cookie` (a restarted server's replay), in
-    /// place of any entry of that name.
+    /// Puts entry `name` at `cookie` (a restarted server's replay, whose
+    /// model holds each name once); the caller has checked the name is
+    /// free.
     pub fn put(&mut self, name: &OsStr, cookie: u64, ino: Ino, kind: FileType) {
-        self.remove(name);
         self.next_cookie = self.next_cookie.max(cookie + 1);
         self.by_name.insert(name.to_owned(), cookie);
         self.by_cookie.insert(
