@@ -156,11 +156,7 @@ impl RamFs {
 
     /// A new, empty ramfs whose state lives in `files` (fresh memfds).
     pub fn supervised(opts: &Options, files: StateFiles) -> Result<RamFs, LedgerError> {
-        let arena = Arc::new(Arena::new(
-            files.data,
-            u64::from(opts.block_size),
-            opts.huge,
-        )?);
+        let arena = Arena::new(files.data, u64::from(opts.block_size), opts.huge)?;
         let ledger = Ledger::create(files.ledger, opts.block_size)?;
         let mut fs = Self::build(opts, files.pool.map(|root| Pool::on(root, 0)));
         fs.space.set_arena(arena);
@@ -173,7 +169,7 @@ impl RamFs {
     /// xattr and block its ledger holds, checked as a whole first.
     pub fn recover(opts: &Options, files: StateFiles) -> Result<RamFs, LedgerError> {
         let bs = u64::from(opts.block_size);
-        let arena = Arc::new(Arena::new(files.data, bs, opts.huge)?);
+        let arena = Arena::new(files.data, bs, opts.huge)?;
         let (ledger, bytes, region) = Ledger::open(files.ledger, opts.block_size)?;
         let model = Model::read(&bytes, region)?;
         drop(bytes);
@@ -390,7 +386,13 @@ impl RamFs {
     }
 }
 
+/// The largest transaction buffer a thread keeps for its next change (a
+/// truncate of a huge file writes a large one, rarely).
+const TX_BUF_KEPT: usize = 64 << 10;
+
 thread_local! {
+    /// The buffer this thread's next transaction is written into.
+    static TX_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     /// Whether this thread's last change was answered from the ledger.
     static REPLAYED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
@@ -411,7 +413,12 @@ impl RamFs {
     /// Called with the locks that order this change still held.
     pub(crate) fn log(&self, ino: Ino, fh: u64, f: impl FnOnce(&mut Tx)) {
         let Some(l) = &self.ledger else { return };
-        let mut tx = Tx::default();
+        // The thread's buffer, kept between changes: a transaction's bytes
+        // otherwise cost a few reallocations each.
+        let mut tx = Tx {
+            buf: TX_BUF.with(|b| std::mem::take(&mut *b.borrow_mut())),
+        };
+        tx.buf.clear();
         f(&mut tx);
         let cur = request::current();
         if cur.id != 0 {
@@ -424,6 +431,9 @@ impl RamFs {
         if let Err(e) = l.append(&tx) {
             // The change stands here; only a restart would not see it.
             log::error!("ramfs: the state file cannot grow: {e}");
+        }
+        if tx.buf.capacity() <= TX_BUF_KEPT {
+            TX_BUF.with(|b| *b.borrow_mut() = tx.buf);
         }
     }
 
