@@ -166,6 +166,11 @@ static POOL_LIMIT: AtomicU64 = AtomicU64::new(0);
 /// Whether the server runs under memory limits (see [`set_limited`]).
 static LIMITED: AtomicBool = AtomicBool::new(false);
 
+/// Whether the server runs under memory limits now.
+pub(crate) fn limited() -> bool {
+    LIMITED.load(Ordering::Relaxed)
+}
+
 /// Keeps no freed mapping while the server runs under memory limits: the
 /// kernel lists pages freed with `MADV_FREE` as reclaimable file pages
 /// until it reclaims them, even after a new block reuses and fills them,
