@@ -7,6 +7,7 @@ mod credentials;
 pub mod digest;
 mod object;
 mod options;
+pub mod resolve;
 pub mod scheme;
 mod stats;
 mod url;

@@ -251,7 +251,7 @@ impl HttpBackend {
             .max_idle_connections_per_host(16)
             .user_agent(concat!("foliofs/", env!("CARGO_PKG_VERSION")))
             .build();
-        let agent = ureq::Agent::new_with_config(config);
+        let agent = super::resolve::agent(config);
         let (target, forbidden_hint) = match location {
             Location::S3 {
                 endpoint,

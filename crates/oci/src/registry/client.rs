@@ -92,7 +92,7 @@ impl Client {
             .build();
         let scheme = if options.plain_http { "http" } else { "https" };
         Ok(Client {
-            agent: ureq::Agent::new_with_config(config),
+            agent: foliofs_block::remote::resolve::agent(config),
             base: format!("{scheme}://{}", reference.api_host()),
             looked_in: options
                 .auth_files
