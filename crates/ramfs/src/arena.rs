@@ -195,10 +195,10 @@ impl Arena {
     /// A block nobody holds, zeroed: its index and address.
     pub fn take(&self) -> Option<(u64, NonNull<u8>)> {
         let mut inner = self.lock();
-        if let Some(k) = inner.kept.pop() {
-            let p = self
-                .address(&mut inner, k)
-                .expect("a kept block lies in a mapped slab");
+        // A kept block's slab is mapped already (it was in use): this
+        // finds its address and maps nothing.
+        let kept = inner.kept.pop();
+        if let Some((k, p)) = kept.and_then(|k| Some((k, self.address(&mut inner, k)?))) {
             inner.in_use += 1;
             self.publish(&inner);
             drop(inner);
@@ -206,6 +206,11 @@ impl Arena {
             // now held by the caller alone.
             unsafe { p.as_ptr().write_bytes(0, self.block_size as usize) };
             return Some((k, p));
+        }
+        if let Some(k) = kept {
+            // Not reachable: made a hole, it may go to the free ones.
+            self.punch_run(k, 1);
+            inner.free.insert(k);
         }
         let (k, fresh) = match inner.free.pop_first() {
             Some(k) => (k, false),
