@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use foliofs_block::{BlockDev, BlockSizeChoice, OpenOptions, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+use foliofs_block::{
+    BlockDev, BlockSizeChoice, OpenOptions, Store, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE,
+};
 use foliofs_vfs::{Error, FileType, Result, StatFs};
 
 use crate::decompress::CompressionConfigs;
@@ -53,12 +55,15 @@ impl Erofs {
     /// Opens the EROFS image at `path`; `devices` are the extra devices
     /// (blob files) the image's device table names, in order.
     pub fn open(path: &Path, opts: &OpenOptions, devices: &[PathBuf]) -> Result<Erofs> {
-        let probe_opts = probe_options(opts);
-        let sb = read_superblock(path, &probe_opts)?;
+        // One store for the superblock and everything after: an image in
+        // a registry or a bucket costs requests (and threads) to open.
+        let store = Store::open(path, opts)?;
+        let sb = read_superblock(path, &store)?;
         // The cache's blocks follow the image's, but never below what the
         // block layer can do.
         let default_bs = sb.block_size().clamp(MIN_BLOCK_SIZE, MAX_BLOCK_SIZE);
-        let dev = BlockDev::open(path, opts, default_bs)?;
+        let bs = opts.block_size.resolve(store.size(), default_bs)?;
+        let dev = BlockDev::new(store, bs, opts.cache_bytes)?;
         let mut fs = Erofs {
             dev,
             sb,
@@ -91,11 +96,12 @@ impl Erofs {
     /// can be opened.
     pub fn device_table(path: &Path, opts: &OpenOptions) -> Result<(Superblock, Vec<DeviceSlot>)> {
         let probe_opts = probe_options(opts);
-        let sb = read_superblock(path, &probe_opts)?;
+        let store = Store::open(path, &probe_opts)?;
+        let sb = read_superblock(path, &store)?;
         if !sb.has_incompat(INCOMPAT_DEVICE_TABLE) {
             return Ok((sb, Vec::new()));
         }
-        let probe = BlockDev::open(path, &probe_opts, 4096)?;
+        let probe = BlockDev::new(store, 4096, probe_opts.cache_bytes)?;
         let base = u64::from(sb.devt_slotoff) * DEVT_SLOT_SIZE;
         let mut slots = Vec::with_capacity(usize::from(sb.extra_devices));
         for i in 0..u64::from(sb.extra_devices) {
@@ -236,27 +242,24 @@ fn probe_options(opts: &OpenOptions) -> OpenOptions {
     }
 }
 
-/// Reads and parses the superblock of the image at `path`.
-fn read_superblock(path: &Path, probe_opts: &OpenOptions) -> Result<Superblock> {
-    let probe = BlockDev::open(path, probe_opts, 4096)?;
-    let too_small = |e: Error| match e {
-        Error::Corrupt { .. } => Error::corrupt(
-            SUPER_OFFSET,
-            Corrupt::ImageTooSmall {
-                path: path.to_owned(),
-                size: probe.size(),
-            },
-        ),
-        other => other,
+/// Reads and parses the superblock of the image at `path` from `store`.
+fn read_superblock(path: &Path, store: &Store) -> Result<Superblock> {
+    let read = |raw: &mut [u8]| -> Result<()> {
+        if store.read_meta_at(raw, SUPER_OFFSET)? < raw.len() {
+            return Err(Error::corrupt(
+                SUPER_OFFSET,
+                Corrupt::ImageTooSmall {
+                    path: path.to_owned(),
+                    size: store.size(),
+                },
+            ));
+        }
+        Ok(())
     };
     let mut raw = [0u8; SUPER_SIZE_EXT];
-    probe
-        .read_exact(SUPER_OFFSET, &mut raw[..SUPER_SIZE])
-        .map_err(too_small)?;
+    read(&mut raw[..SUPER_SIZE])?;
     // The extension slots (the metabox nid) follow the fixed part.
     let size = Superblock::read_size(&raw);
-    probe
-        .read_exact(SUPER_OFFSET, &mut raw[..size])
-        .map_err(too_small)?;
+    read(&mut raw[..size])?;
     Superblock::parse(&raw[..size])
 }
