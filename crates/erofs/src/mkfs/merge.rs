@@ -118,26 +118,26 @@ impl Builder {
         }
         // Opened a few at once: a layer in a registry costs requests to
         // open (its chunk index, its tree, its superblock), which need not
-        // wait for one another.
-        let mut results = Vec::with_capacity(layers.len());
-        for (k, group) in layers.chunks(OPEN_AT_ONCE).enumerate() {
-            let first = k * OPEN_AT_ONCE;
-            let got: Vec<_> = std::thread::scope(|s| {
-                let handles: Vec<_> = group
-                    .iter()
-                    .enumerate()
-                    .map(|(j, l)| {
-                        let opts = &opts;
-                        s.spawn(move || open_layer(&l.path, first + j, opts))
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                    .collect()
-            });
-            results.extend(got);
-        }
+        // wait for one another. Each thread takes the next layer as soon
+        // as it is done with one, so one slow layer holds up no group.
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let slots: Vec<std::sync::Mutex<Option<_>>> =
+            layers.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        std::thread::scope(|s| {
+            for _ in 0..OPEN_AT_ONCE.min(layers.len()) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(l) = layers.get(i) else { return };
+                    let r = open_layer(&l.path, i, &opts);
+                    *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                });
+            }
+        });
+        let results = slots.into_iter().map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .expect("every layer was opened")
+        });
         let mut opened = Vec::with_capacity(layers.len());
         let mut devices = Vec::with_capacity(layers.len());
         for (l, r) in layers.iter().zip(results) {
