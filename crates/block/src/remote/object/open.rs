@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use foliofs_vfs::Result;
 
@@ -24,6 +24,12 @@ use crate::remote::stats::Counters;
 use crate::remote::url::{parse, redact, Location};
 use crate::remote::RemoteOptions;
 
+/// The sources being opened now, each with the lock its opens take.
+fn opening() -> &'static Mutex<HashMap<String, Arc<Mutex<()>>>> {
+    static O: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
+    O.get_or_init(Default::default)
+}
+
 /// Where an object's digest comes from: its backend and its URL as shown.
 type DigestSource = (Box<dyn Backend>, String);
 
@@ -36,8 +42,26 @@ impl RemoteObject {
             return Ok(o.clone());
         }
         release_unused();
-        let mut reg = registry().lock().unwrap();
-        if let Some(o) = reg.get(&key) {
+        // One open of a source at a time, but opens of different ones side
+        // by side: an open costs requests (a merge opens its layers eight
+        // at once), which a lock over every open would make one by one.
+        let slot = opening()
+            .lock()
+            .unwrap()
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let one = slot.lock().unwrap_or_else(|e| e.into_inner());
+        let opened = Self::open_new(source, opts, &key);
+        drop(one);
+        opening().lock().unwrap().remove(&key);
+        opened
+    }
+
+    /// [`RemoteObject::open`] of a source not open yet (unless another
+    /// thread opened it meanwhile), entered in the registry.
+    fn open_new(source: &str, opts: &RemoteOptions, key: &str) -> Result<Arc<RemoteObject>> {
+        if let Some(o) = registry().lock().unwrap().get(key) {
             return Ok(o.clone());
         }
         let object = match scheme::opener(source.as_bytes()) {
@@ -86,7 +110,10 @@ impl RemoteObject {
                 )?)
             }
         };
-        reg.insert(key, object.clone());
+        registry()
+            .lock()
+            .unwrap()
+            .insert(key.to_owned(), object.clone());
         Ok(object)
     }
 
