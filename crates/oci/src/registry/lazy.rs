@@ -319,8 +319,17 @@ fn failure(f: Failure) -> FetchError {
 
 impl Backend for LayerBackend {
     fn head(&self, _: Duration) -> Result<Head, FetchError> {
+        // With a tree over a raw layer, the image is the data the tree
+        // covers, as a dm-verity device shows it: the tree and the index
+        // after it were fetched and checked at open, and a read-ahead to
+        // the object's end must not fetch them again (by the index's
+        // chunks, whole).
+        let size = match &self.tree {
+            Some(v) if self.index.compression == Compression::None => v.hash_offset,
+            _ => self.index.uncompressed_size,
+        };
         Ok(Head {
-            size: self.index.uncompressed_size,
+            size,
             etag: Some(self.digest.to_string()),
             last_modified: None,
         })
