@@ -425,11 +425,27 @@ fn open(source: &str, opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened, 
     // and the index, one after the other: one request brings all three,
     // each checked on its own (the index by its digest, the tree by its
     // root, the image's blocks by the tree).
+    // The image's first piece (its superblock, which opening it reads
+    // first) comes in a request of its own beside that one, rather than
+    // after it; checked by the tree like the rest.
+    let mut head: Option<Vec<u8>> = None;
     let tail: Option<(u64, Vec<u8>)> = match &layer.verity {
         Some(v) if !layer.zstd && kept_index.is_none() && v.hash_offset < a => {
             let from = v.hash_offset.saturating_sub(TAIL_METADATA);
-            let bytes = fetch_at_open(&backend, from, b - from)
-                .map_err(|why| format!("its chunk index and tree (bytes {from}-{b}): {why}"))?;
+            let piece = if opts.chunk_given {
+                u64::from(opts.chunk)
+            } else {
+                VERITY_UNIT
+            };
+            let backend = &backend;
+            let bytes = std::thread::scope(|s| {
+                let first =
+                    (from >= piece).then(|| s.spawn(move || fetch_at_open(backend, 0, piece).ok()));
+                let bytes = fetch_at_open(backend, from, b - from);
+                head = first.and_then(|h| h.join().ok().flatten());
+                bytes
+            })
+            .map_err(|why| format!("its chunk index and tree (bytes {from}-{b}): {why}"))?;
             Some((from, bytes))
         }
         _ => None,
@@ -556,16 +572,23 @@ fn open(source: &str, opts: &RemoteOptions, cache_dir: &Path) -> Result<Opened, 
                 tree,
                 hash_offset: v.hash_offset,
             });
+            if let Some(h) = head.take().filter(|h| h.len() as u64 == unit) {
+                if verified.check(0, &h).is_ok() {
+                    preload.push((0, h));
+                }
+            }
             if let Some((from, bytes)) = &tail {
-                // The image's last whole pieces the tail brought, each
-                // block checked by the tree, for the disk cache.
+                // The image's last pieces the tail brought (the very last
+                // one shorter, ending where the tree begins, as the image
+                // does), each block checked by the tree, for the disk cache.
                 let mut at = from.div_ceil(unit) * unit;
-                while at + unit <= v.hash_offset {
-                    let piece = &bytes[(at - from) as usize..(at + unit - from) as usize];
+                while at < v.hash_offset {
+                    let end = (at + unit).min(v.hash_offset);
+                    let piece = &bytes[(at - from) as usize..(end - from) as usize];
                     if verified.check(at, piece).is_ok() {
                         preload.push((at, piece.to_vec()));
                     }
-                    at += unit;
+                    at = end;
                 }
             }
             backend.tree = Some(verified.clone());
