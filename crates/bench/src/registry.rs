@@ -413,7 +413,7 @@ fn notes(
             Ok(w) => format!("the user row mounts and reads as {}, with its own store", w.describe()),
             Err(why) => format!("no user row: {why}"),
         },
-        "the lazy rows: the image pushed once by `foliofs push --dm-verity` (raw layers, a chunk index of 1 MiB chunks each with its SHA-256, and a dm-verity tree) beside the tar image; pull = the mount: the manifest, then for each layer one request for its image's last 256 KiB, tree and index, each checked, and the merged metadata built from the layers' metadata; then every 64 KiB piece a read needs is fetched (runs queued in order in one request of up to 1 MiB), each block checked by the tree, and kept in a disk cache of the row's own, empty at each round's start".into(),
+        "the lazy rows: the image pushed once by `foliofs push --dm-verity` (raw layers, a chunk index of 1 MiB chunks each with its SHA-256, and a dm-verity tree) beside the tar image; pull = the mount: the manifest, then for each layer two requests side by side, one for its image's last 256 KiB, tree and index, one for its first 64 KiB, each checked, and the merged metadata built from the layers' metadata; then every 64 KiB piece a read needs is fetched (runs queued in order in one request of up to 1 MiB), each block checked by the tree, and kept in a disk cache of the row's own, empty at each round's start".into(),
     ]
 }
 
