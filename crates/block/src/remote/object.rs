@@ -124,9 +124,10 @@ fn open_error(kind: io::ErrorKind, shown: &str, why: impl std::fmt::Display) -> 
     }
 }
 
-/// The open objects of this process, by source and options: an image is
-/// opened more than once (EROFS probes it first), and each open after the
-/// first must not cost another HEAD. One nothing else holds any more is
+/// The open objects of this process, by source and options: an image may
+/// be opened more than once (a device table is read before the image it
+/// belongs to is opened), and each open after the first must not cost
+/// another HEAD. One nothing else holds any more is
 /// released by [`release_unused`]: its threads end, its chunks are
 /// committed and its cache files closed.
 fn registry() -> &'static Mutex<HashMap<String, Arc<RemoteObject>>> {
