@@ -218,16 +218,24 @@ impl Arena {
         };
         match self.address(&mut inner, k) {
             Some(p) => {
+                let mut ahead = 0;
                 if fresh {
                     inner.high += 1;
                     if inner.ahead < inner.high {
-                        self.fault_ahead(&mut inner, p);
+                        ahead = self.fault_ahead(&mut inner);
                     }
                 } else if !inner.free_ahead.contains(&k) {
-                    self.fault_free_run(&mut inner, k, p);
+                    ahead = self.fault_free_run(&mut inner, k);
                 }
                 inner.in_use += 1;
                 self.publish(&inner);
+                drop(inner);
+                // Outside the lock: it allocates pages, and other takes
+                // need not wait for it (faulting in a block someone took
+                // meanwhile changes none of its bytes).
+                if ahead > 0 {
+                    populate(p, ahead);
+                }
                 Some((k, p))
             }
             None => {
@@ -239,10 +247,10 @@ impl Arena {
         }
     }
 
-    /// As [`Arena::fault_ahead`], for the run of free blocks from `k` (at
-    /// `p`, just taken): they are taken next, lowest first, as a file
-    /// written after a trim takes them.
-    fn fault_free_run(&self, inner: &mut Inner, k: u64, p: NonNull<u8>) {
+    /// As [`Arena::fault_ahead`], for the run of free blocks from `k` (just
+    /// taken): they are taken next, lowest first, as a file written after
+    /// a trim takes them.
+    fn fault_free_run(&self, inner: &mut Inner, k: u64) -> u64 {
         let per_slab = self.slab / self.block_size;
         let limit = (k + (AHEAD / self.block_size).max(1)).min((k / per_slab + 1) * per_slab);
         let mut end = k + 1;
@@ -260,18 +268,18 @@ impl Arena {
             inner.free.remove(&f);
             inner.kept.push(f);
         }
-        populate(p, (end - k) * self.block_size);
+        (end - k) * self.block_size
     }
 
-    /// Faults in the new blocks from `high - 1` (at `p`) on, to the end of
+    /// The bytes from new block `high - 1` on to fault in, to the end of
     /// [`AHEAD`] or of the slab: one system call rather than a page fault
     /// each. Best effort (kernels before 5.14 lack the advice).
-    fn fault_ahead(&self, inner: &mut Inner, p: NonNull<u8>) {
+    fn fault_ahead(&self, inner: &mut Inner) -> u64 {
         let first = inner.high - 1;
         let per_slab = self.slab / self.block_size;
         let end = (first + (AHEAD / self.block_size).max(1)).min((first / per_slab + 1) * per_slab);
         inner.ahead = end;
-        populate(p, (end - first) * self.block_size);
+        (end - first) * self.block_size
     }
 
     /// Block `k` as an earlier server left it (a restarted server taking
@@ -365,13 +373,15 @@ impl Drop for Arena {
     }
 }
 
-/// Faults in `len` bytes from `p`, all of them blocks of one slab nobody
-/// else holds: one system call rather than a page fault each (best
+/// Faults in `len` bytes from `p`, blocks of one slab (some may have been
+/// taken since: faulting in changes no byte): one system call rather than
+/// a page fault each (best
 /// effort: kernels before 5.14 lack the advice, and then the pages fault
 /// in as they are written).
 fn populate(p: NonNull<u8>, len: u64) {
     // SAFETY: the caller's range lies in a live shared writable mapping of
-    // the arena; the advice only faults pages in (a hole reads as zeros
+    // the arena (slabs are never unmapped while it lives); the advice only
+    // faults pages in, reading and writing no byte (a hole reads as zeros
     // before and after).
     unsafe {
         libc::madvise(p.as_ptr().cast(), len as usize, libc::MADV_POPULATE_WRITE);
